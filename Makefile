@@ -1,0 +1,87 @@
+# attention: PGXS build of the PostgreSQL extension, the engine test runner and
+# (where nvcc exists) the CUDA backend.
+
+EXTENSION = attention
+EXTVERSION = 0.1.0
+
+MODULE_big = attention
+# The engine (src/*.c, src/*.cc) is plain C11/C++ with no PostgreSQL headers;
+# the SQL glue lives in src/pg/.
+ENGINE_C = src/bleu.c
+ENGINE_CXX = src/spm.cc
+GLUE_C = src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/vocabulary.c
+OBJS = $(ENGINE_C:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o)
+
+DATA = $(wildcard sql/$(EXTENSION)--*.sql)
+REGRESS = builtin_translate corpus vocabulary bleu
+REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
+
+WARNINGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+PG_CFLAGS = $(WARNINGS) -Isrc
+PG_CXXFLAGS = $(WARNINGS) -std=c++17 -Isrc
+SHLIB_LINK = -lsentencepiece -lstdc++ -lm
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+
+# PGXS would emit LLVM bitcode for every object (JIT inlining) and has no rule
+# for C++ or CUDA sources; the extension gains nothing from inlining, so skip it.
+override with_llvm = no
+
+include $(PGXS)
+
+# PostgreSQL's own headers are not -Wextra clean; treat them as system headers
+# so our code is held to -Wall -Wextra -Werror and theirs is not.
+override CPPFLAGS := -isystem $(includedir_server) $(CPPFLAGS)
+
+# C++ shim (SentencePiece) compiled as position-independent code like the C objects.
+%.o: %.cc
+	$(CXX) $(CXXFLAGS) $(CFLAGS_SL) $(CPPFLAGS) -c -o $@ $<
+
+# ---------------------------------------------------------------------------
+# CUDA backend (kernels/*.cu -> attention_cuda.so), loaded with dlopen only on
+# request. nvcc is autodetected; USE_CUDA=0 forces a CPU-only build.
+USE_CUDA ?= 1
+NVCC ?= $(shell command -v nvcc 2>/dev/null)
+CUDA_SRCS = $(wildcard kernels/*.cu)
+ifneq ($(USE_CUDA),0)
+ifneq ($(NVCC),)
+ifneq ($(CUDA_SRCS),)
+CUDA_LIB = attention_cuda$(DLSUFFIX)
+NVCC_FLAGS = -O3 -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Isrc \
+	-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	-gencode arch=compute_90,code=compute_90
+all: $(CUDA_LIB)
+$(CUDA_LIB): $(CUDA_SRCS)
+	$(NVCC) $(NVCC_FLAGS) -shared -o $@ $(CUDA_SRCS) -lcublas -lcublasLt
+install: install-cuda
+install-cuda: $(CUDA_LIB)
+	$(INSTALL_SHLIB) $(CUDA_LIB) '$(DESTDIR)$(pkglibdir)/$(CUDA_LIB)'
+EXTRA_CLEAN += $(CUDA_LIB)
+endif
+endif
+endif
+
+# ---------------------------------------------------------------------------
+# Engine unit tests: a standalone C program (no PostgreSQL) built with the
+# engine sources; it also runs on the GPU machine.
+ENGINE_TEST_SRCS = $(wildcard test/engine/*.c)
+ENGINE_TEST_BIN = test/engine/run_tests
+ENGINE_STD_CFLAGS = -std=c11 -O2 -g $(WARNINGS) -Isrc
+EXTRA_CLEAN += $(ENGINE_TEST_BIN) test/engine/spm.o
+
+test/engine/spm.o: $(ENGINE_CXX) src/spm.h
+	$(CXX) -std=c++17 -O2 -g $(WARNINGS) -Isrc -c -o $@ $<
+
+$(ENGINE_TEST_BIN): $(ENGINE_TEST_SRCS) $(ENGINE_C) $(wildcard src/*.h) test/engine/spm.o
+	$(CC) $(ENGINE_STD_CFLAGS) -o $@ $(ENGINE_TEST_SRCS) $(ENGINE_C) test/engine/spm.o -lsentencepiece -lstdc++ -lm
+
+.PHONY: check-engine test demo
+check-engine: $(ENGINE_TEST_BIN)
+	./$(ENGINE_TEST_BIN) test/fixtures
+
+# The two commands at the top of the README.
+test:
+	scripts/test
+demo:
+	scripts/demo

@@ -1,0 +1,294 @@
+-- attention 0.1.0: schema, corpora, vocabularies and BLEU.
+\echo Use "CREATE EXTENSION attention" to load this file. \quit
+
+-- Schema `attention` is created by CREATE EXTENSION (attention.control).
+-- Every table holds user data, so every table and its sequence is registered
+-- with pg_extension_config_dump: pg_dump keeps the rows.
+
+-----------------------------------------------------------------------------
+-- Corpora
+-----------------------------------------------------------------------------
+
+CREATE TABLE corpora (
+    corpus_id   serial PRIMARY KEY,
+    name        text NOT NULL UNIQUE CHECK (name <> ''),
+    source_lang text NOT NULL CHECK (source_lang <> ''),
+    target_lang text NOT NULL CHECK (target_lang <> ''),
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE corpora IS 'Parallel corpora: one row per named source->target corpus.';
+COMMENT ON COLUMN corpora.source_lang IS 'Language code of the source side (e.g. en).';
+COMMENT ON COLUMN corpora.target_lang IS 'Language code of the target side (e.g. de).';
+
+CREATE TABLE corpus_pairs (
+    pair_id   bigserial PRIMARY KEY,
+    corpus_id integer NOT NULL REFERENCES corpora ON DELETE CASCADE,
+    split     text NOT NULL DEFAULT 'train' CHECK (split IN ('train', 'valid', 'test')),
+    source    text NOT NULL,
+    target    text NOT NULL
+);
+CREATE INDEX corpus_pairs_corpus_split_idx ON corpus_pairs (corpus_id, split);
+COMMENT ON TABLE corpus_pairs IS 'Sentence pairs of a corpus; INSERT or COPY into it directly, or use import_corpus/load_corpus.';
+COMMENT ON COLUMN corpus_pairs.split IS 'train, valid or test.';
+COMMENT ON COLUMN corpus_pairs.source IS 'Source-language sentence.';
+COMMENT ON COLUMN corpus_pairs.target IS 'Target-language sentence (reference translation).';
+
+-----------------------------------------------------------------------------
+-- Vocabularies (SentencePiece models)
+-----------------------------------------------------------------------------
+
+CREATE TABLE vocabularies (
+    vocabulary_id      serial PRIMARY KEY,
+    name               text NOT NULL UNIQUE CHECK (name <> ''),
+    corpus_id          integer REFERENCES corpora ON DELETE SET NULL,
+    model_type         text CHECK (model_type IN ('bpe', 'unigram', 'char', 'word')),
+    vocab_size         integer NOT NULL CHECK (vocab_size > 0),
+    pad_id             integer,
+    unk_id             integer NOT NULL,
+    bos_id             integer,
+    eos_id             integer,
+    character_coverage double precision,
+    byte_fallback      boolean,
+    training_sentences bigint,
+    training_seconds   double precision,
+    model              bytea NOT NULL,
+    created_at         timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE vocabularies IS 'Subword vocabularies: serialized SentencePiece models shared by source and target.';
+COMMENT ON COLUMN vocabularies.corpus_id IS 'Corpus the vocabulary was trained on (NULL when imported).';
+COMMENT ON COLUMN vocabularies.model_type IS 'SentencePiece model type (NULL when imported).';
+COMMENT ON COLUMN vocabularies.pad_id IS 'Padding id (0 for vocabularies trained here; NULL when the model has none).';
+COMMENT ON COLUMN vocabularies.unk_id IS 'Unknown-piece id (1 for vocabularies trained here).';
+COMMENT ON COLUMN vocabularies.bos_id IS 'Begin-of-sentence id (2 for vocabularies trained here).';
+COMMENT ON COLUMN vocabularies.eos_id IS 'End-of-sentence id (3 for vocabularies trained here).';
+COMMENT ON COLUMN vocabularies.training_sentences IS 'Sentences (source and target) the model was trained on.';
+COMMENT ON COLUMN vocabularies.training_seconds IS 'Wall-clock seconds SentencePiece training took.';
+COMMENT ON COLUMN vocabularies.model IS 'Serialized SentencePiece ModelProto, as in a .model file.';
+
+-----------------------------------------------------------------------------
+-- Models, training jobs, checkpoints
+-----------------------------------------------------------------------------
+
+CREATE TABLE models (
+    model_id      serial PRIMARY KEY,
+    name          text NOT NULL UNIQUE CHECK (name <> ''),
+    vocabulary_id integer NOT NULL REFERENCES vocabularies ON DELETE RESTRICT,
+    config        jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(config) = 'object'),
+    created_at    timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE models IS 'Transformer models: a configuration (DESIGN.md section 2) over a vocabulary.';
+COMMENT ON COLUMN models.config IS 'Model configuration (num_encoder_layers, d_model, num_heads, d_ff, ...).';
+
+CREATE TABLE training_jobs (
+    job_id            bigserial PRIMARY KEY,
+    model_id          integer NOT NULL REFERENCES models ON DELETE CASCADE,
+    corpus_id         integer NOT NULL REFERENCES corpora ON DELETE RESTRICT,
+    options           jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(options) = 'object'),
+    submitted_by      name NOT NULL DEFAULT current_user,
+    status            text NOT NULL DEFAULT 'queued'
+                      CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled', 'interrupted')),
+    step              bigint NOT NULL DEFAULT 0 CHECK (step >= 0),
+    epoch             integer NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+    tokens_seen       bigint NOT NULL DEFAULT 0 CHECK (tokens_seen >= 0),
+    train_loss        double precision,
+    valid_loss        double precision,
+    learning_rate     double precision,
+    tokens_per_second double precision,
+    worker_pid        integer,
+    submitted_at      timestamptz NOT NULL DEFAULT now(),
+    started_at        timestamptz,
+    updated_at        timestamptz,
+    finished_at       timestamptz,
+    error             text,
+    CHECK (finished_at IS NULL OR status IN ('succeeded', 'failed', 'cancelled', 'interrupted'))
+);
+CREATE INDEX training_jobs_model_idx ON training_jobs (model_id);
+COMMENT ON TABLE training_jobs IS 'Training jobs: one row per job, kept current by the training worker.';
+COMMENT ON COLUMN training_jobs.status IS 'queued, running, succeeded, failed, cancelled or interrupted.';
+COMMENT ON COLUMN training_jobs.submitted_by IS 'Role the worker connects as: the job reads only what it can read.';
+COMMENT ON COLUMN training_jobs.tokens_seen IS 'Target tokens (labels) trained on so far.';
+COMMENT ON COLUMN training_jobs.train_loss IS 'Label-smoothed training loss per target token (nats).';
+COMMENT ON COLUMN training_jobs.valid_loss IS 'Validation cross-entropy per target token (nats).';
+
+CREATE TABLE checkpoints (
+    checkpoint_id bigserial PRIMARY KEY,
+    model_id      integer NOT NULL REFERENCES models ON DELETE CASCADE,
+    job_id        bigint REFERENCES training_jobs ON DELETE SET NULL,
+    step          bigint NOT NULL CHECK (step >= 0),
+    valid_loss    double precision,
+    valid_bleu    double precision,
+    averaged_from bigint[],
+    deployed      boolean NOT NULL DEFAULT false,
+    created_at    timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX checkpoints_model_step_idx ON checkpoints (model_id, step);
+CREATE UNIQUE INDEX checkpoints_one_deployed_idx ON checkpoints (model_id) WHERE deployed;
+COMMENT ON TABLE checkpoints IS 'Checkpoints of a model: parameters, optimizer state and data position, one row per snapshot.';
+COMMENT ON COLUMN checkpoints.averaged_from IS 'Checkpoints whose parameters this one averages (NULL for a trained snapshot).';
+COMMENT ON COLUMN checkpoints.deployed IS 'True for the checkpoint translate() uses; at most one per model.';
+
+CREATE TABLE checkpoint_tensors (
+    checkpoint_id bigint NOT NULL REFERENCES checkpoints ON DELETE CASCADE,
+    name          text NOT NULL CHECK (name <> ''),
+    chunk         integer NOT NULL DEFAULT 0 CHECK (chunk >= 0),
+    dtype         text NOT NULL CHECK (dtype IN ('float32', 'bfloat16', 'float16', 'int64', 'int32', 'uint8')),
+    shape         bigint[] NOT NULL CHECK (array_ndims(shape) IS NULL OR array_ndims(shape) = 1),
+    bytes         bytea NOT NULL,
+    PRIMARY KEY (checkpoint_id, name, chunk)
+);
+COMMENT ON TABLE checkpoint_tensors IS 'One row per named tensor of a checkpoint (Hugging Face MarianMT names); tensors over the bytea limit span several chunks.';
+COMMENT ON COLUMN checkpoint_tensors.name IS 'Tensor name, e.g. model.encoder.layers.0.self_attn.q_proj.weight.';
+COMMENT ON COLUMN checkpoint_tensors.chunk IS 'Chunk number (0-based) of a tensor stored in several rows.';
+COMMENT ON COLUMN checkpoint_tensors.shape IS 'Tensor shape, row-major ({} for a scalar).';
+COMMENT ON COLUMN checkpoint_tensors.bytes IS 'Raw little-endian tensor data (this chunk of it).';
+
+SELECT pg_catalog.pg_extension_config_dump('corpora', '');
+SELECT pg_catalog.pg_extension_config_dump('corpora_corpus_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('corpus_pairs', '');
+SELECT pg_catalog.pg_extension_config_dump('corpus_pairs_pair_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('vocabularies', '');
+SELECT pg_catalog.pg_extension_config_dump('vocabularies_vocabulary_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('models', '');
+SELECT pg_catalog.pg_extension_config_dump('models_model_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('training_jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('training_jobs_job_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('checkpoints', '');
+SELECT pg_catalog.pg_extension_config_dump('checkpoints_checkpoint_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('checkpoint_tensors', '');
+
+-- Everyone may look; writing takes explicit grants from the DBA.
+GRANT USAGE ON SCHEMA attention TO PUBLIC;
+GRANT SELECT ON corpora, vocabularies, models, training_jobs, checkpoints TO PUBLIC;
+
+-----------------------------------------------------------------------------
+-- Corpus functions
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION create_corpus(name text, source_lang text, target_lang text)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    new_id integer;
+BEGIN
+    IF EXISTS (SELECT 1 FROM attention.corpora c WHERE c.name = create_corpus.name) THEN
+        RAISE EXCEPTION 'corpus "%" already exists', create_corpus.name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Choose another name, or add pairs to the existing corpus.';
+    END IF;
+    INSERT INTO attention.corpora (name, source_lang, target_lang)
+    VALUES (create_corpus.name, create_corpus.source_lang, create_corpus.target_lang)
+    RETURNING corpus_id INTO new_id;
+    RETURN new_id;
+END
+$$;
+COMMENT ON FUNCTION create_corpus(text, text, text) IS
+'Creates an empty parallel corpus and returns its id.';
+
+CREATE FUNCTION import_corpus(corpus text, query text, split text DEFAULT 'train')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_import_corpus'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION import_corpus(text, text, text) IS
+'Appends the (source, target) rows of any query to a corpus split, with the caller''s privileges; returns the number of pairs.';
+
+CREATE FUNCTION load_corpus(corpus text, source_path text, target_path text, split text DEFAULT 'train')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_load_corpus'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION load_corpus(text, text, text, text) IS
+'Appends line-aligned UTF-8 files on the server (Moses style) to a corpus split; requires pg_read_server_files; returns the number of pairs.';
+
+-----------------------------------------------------------------------------
+-- Vocabulary functions
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION train_vocabulary(name text, corpus text, vocab_size integer DEFAULT 8000,
+                                 model_type text DEFAULT 'bpe',
+                                 character_coverage double precision DEFAULT 1.0,
+                                 byte_fallback boolean DEFAULT true,
+                                 max_pairs integer DEFAULT 0)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'attention_train_vocabulary'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION train_vocabulary(text, text, integer, text, double precision, boolean, integer) IS
+'Trains one joint source+target SentencePiece model in memory on the corpus''s train split and stores it; returns its id.';
+
+CREATE FUNCTION import_vocabulary(name text, model bytea)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'attention_import_vocabulary'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION import_vocabulary(text, bytea) IS
+'Stores an existing SentencePiece .model (its bytes) as a vocabulary; returns its id.';
+
+CREATE FUNCTION encode(source text, vocabulary text)
+RETURNS integer[]
+AS 'MODULE_PATHNAME', 'attention_encode'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION encode(text, text) IS
+'Subword ids of a text under a vocabulary (no BOS/EOS added).';
+
+CREATE FUNCTION tokenize(source text, vocabulary text)
+RETURNS text[]
+AS 'MODULE_PATHNAME', 'attention_tokenize'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION tokenize(text, text) IS
+'Subword pieces of a text under a vocabulary.';
+
+CREATE FUNCTION decode(ids integer[], vocabulary text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'attention_decode'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION decode(integer[], text) IS
+'Text of a sequence of subword ids under a vocabulary (control ids such as BOS/EOS/pad are dropped).';
+
+CREATE FUNCTION vocabulary_pieces(vocabulary text)
+RETURNS TABLE (id integer, piece text, score real)
+AS 'MODULE_PATHNAME', 'attention_vocabulary_pieces'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION vocabulary_pieces(text) IS
+'Every piece of a vocabulary with its id and SentencePiece score.';
+
+-----------------------------------------------------------------------------
+-- BLEU (sacreBLEU 2.x defaults: 13a tokenization, case-sensitive, exp smoothing)
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION bleu(hypothesis text, reference text)
+RETURNS double precision
+AS 'MODULE_PATHNAME', 'attention_bleu'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION bleu(text, text) IS
+'Sentence BLEU (0-100) as sacrebleu.sentence_bleu computes it by default.';
+
+CREATE FUNCTION bleu_accum(double precision[], text, text)
+RETURNS double precision[]
+AS 'MODULE_PATHNAME', 'attention_bleu_accum'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION bleu_accum(double precision[], text, text) IS
+'Transition function of corpus_bleu: adds one segment''s BLEU statistics.';
+
+CREATE FUNCTION bleu_combine(double precision[], double precision[])
+RETURNS double precision[]
+AS 'MODULE_PATHNAME', 'attention_bleu_combine'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION bleu_combine(double precision[], double precision[]) IS
+'Combine function of corpus_bleu: adds two partial BLEU statistics.';
+
+CREATE FUNCTION bleu_final(double precision[])
+RETURNS double precision
+AS 'MODULE_PATHNAME', 'attention_bleu_final'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION bleu_final(double precision[]) IS
+'Final function of corpus_bleu: BLEU (0-100) from summed statistics.';
+
+CREATE AGGREGATE corpus_bleu(hypothesis text, reference text) (
+    SFUNC = bleu_accum,
+    STYPE = double precision[],
+    FINALFUNC = bleu_final,
+    COMBINEFUNC = bleu_combine,
+    INITCOND = '{0,0,0,0,0,0,0,0,0,0}',
+    PARALLEL = SAFE
+);
+COMMENT ON AGGREGATE corpus_bleu(text, text) IS
+'Corpus BLEU (0-100) as sacrebleu.corpus_bleu computes it by default; rows with a NULL are skipped.';

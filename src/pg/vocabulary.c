@@ -1,0 +1,539 @@
+/*
+ * vocabulary.c - subword vocabularies: SentencePiece models stored in
+ * attention.vocabularies, trained from a corpus or imported, and the
+ * encode/tokenize/decode/vocabulary_pieces functions over them.
+ *
+ * A loaded model is C++ heap memory owned by a VocabHandle, which a memory
+ * context callback frees, so an ERROR never leaks it. Scalar functions keep
+ * their handle in fn_extra: a model is loaded once per query, not per row.
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "portability/instr_time.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+#include "attention.h"
+#include "spm.h"
+
+PG_FUNCTION_INFO_V1(attention_train_vocabulary);
+PG_FUNCTION_INFO_V1(attention_import_vocabulary);
+PG_FUNCTION_INFO_V1(attention_encode);
+PG_FUNCTION_INFO_V1(attention_tokenize);
+PG_FUNCTION_INFO_V1(attention_decode);
+PG_FUNCTION_INFO_V1(attention_vocabulary_pieces);
+
+#define SPM_ERRLEN 512
+#define MAX_VOCAB_SIZE 1000000
+
+/* A loaded vocabulary; freed with the memory context it lives in. */
+typedef struct VocabHandle
+{
+	MemoryContextCallback callback;
+	char	   *name;			/* vocabulary name, or NULL before the first load */
+	SpmModel   *model;
+} VocabHandle;
+
+/* Memory context callback: frees the SentencePiece model. */
+static void
+vocab_handle_free(void *arg)
+{
+	VocabHandle *handle = (VocabHandle *) arg;
+
+	spm_free(handle->model);
+	handle->model = NULL;
+}
+
+/* Creates an empty handle in context, freed with it. */
+static VocabHandle *
+vocab_handle_create(MemoryContext context)
+{
+	VocabHandle *handle = MemoryContextAllocZero(context, sizeof(VocabHandle));
+
+	handle->callback.func = vocab_handle_free;
+	handle->callback.arg = handle;
+	MemoryContextRegisterResetCallback(context, &handle->callback);
+	return handle;
+}
+
+/* Parses model bytes into handle->model; ERROR (naming what) when they are not a valid model. */
+static void
+vocab_handle_parse(VocabHandle *handle, const char *bytes, size_t len, const char *what)
+{
+	char		err[SPM_ERRLEN];
+
+	spm_free(handle->model);
+	handle->model = NULL;
+	if (spm_load(bytes, len, &handle->model, err, sizeof(err)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("%s is not a valid SentencePiece model: %s", what, err)));
+}
+
+/* Loads the vocabulary called name into handle; ERROR when it does not exist. */
+static void
+vocab_handle_load(VocabHandle *handle, const char *name, MemoryContext name_context)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+	bytea	   *model;
+	char	   *what;
+
+	SPI_connect();
+	values[0] = CStringGetTextDatum(name);
+	if (SPI_execute_with_args("SELECT model FROM attention.vocabularies WHERE name = $1",
+							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look up vocabulary \"%s\"", name);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("vocabulary \"%s\" does not exist", name),
+				 errhint("Create one with attention.train_vocabulary() or attention.import_vocabulary().")));
+	model = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	what = psprintf("the model of vocabulary \"%s\"", name);
+	vocab_handle_parse(handle, VARDATA_ANY(model), VARSIZE_ANY_EXHDR(model), what);
+	SPI_finish();
+	if (handle->name != NULL)
+		pfree(handle->name);
+	handle->name = MemoryContextStrdup(name_context, name);
+}
+
+/* The model of vocabulary `name`, cached in fn_extra for the rest of the query. */
+static SpmModel *
+cached_vocabulary(FunctionCallInfo fcinfo, text *name)
+{
+	VocabHandle *handle = (VocabHandle *) fcinfo->flinfo->fn_extra;
+	char	   *cname = text_to_cstring(name);
+
+	if (handle == NULL)
+	{
+		handle = vocab_handle_create(fcinfo->flinfo->fn_mcxt);
+		fcinfo->flinfo->fn_extra = handle;
+	}
+	if (handle->model == NULL || strcmp(handle->name, cname) != 0)
+		vocab_handle_load(handle, cname, fcinfo->flinfo->fn_mcxt);
+	return handle->model;
+}
+
+/* ERROR with the SentencePiece message err, for vocabulary name. */
+static void
+spm_error(const char *action, text *name, const char *err)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INTERNAL_ERROR),
+			 errmsg("could not %s with vocabulary \"%s\": %s", action, text_to_cstring(name), err)));
+}
+
+/* ERROR unless no vocabulary is called name yet; call inside SPI. */
+static void
+check_vocabulary_name_free(const char *name)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+
+	values[0] = CStringGetTextDatum(name);
+	if (SPI_execute_with_args("SELECT 1 FROM attention.vocabularies WHERE name = $1",
+							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look up vocabulary \"%s\"", name);
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("vocabulary \"%s\" already exists", name),
+				 errhint("Choose another name, or delete the existing row from attention.vocabularies.")));
+}
+
+/* A special id as a nullable INSERT value. */
+static Datum
+special_id(int id, char *null_flag)
+{
+	*null_flag = id >= 0 ? ' ' : 'n';
+	return Int32GetDatum(id);
+}
+
+/*
+ * Inserts a vocabulary row and returns its id; call inside SPI. corpus_id,
+ * model_type, character_coverage, byte_fallback, sentences and seconds are
+ * NULL for an imported model (corpus_id < 0, model_type NULL).
+ */
+static int32
+insert_vocabulary(const char *name, int32 corpus_id, const char *model_type,
+				  double character_coverage, bool byte_fallback, int64 sentences,
+				  double seconds, const SpmModel *model, const char *bytes, size_t len)
+{
+	Oid			argtypes[13] = {TEXTOID, INT4OID, TEXTOID, INT4OID, INT4OID, INT4OID, INT4OID,
+	INT4OID, FLOAT8OID, BOOLOID, INT8OID, FLOAT8OID, BYTEAOID};
+	Datum		values[13];
+	char		nulls[14] = "             ";
+	bytea	   *data = palloc(VARHDRSZ + len);
+	bool		trained = corpus_id >= 0;
+	bool		isnull;
+
+	SET_VARSIZE(data, VARHDRSZ + len);
+	memcpy(VARDATA(data), bytes, len);
+	values[0] = CStringGetTextDatum(name);
+	values[1] = Int32GetDatum(corpus_id);
+	values[2] = trained ? CStringGetTextDatum(model_type) : (Datum) 0;
+	values[3] = Int32GetDatum(spm_size(model));
+	values[4] = special_id(spm_pad_id(model), &nulls[4]);
+	values[5] = special_id(spm_unk_id(model), &nulls[5]);
+	values[6] = special_id(spm_bos_id(model), &nulls[6]);
+	values[7] = special_id(spm_eos_id(model), &nulls[7]);
+	values[8] = Float8GetDatum(character_coverage);
+	values[9] = BoolGetDatum(byte_fallback);
+	values[10] = Int64GetDatum(sentences);
+	values[11] = Float8GetDatum(seconds);
+	values[12] = PointerGetDatum(data);
+	if (!trained)
+		nulls[1] = nulls[2] = nulls[8] = nulls[9] = nulls[10] = nulls[11] = 'n';
+	nulls[13] = '\0';
+
+	if (SPI_execute_with_args("INSERT INTO attention.vocabularies (name, corpus_id, model_type, vocab_size, "
+							  "pad_id, unk_id, bos_id, eos_id, character_coverage, byte_fallback, "
+							  "training_sentences, training_seconds, model) "
+							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) "
+							  "RETURNING vocabulary_id",
+							  13, argtypes, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not insert vocabulary \"%s\"", name);
+	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/* Validates train_vocabulary's arguments; ERROR naming the bad one. */
+static void
+check_train_options(int32 vocab_size, const char *model_type, double character_coverage, int32 max_pairs)
+{
+	if (vocab_size < 8 || vocab_size > MAX_VOCAB_SIZE)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("vocab_size %d is out of range", vocab_size),
+				 errhint("vocab_size must be between 8 and %d.", MAX_VOCAB_SIZE)));
+	if (strcmp(model_type, "bpe") != 0 && strcmp(model_type, "unigram") != 0 &&
+		strcmp(model_type, "char") != 0 && strcmp(model_type, "word") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid model_type \"%s\"", model_type),
+				 errhint("model_type must be \"bpe\", \"unigram\", \"char\" or \"word\".")));
+	if (!(character_coverage > 0.0 && character_coverage <= 1.0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("character_coverage %g is out of range", character_coverage),
+				 errhint("character_coverage must be in (0, 1].")));
+	if (max_pairs < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_pairs %d is negative", max_pairs),
+				 errhint("Use 0 to train on every pair of the train split.")));
+}
+
+/*
+ * Reads the source and target sentences of the corpus's train split (the
+ * first max_pairs pairs by pair_id when max_pairs > 0); call inside SPI.
+ * Returns the number of sentences, with pointers and byte lengths in the
+ * palloc'd arrays *sentences and *lengths (of the current context).
+ */
+static int64
+read_train_sentences(int32 corpus_id, int32 max_pairs, char ***sentences, size_t **lengths)
+{
+	Oid			argtypes[2] = {INT4OID, INT8OID};
+	Datum		values[2];
+	SPIPlanPtr	plan;
+	Portal		portal;
+	MemoryContext caller = CurrentMemoryContext;
+	int64		n = 0;
+	int64		cap = 1024;
+
+	*sentences = palloc(cap * sizeof(char *));
+	*lengths = palloc(cap * sizeof(size_t));
+	values[0] = Int32GetDatum(corpus_id);
+	values[1] = Int64GetDatum(max_pairs > 0 ? (int64) max_pairs : PG_INT64_MAX);
+	plan = SPI_prepare("SELECT source, target FROM attention.corpus_pairs "
+					   "WHERE corpus_id = $1 AND split = 'train' ORDER BY pair_id LIMIT $2",
+					   2, argtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	portal = SPI_cursor_open(NULL, plan, values, NULL, true);
+	for (;;)
+	{
+		uint64		i;
+
+		SPI_cursor_fetch(portal, true, 10000);
+		if (SPI_processed == 0)
+			break;
+		for (i = 0; i < SPI_processed; i++)
+		{
+			int			col;
+
+			for (col = 1; col <= 2; col++)
+			{
+				bool		isnull;
+				text	   *t = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[i],
+															 SPI_tuptable->tupdesc, col, &isnull));
+				MemoryContext old = MemoryContextSwitchTo(caller);
+
+				if (n == cap)
+				{
+					cap *= 2;
+					*sentences = repalloc_huge(*sentences, cap * sizeof(char *));
+					*lengths = repalloc_huge(*lengths, cap * sizeof(size_t));
+				}
+				(*lengths)[n] = VARSIZE_ANY_EXHDR(t);
+				(*sentences)[n] = pnstrdup(VARDATA_ANY(t), (*lengths)[n]);
+				n++;
+				MemoryContextSwitchTo(old);
+			}
+		}
+		SPI_freetuptable(SPI_tuptable);
+		CHECK_FOR_INTERRUPTS();
+	}
+	SPI_cursor_close(portal);
+	return n;
+}
+
+/*
+ * Runs SentencePiece training on its own thread while this backend keeps
+ * answering interrupts: a cancel or statement_timeout abandons the training
+ * thread (it frees itself when it ends) and raises the ERROR at once.
+ * Returns the serialized model (malloc'd; spm_free_buffer) in *model.
+ */
+static void
+run_training(char **sentences, size_t *lengths, int64 n, const SpmTrainOptions *options,
+			 char **model, size_t *model_len)
+{
+	char		err[SPM_ERRLEN];
+	SpmTrainJob *volatile job = NULL;
+
+	if (spm_train_start((const char *const *) sentences, lengths, (size_t) n, options,
+						(SpmTrainJob **) &job, err, sizeof(err)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not start vocabulary training: %s", err)));
+	PG_TRY();
+	{
+		while (!spm_train_wait(job, 100))
+			CHECK_FOR_INTERRUPTS();
+	}
+	PG_CATCH();
+	{
+		spm_train_abandon(job);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (spm_train_result(job, model, model_len, err, sizeof(err)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("SentencePiece training failed: %s", err),
+				 errhint("A vocab_size larger than the corpus supports, or too small for its characters, fails here.")));
+}
+
+/*
+ * train_vocabulary(name, corpus, vocab_size, model_type, character_coverage,
+ *                  byte_fallback, max_pairs) -> int
+ * One joint model over the source and target sentences of the train split,
+ * trained in memory (no temporary files).
+ */
+Datum
+attention_train_vocabulary(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *corpus = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	int32		vocab_size = PG_GETARG_INT32(2);
+	char	   *model_type = text_to_cstring(PG_GETARG_TEXT_PP(3));
+	double		character_coverage = PG_GETARG_FLOAT8(4);
+	bool		byte_fallback = PG_GETARG_BOOL(5);
+	int32		max_pairs = PG_GETARG_INT32(6);
+	SpmTrainOptions options;
+	char	  **sentences;
+	size_t	   *lengths;
+	int64		n;
+	int32		corpus_id;
+	char	   *bytes = NULL;
+	size_t		len = 0;
+	instr_time	start,
+				duration;
+	VocabHandle *handle;
+	int32		id;
+
+	check_train_options(vocab_size, model_type, character_coverage, max_pairs);
+	SPI_connect();
+	check_vocabulary_name_free(name);
+	corpus_id = attention_corpus_id(corpus);
+	n = read_train_sentences(corpus_id, max_pairs, &sentences, &lengths);
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("corpus \"%s\" has no train pairs", corpus),
+				 errhint("Load pairs with split 'train' first (attention.import_corpus or attention.load_corpus).")));
+
+	options.vocab_size = vocab_size;
+	options.model_type = model_type;
+	options.character_coverage = character_coverage;
+	options.byte_fallback = byte_fallback;
+	options.num_threads = attention_thread_count();
+
+	INSTR_TIME_SET_CURRENT(start);
+	run_training(sentences, lengths, n, &options, &bytes, &len);
+	INSTR_TIME_SET_CURRENT(duration);
+	INSTR_TIME_SUBTRACT(duration, start);
+
+	/* copy the model into palloc'd memory before anything can ERROR */
+	{
+		char	   *copy = palloc(len);
+
+		memcpy(copy, bytes, len);
+		spm_free_buffer(bytes);
+		bytes = copy;
+	}
+	handle = vocab_handle_create(CurrentMemoryContext);
+	vocab_handle_parse(handle, bytes, len, "the trained model");
+	id = insert_vocabulary(name, corpus_id, model_type, character_coverage, byte_fallback, n,
+						   INSTR_TIME_GET_DOUBLE(duration), handle->model, bytes, len);
+	SPI_finish();
+	PG_RETURN_INT32(id);
+}
+
+/* import_vocabulary(name text, model bytea) -> int: stores an existing .model. */
+Datum
+attention_import_vocabulary(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	bytea	   *model = PG_GETARG_BYTEA_PP(1);
+	VocabHandle *handle = vocab_handle_create(CurrentMemoryContext);
+	int32		id;
+
+	vocab_handle_parse(handle, VARDATA_ANY(model), VARSIZE_ANY_EXHDR(model), "the imported model");
+	if (spm_unk_id(handle->model) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the imported model has no unknown-piece id")));
+	SPI_connect();
+	check_vocabulary_name_free(name);
+	id = insert_vocabulary(name, -1, NULL, 0, false, 0, 0, handle->model,
+						   VARDATA_ANY(model), VARSIZE_ANY_EXHDR(model));
+	SPI_finish();
+	PG_RETURN_INT32(id);
+}
+
+/* encode(source text, vocabulary text) -> int[] */
+Datum
+attention_encode(PG_FUNCTION_ARGS)
+{
+	text	   *source = PG_GETARG_TEXT_PP(0);
+	text	   *vocabulary = PG_GETARG_TEXT_PP(1);
+	SpmModel   *model = cached_vocabulary(fcinfo, vocabulary);
+	char		err[SPM_ERRLEN];
+	int		   *ids;
+	size_t		n,
+				i;
+	Datum	   *elems;
+
+	if (spm_encode(model, VARDATA_ANY(source), VARSIZE_ANY_EXHDR(source), &ids, &n, err, sizeof(err)) != 0)
+		spm_error("encode text", vocabulary, err);
+	elems = palloc((n > 0 ? n : 1) * sizeof(Datum));
+	for (i = 0; i < n; i++)
+		elems[i] = Int32GetDatum(ids[i]);
+	spm_free_buffer(ids);
+	PG_RETURN_ARRAYTYPE_P(construct_array(elems, (int) n, INT4OID, sizeof(int32), true, TYPALIGN_INT));
+}
+
+/* tokenize(source text, vocabulary text) -> text[] */
+Datum
+attention_tokenize(PG_FUNCTION_ARGS)
+{
+	text	   *source = PG_GETARG_TEXT_PP(0);
+	text	   *vocabulary = PG_GETARG_TEXT_PP(1);
+	SpmModel   *model = cached_vocabulary(fcinfo, vocabulary);
+	char		err[SPM_ERRLEN];
+	char	   *pieces;
+	size_t	   *offsets;
+	size_t		n,
+				i;
+	Datum	   *elems;
+
+	if (spm_encode_pieces(model, VARDATA_ANY(source), VARSIZE_ANY_EXHDR(source),
+						  &pieces, &offsets, &n, err, sizeof(err)) != 0)
+		spm_error("tokenize text", vocabulary, err);
+	elems = palloc((n > 0 ? n : 1) * sizeof(Datum));
+	for (i = 0; i < n; i++)
+		elems[i] = PointerGetDatum(cstring_to_text_with_len(pieces + offsets[i],
+															offsets[i + 1] - offsets[i]));
+	spm_free_buffer(pieces);
+	spm_free_buffer(offsets);
+	PG_RETURN_ARRAYTYPE_P(construct_array(elems, (int) n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/* decode(ids int[], vocabulary text) -> text; ERROR naming an out-of-range id. */
+Datum
+attention_decode(PG_FUNCTION_ARGS)
+{
+	ArrayType  *array = PG_GETARG_ARRAYTYPE_P(0);
+	text	   *vocabulary = PG_GETARG_TEXT_PP(1);
+	SpmModel   *model = cached_vocabulary(fcinfo, vocabulary);
+	int			size = spm_size(model);
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n,
+				i;
+	int		   *ids;
+	char	   *out;
+	size_t		len;
+	char		err[SPM_ERRLEN];
+	text	   *result;
+
+	deconstruct_array(array, INT4OID, sizeof(int32), true, TYPALIGN_INT, &elems, &nulls, &n);
+	ids = palloc((n > 0 ? n : 1) * sizeof(int));
+	for (i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("id %d of the array is NULL", i + 1)));
+		ids[i] = DatumGetInt32(elems[i]);
+		if (ids[i] < 0 || ids[i] >= size)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("id %d is out of range for vocabulary \"%s\"", ids[i], text_to_cstring(vocabulary)),
+					 errhint("Ids of this vocabulary are 0 to %d.", size - 1)));
+	}
+	if (spm_decode(model, ids, (size_t) n, &out, &len, err, sizeof(err)) != 0)
+		spm_error("decode ids", vocabulary, err);
+	result = cstring_to_text_with_len(out, (int) len);
+	spm_free_buffer(out);
+	PG_RETURN_TEXT_P(result);
+}
+
+/* vocabulary_pieces(vocabulary text) -> TABLE(id int, piece text, score real) */
+Datum
+attention_vocabulary_pieces(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	VocabHandle *handle = vocab_handle_create(CurrentMemoryContext);
+	int			size,
+				id;
+
+	vocab_handle_load(handle, text_to_cstring(PG_GETARG_TEXT_PP(0)), CurrentMemoryContext);
+	InitMaterializedSRF(fcinfo, 0);
+	size = spm_size(handle->model);
+	for (id = 0; id < size; id++)
+	{
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
+		size_t		len;
+		const char *piece = spm_piece(handle->model, id, &len);
+
+		values[0] = Int32GetDatum(id);
+		values[1] = PointerGetDatum(cstring_to_text_with_len(piece, (int) len));
+		values[2] = Float4GetDatum(spm_score(handle->model, id));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		if (id % 1024 == 0)
+			CHECK_FOR_INTERRUPTS();
+	}
+	return (Datum) 0;
+}

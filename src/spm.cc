@@ -1,0 +1,432 @@
+// spm.cc - the C shim over SentencePiece (see spm.h). Every entry point
+// catches all exceptions; nothing C++ leaks through the interface.
+#include "spm.h"
+
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <pthread.h>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+struct SpmModel
+{
+	sentencepiece::SentencePieceProcessor processor;
+};
+
+namespace
+{
+
+// Copies msg into err (always NUL-terminated) and returns -1.
+int
+fail(char *err, size_t errlen, const std::string &msg)
+{
+	if (err != nullptr && errlen > 0)
+	{
+		size_t		n = msg.size() < errlen - 1 ? msg.size() : errlen - 1;
+
+		std::memcpy(err, msg.data(), n);
+		err[n] = '\0';
+	}
+	return -1;
+}
+
+// Copies s into a malloc'd NUL-terminated buffer; nullptr when out of memory.
+char *
+dup_buffer(const std::string &s)
+{
+	char	   *p = static_cast<char *>(std::malloc(s.size() + 1));
+
+	if (p != nullptr)
+	{
+		std::memcpy(p, s.data(), s.size());
+		p[s.size()] = '\0';
+	}
+	return p;
+}
+
+// Feeds an in-memory array of sentences to the trainer.
+class ArrayIterator : public sentencepiece::SentenceIterator
+{
+public:
+	explicit ArrayIterator(const std::vector<std::string> &sentences)
+	:	sentences_(sentences)
+	{
+	}
+	bool		done() const override
+	{
+		return i_ >= sentences_.size();
+	}
+	void		Next() override
+	{
+		i_++;
+	}
+	const std::string &value() const override
+	{
+		return sentences_[i_];
+	}
+	sentencepiece::util::Status status() const override
+	{
+		return sentencepiece::util::Status();
+	}
+
+private:
+	const std::vector<std::string> &sentences_;
+	size_t		i_ = 0;
+};
+
+}							// namespace
+
+// A training run on its own thread; freed by spm_train_result, or by the
+// thread itself when the caller abandoned it.
+struct SpmTrainJob
+{
+	std::vector<std::string> sentences;
+	std::unordered_map<std::string, std::string> kwargs;
+	std::mutex	mutex;
+	std::condition_variable finished_cv;
+	bool		finished = false;
+	bool		abandoned = false;
+	bool		ok = false;
+	std::string result;			// serialized model, or the error message
+};
+
+// Body of the training thread.
+static void
+train_thread(SpmTrainJob *job)
+{
+	std::string out;
+	bool		ok = false;
+
+	try
+	{
+		ArrayIterator iterator(job->sentences);
+		sentencepiece::util::Status status =
+			sentencepiece::SentencePieceTrainer::Train(job->kwargs, &iterator, &out);
+
+		ok = status.ok();
+		if (!ok)
+			out = status.ToString();
+	}
+	catch (const std::exception &e)
+	{
+		out = e.what();
+	}
+	catch (...)
+	{
+		out = "unknown SentencePiece error";
+	}
+
+	std::unique_lock<std::mutex> lock(job->mutex);
+	if (job->abandoned)
+	{
+		lock.unlock();
+		delete job;
+		return;
+	}
+	job->ok = ok;
+	job->result = std::move(out);
+	job->finished = true;
+	job->finished_cv.notify_all();
+}
+
+extern "C" int
+spm_train_start(const char *const *sentences, const size_t *lengths, size_t n,
+				const SpmTrainOptions *options, SpmTrainJob **job, char *err, size_t errlen)
+{
+	SpmTrainJob *j = nullptr;
+
+	try
+	{
+		j = new SpmTrainJob();
+		j->sentences.reserve(n);
+		for (size_t i = 0; i < n; i++)
+			j->sentences.emplace_back(sentences[i], lengths[i]);
+		j->kwargs = {
+			{"vocab_size", std::to_string(options->vocab_size)},
+			{"model_type", options->model_type},
+			{"character_coverage", std::to_string(options->character_coverage)},
+			{"byte_fallback", options->byte_fallback ? "true" : "false"},
+			{"num_threads", std::to_string(options->num_threads > 0 ? options->num_threads : 1)},
+			{"pad_id", std::to_string(SPM_PAD_ID)},
+			{"unk_id", std::to_string(SPM_UNK_ID)},
+			{"bos_id", std::to_string(SPM_BOS_ID)},
+			{"eos_id", std::to_string(SPM_EOS_ID)},
+			{"input_sentence_size", "0"},
+			{"shuffle_input_sentence", "false"},
+			{"max_sentence_length", "65536"},
+		};
+
+		// The new thread, and the trainer's own threads, inherit this mask:
+		// every signal stays with the calling thread.
+		sigset_t	all,
+					old;
+
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		try
+		{
+			std::thread(train_thread, j).detach();
+		}
+		catch (...)
+		{
+			pthread_sigmask(SIG_SETMASK, &old, nullptr);
+			throw;
+		}
+		pthread_sigmask(SIG_SETMASK, &old, nullptr);
+		*job = j;
+		return 0;
+	}
+	catch (const std::exception &e)
+	{
+		delete j;
+		return fail(err, errlen, e.what());
+	}
+	catch (...)
+	{
+		delete j;
+		return fail(err, errlen, "unknown SentencePiece error");
+	}
+}
+
+extern "C" bool
+spm_train_wait(SpmTrainJob *job, int timeout_ms)
+{
+	std::unique_lock<std::mutex> lock(job->mutex);
+
+	return job->finished_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+									 [job] { return job->finished; });
+}
+
+extern "C" int
+spm_train_result(SpmTrainJob *job, char **model, size_t *model_len, char *err, size_t errlen)
+{
+	int			rc = 0;
+
+	{
+		std::unique_lock<std::mutex> lock(job->mutex);
+
+		job->finished_cv.wait(lock, [job] { return job->finished; });
+	}
+	if (!job->ok)
+		rc = fail(err, errlen, job->result);
+	else
+	{
+		*model = static_cast<char *>(std::malloc(job->result.size() + 1));
+		if (*model == nullptr)
+			rc = fail(err, errlen, "out of memory");
+		else
+		{
+			std::memcpy(*model, job->result.data(), job->result.size());
+			*model_len = job->result.size();
+		}
+	}
+	delete job;
+	return rc;
+}
+
+extern "C" void
+spm_train_abandon(SpmTrainJob *job)
+{
+	std::unique_lock<std::mutex> lock(job->mutex);
+
+	if (job->finished)
+	{
+		lock.unlock();
+		delete job;
+		return;
+	}
+	job->abandoned = true;
+}
+
+extern "C" int
+spm_load(const char *bytes, size_t len, SpmModel **out, char *err, size_t errlen)
+{
+	try
+	{
+		SpmModel   *m = new SpmModel();
+		sentencepiece::util::Status status =
+			m->processor.LoadFromSerializedProto(std::string(bytes, len));
+
+		if (!status.ok())
+		{
+			delete m;
+			return fail(err, errlen, status.ToString());
+		}
+		*out = m;
+		return 0;
+	}
+	catch (const std::exception &e)
+	{
+		return fail(err, errlen, e.what());
+	}
+	catch (...)
+	{
+		return fail(err, errlen, "unknown SentencePiece error");
+	}
+}
+
+extern "C" void
+spm_free(SpmModel *model)
+{
+	delete model;
+}
+
+extern "C" void
+spm_free_buffer(void *buffer)
+{
+	std::free(buffer);
+}
+
+extern "C" int
+spm_size(const SpmModel *model)
+{
+	return model->processor.GetPieceSize();
+}
+
+extern "C" int
+spm_pad_id(const SpmModel *model)
+{
+	return model->processor.pad_id();
+}
+
+extern "C" int
+spm_unk_id(const SpmModel *model)
+{
+	return model->processor.unk_id();
+}
+
+extern "C" int
+spm_bos_id(const SpmModel *model)
+{
+	return model->processor.bos_id();
+}
+
+extern "C" int
+spm_eos_id(const SpmModel *model)
+{
+	return model->processor.eos_id();
+}
+
+extern "C" const char *
+spm_piece(const SpmModel *model, int id, size_t *len)
+{
+	const std::string &p = model->processor.IdToPiece(id);
+
+	*len = p.size();
+	return p.data();
+}
+
+extern "C" float
+spm_score(const SpmModel *model, int id)
+{
+	return model->processor.GetScore(id);
+}
+
+extern "C" int
+spm_encode(const SpmModel *model, const char *text, size_t len,
+		   int **ids, size_t *n, char *err, size_t errlen)
+{
+	try
+	{
+		std::vector<int> v;
+		sentencepiece::util::Status status = model->processor.Encode(std::string(text, len), &v);
+
+		if (!status.ok())
+			return fail(err, errlen, status.ToString());
+		*ids = static_cast<int *>(std::malloc((v.size() > 0 ? v.size() : 1) * sizeof(int)));
+		if (*ids == nullptr)
+			return fail(err, errlen, "out of memory");
+		std::memcpy(*ids, v.data(), v.size() * sizeof(int));
+		*n = v.size();
+		return 0;
+	}
+	catch (const std::exception &e)
+	{
+		return fail(err, errlen, e.what());
+	}
+	catch (...)
+	{
+		return fail(err, errlen, "unknown SentencePiece error");
+	}
+}
+
+extern "C" int
+spm_encode_pieces(const SpmModel *model, const char *text, size_t len,
+				  char **pieces, size_t **offsets, size_t *n, char *err, size_t errlen)
+{
+	try
+	{
+		std::vector<std::string> v;
+		sentencepiece::util::Status status = model->processor.Encode(std::string(text, len), &v);
+		std::string all;
+
+		if (!status.ok())
+			return fail(err, errlen, status.ToString());
+		*offsets = static_cast<size_t *>(std::malloc((v.size() + 1) * sizeof(size_t)));
+		if (*offsets == nullptr)
+			return fail(err, errlen, "out of memory");
+		for (size_t i = 0; i < v.size(); i++)
+		{
+			(*offsets)[i] = all.size();
+			all += v[i];
+		}
+		(*offsets)[v.size()] = all.size();
+		*pieces = dup_buffer(all);
+		if (*pieces == nullptr)
+		{
+			std::free(*offsets);
+			return fail(err, errlen, "out of memory");
+		}
+		*n = v.size();
+		return 0;
+	}
+	catch (const std::exception &e)
+	{
+		return fail(err, errlen, e.what());
+	}
+	catch (...)
+	{
+		return fail(err, errlen, "unknown SentencePiece error");
+	}
+}
+
+extern "C" int
+spm_decode(const SpmModel *model, const int *ids, size_t n,
+		   char **text, size_t *len, char *err, size_t errlen)
+{
+	try
+	{
+		std::vector<int> v(ids, ids + n);
+		std::string out;
+		int			size = model->processor.GetPieceSize();
+
+		for (size_t i = 0; i < n; i++)
+			if (ids[i] < 0 || ids[i] >= size)
+				return fail(err, errlen, "id " + std::to_string(ids[i]) + " is out of range");
+		sentencepiece::util::Status status = model->processor.Decode(v, &out);
+		if (!status.ok())
+			return fail(err, errlen, status.ToString());
+		*text = dup_buffer(out);
+		if (*text == nullptr)
+			return fail(err, errlen, "out of memory");
+		*len = out.size();
+		return 0;
+	}
+	catch (const std::exception &e)
+	{
+		return fail(err, errlen, e.what());
+	}
+	catch (...)
+	{
+		return fail(err, errlen, "unknown SentencePiece error");
+	}
+}

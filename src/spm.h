@@ -1,0 +1,115 @@
+/*
+ * spm.h - C interface to SentencePiece (a thin C++ shim, src/spm.cc).
+ *
+ * No exception ever crosses this interface: every function catches them
+ * and returns a status. Functions returning int give 0 on success and -1 on
+ * failure, with a NUL-terminated message written to err (errlen bytes).
+ * Buffers returned through pointer arguments are malloc'd; free them with
+ * spm_free_buffer(). Text is UTF-8 with explicit byte lengths.
+ */
+#ifndef ATTENTION_SPM_H
+#define ATTENTION_SPM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C"
+{
+#endif
+
+/* Special ids of every vocabulary this extension trains. */
+#define SPM_PAD_ID 0
+#define SPM_UNK_ID 1
+#define SPM_BOS_ID 2
+#define SPM_EOS_ID 3
+
+typedef struct SpmModel SpmModel;
+
+/* Options of spm_train (SentencePiece TrainerSpec fields of the same meaning). */
+typedef struct SpmTrainOptions
+{
+	int			vocab_size;
+	const char *model_type;		/* "bpe", "unigram", "char" or "word" */
+	double		character_coverage; /* (0, 1] */
+	bool		byte_fallback;	/* unknown characters become UTF-8 byte pieces */
+	int			num_threads;
+} SpmTrainOptions;
+
+typedef struct SpmTrainJob SpmTrainJob;
+
+/*
+ * Starts training a model in memory, on a thread of its own (all signals
+ * blocked, as are the trainer's threads), on n sentences (sentences[i] of
+ * lengths[i] bytes; copied, so the caller may free them at once), with
+ * pad/unk/bos/eos = SPM_PAD_ID/SPM_UNK_ID/SPM_BOS_ID/SPM_EOS_ID.
+ * The job then goes to exactly one of spm_train_result or spm_train_abandon.
+ */
+int			spm_train_start(const char *const *sentences, const size_t *lengths, size_t n,
+							const SpmTrainOptions *options, SpmTrainJob **job,
+							char *err, size_t errlen);
+
+/* Waits up to timeout_ms milliseconds; true when the training has finished. */
+bool		spm_train_wait(SpmTrainJob *job, int timeout_ms);
+
+/*
+ * Waits for the training to finish and frees the job. On success *model /
+ * *model_len hold the serialized ModelProto (the bytes of a .model file).
+ */
+int			spm_train_result(SpmTrainJob *job, char **model, size_t *model_len,
+							 char *err, size_t errlen);
+
+/*
+ * Gives the job up without waiting (the caller was cancelled): the training
+ * thread frees it, and the result, when it finishes.
+ */
+void		spm_train_abandon(SpmTrainJob *job);
+
+/* Parses a serialized model (the bytes of a .model file) into *out. */
+int			spm_load(const char *bytes, size_t len, SpmModel **out, char *err, size_t errlen);
+
+/* Frees a model from spm_load (NULL is allowed). */
+void		spm_free(SpmModel *model);
+
+/* Frees a buffer returned by this interface (NULL is allowed). */
+void		spm_free_buffer(void *buffer);
+
+/* Number of pieces (ids are 0 .. size-1). */
+int			spm_size(const SpmModel *model);
+
+/* Special ids of the model; -1 where it has none. */
+int			spm_pad_id(const SpmModel *model);
+int			spm_unk_id(const SpmModel *model);
+int			spm_bos_id(const SpmModel *model);
+int			spm_eos_id(const SpmModel *model);
+
+/* Piece of id (0 <= id < spm_size) as a pointer into the model, its length in *len. */
+const char *spm_piece(const SpmModel *model, int id, size_t *len);
+
+/* SentencePiece score of id (0 <= id < spm_size). */
+float		spm_score(const SpmModel *model, int id);
+
+/* Encodes text into *ids (*n of them); no BOS/EOS added. */
+int			spm_encode(const SpmModel *model, const char *text, size_t len,
+					   int **ids, size_t *n, char *err, size_t errlen);
+
+/*
+ * Encodes text into pieces: *pieces holds them back to back, *offsets has
+ * *n + 1 entries (piece i is pieces[offsets[i] .. offsets[i+1])).
+ */
+int			spm_encode_pieces(const SpmModel *model, const char *text, size_t len,
+							  char **pieces, size_t **offsets, size_t *n,
+							  char *err, size_t errlen);
+
+/*
+ * Decodes n ids into text (*text, *len bytes, NUL-terminated). Every id
+ * must be in [0, spm_size); control ids (pad, bos, eos) produce no text.
+ */
+int			spm_decode(const SpmModel *model, const int *ids, size_t n,
+					   char **text, size_t *len, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
