@@ -19,7 +19,7 @@ REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 WARNINGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
 PG_CFLAGS = $(WARNINGS) -Isrc
 PG_CXXFLAGS = $(WARNINGS) -std=c++17 -Isrc
-SHLIB_LINK = -lsentencepiece -lstdc++ -lm
+SHLIB_LINK = -lsentencepiece_train -lsentencepiece -lstdc++ -lm
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -74,7 +74,7 @@ test/engine/spm.o: $(ENGINE_CXX) src/spm.h
 	$(CXX) -std=c++17 -O2 -g $(WARNINGS) -Isrc -c -o $@ $<
 
 $(ENGINE_TEST_BIN): $(ENGINE_TEST_SRCS) $(ENGINE_C) $(wildcard src/*.h) test/engine/spm.o
-	$(CC) $(ENGINE_STD_CFLAGS) -o $@ $(ENGINE_TEST_SRCS) $(ENGINE_C) test/engine/spm.o -lsentencepiece -lstdc++ -lm
+	$(CC) $(ENGINE_STD_CFLAGS) -o $@ $(ENGINE_TEST_SRCS) $(ENGINE_C) test/engine/spm.o -lsentencepiece_train -lsentencepiece -lstdc++ -lm
 
 .PHONY: check-engine test demo
 check-engine: $(ENGINE_TEST_BIN)

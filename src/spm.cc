@@ -33,6 +33,9 @@ fail(char *err, size_t errlen, const std::string &msg)
 	{
 		size_t		n = msg.size() < errlen - 1 ? msg.size() : errlen - 1;
 
+		while (n > 0 && (msg[n - 1] == ' ' || msg[n - 1] == '\n'))
+			n--;
+
 		std::memcpy(err, msg.data(), n);
 		err[n] = '\0';
 	}

@@ -164,8 +164,9 @@ attention_import_corpus(PG_FUNCTION_ARGS)
 		if (tuptable->tupdesc->natts != 2)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("query returns %d columns, but import_corpus needs 2 (source, target)",
-							tuptable->tupdesc->natts)));
+					 errmsg_plural("query returns %d column, but import_corpus needs 2 (source, target)",
+								   "query returns %d columns, but import_corpus needs 2 (source, target)",
+								   tuptable->tupdesc->natts, tuptable->tupdesc->natts)));
 		if (SPI_processed == 0)
 			break;
 		for (i = 0; i < SPI_processed; i++)

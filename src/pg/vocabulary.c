@@ -75,7 +75,8 @@ vocab_handle_parse(VocabHandle *handle, const char *bytes, size_t len, const cha
 	if (spm_load(bytes, len, &handle->model, err, sizeof(err)) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("%s is not a valid SentencePiece model: %s", what, err)));
+				 errmsg("%s is not a valid SentencePiece model", what),
+				 errdetail("SentencePiece: %s", err)));
 }
 
 /* Loads the vocabulary called name into handle; ERROR when it does not exist. */

@@ -1,0 +1,69 @@
+# Sourced by the scripts in scripts/: paths, privileges and the throwaway cluster.
+# shellcheck shell=bash
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PG_MAJOR=15
+PGBIN=/usr/lib/postgresql/$PG_MAJOR/bin
+
+# Runs a command as root (directly, or through sudo for a sudo-capable user).
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# The user that owns the throwaway cluster: PostgreSQL refuses root, so root
+# uses the postgres system user; anyone else uses themselves.
+if [ "$(id -u)" -eq 0 ]; then CLUSTER_USER=postgres; else CLUSTER_USER=$(id -un); fi
+
+# Runs a command as the cluster user.
+as_cluster_user() {
+  if [ "$(id -un)" = "$CLUSTER_USER" ]; then "$@"; else runuser -u "$CLUSTER_USER" -- "$@"; fi
+}
+
+# Where clusters and the corpus live: .cluster/ in the checkout when the
+# cluster user can reach it, otherwise a directory under /tmp.
+work_dir() {
+  local dir=$ROOT/.cluster
+  mkdir -p "$dir"
+  if id "$CLUSTER_USER" >/dev/null 2>&1 && as_cluster_user test -x "$dir" 2>/dev/null; then
+    echo "$dir"
+  else
+    dir=/tmp/attention-$(echo "$ROOT" | md5sum | cut -c1-8)
+    mkdir -p "$dir" && chmod 755 "$dir"
+    echo "$dir"
+  fi
+}
+
+# cluster_start NAME PORT: initdb (first time) and start a cluster in
+# $(work_dir)/NAME on 127.0.0.1:PORT, trust authentication, no Unix socket.
+# Exports PGHOST, PGPORT, PGUSER for psql, pg_regress and pg_prove.
+cluster_start() {
+  local name=$1 port=$2 base data
+  base=$(work_dir)
+  data=$base/$name
+  if [ ! -s "$data/PG_VERSION" ]; then
+    mkdir -p "$data"
+    [ "$(id -u)" -eq 0 ] && chown "$CLUSTER_USER" "$data"
+    as_cluster_user "$PGBIN/initdb" -D "$data" -U "$CLUSTER_USER" --auth=trust \
+      --encoding=UTF8 --locale=C.UTF-8 >"$base/$name-initdb.log" 2>&1 \
+      || { cat "$base/$name-initdb.log"; return 1; }
+  fi
+  as_cluster_user "$PGBIN/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 \
+    -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=''" start >/dev/null \
+    || { tail -20 "$data/server.log"; return 1; }
+  export PGHOST=127.0.0.1 PGPORT=$port PGUSER=$CLUSTER_USER
+}
+
+# cluster_stop NAME: stops the cluster if it runs (fast shutdown).
+cluster_stop() {
+  local data
+  data=$(work_dir)/$1
+  if [ -f "$data/postmaster.pid" ]; then
+    as_cluster_user "$PGBIN/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1 || true
+  fi
+}
+
+# cluster_destroy NAME: stops the cluster and removes its data directory.
+cluster_destroy() {
+  cluster_stop "$1"
+  rm -rf "$(work_dir)/$1"
+}

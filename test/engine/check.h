@@ -1,0 +1,29 @@
+/*
+ * check.h - the engine test runner's assertions: CHECK counts a failure and
+ * prints where, without stopping the suite.
+ */
+#ifndef ATTENTION_CHECK_H
+#define ATTENTION_CHECK_H
+
+#include <stdio.h>
+
+extern int	check_failures;
+extern int	check_count;
+
+#define CHECK(cond, ...) \
+	do { \
+		check_count++; \
+		if (!(cond)) \
+		{ \
+			check_failures++; \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+			fprintf(stderr, __VA_ARGS__); \
+			fprintf(stderr, "\n"); \
+		} \
+	} while (0)
+
+/* Suites; fixtures is the directory of test fixtures. */
+void		test_bleu(const char *fixtures);
+void		test_spm(const char *fixtures);
+
+#endif

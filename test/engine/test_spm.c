@@ -1,0 +1,126 @@
+/*
+ * test_spm.c - the SentencePiece shim: in-memory training on its own thread,
+ * special ids, encode/decode round trip, and errors (never crashes) for
+ * corrupt models, out-of-range ids and impossible training requests.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "spm.h"
+
+#define N_SENTENCES 400
+
+/* Trains on sentences; returns 0 and the model, or -1 with err filled. */
+static int
+train(char **sentences, size_t *lengths, size_t n, int vocab_size, char **model, size_t *len,
+	  char *err, size_t errlen)
+{
+	SpmTrainOptions options = {vocab_size, "bpe", 1.0, false, 2};
+	SpmTrainJob *job;
+
+	if (spm_train_start((const char *const *) sentences, lengths, n, &options, &job, err, errlen) != 0)
+		return -1;
+	while (!spm_train_wait(job, 50))
+		;
+	return spm_train_result(job, model, len, err, errlen);
+}
+
+void
+test_spm(const char *fixtures)
+{
+	static const char *words[] = {"the", "package", "provides", "files", "for", "library",
+	"data", "tool", "debian", "support", "development", "documentation"};
+	char	   *sentences[N_SENTENCES];
+	size_t		lengths[N_SENTENCES];
+	char		err[256];
+	char	   *bytes = NULL;
+	size_t		len = 0;
+	SpmModel   *model = NULL;
+	unsigned	seed = 7;
+	int			i;
+
+	(void) fixtures;
+	for (i = 0; i < N_SENTENCES; i++)
+	{
+		char		buf[256] = "";
+		int			w,
+					nw = 3 + i % 8;
+
+		for (w = 0; w < nw; w++)
+		{
+			seed = seed * 1103515245u + 12345u;
+			if (w > 0)
+				strcat(buf, " ");
+			strcat(buf, words[(seed >> 16) % 12]);
+		}
+		sentences[i] = strdup(buf);
+		lengths[i] = strlen(buf);
+	}
+
+	CHECK(train(sentences, lengths, N_SENTENCES, 64, &bytes, &len, err, sizeof(err)) == 0,
+		  "training failed: %s", err);
+	CHECK(spm_load(bytes, len, &model, err, sizeof(err)) == 0, "load failed: %s", err);
+	if (model != NULL)
+	{
+		const char *text = "the package provides development documentation";
+		int		   *ids = NULL;
+		size_t		n = 0,
+					np = 0,
+					i2;
+		char	   *out = NULL,
+				   *pieces = NULL;
+		size_t		out_len = 0,
+				   *offsets = NULL;
+		int			bad[2] = {5, 64};
+
+		CHECK(spm_size(model) == 64, "vocab size %d, wanted 64", spm_size(model));
+		CHECK(spm_pad_id(model) == SPM_PAD_ID && spm_unk_id(model) == SPM_UNK_ID &&
+			  spm_bos_id(model) == SPM_BOS_ID && spm_eos_id(model) == SPM_EOS_ID,
+			  "special ids %d %d %d %d", spm_pad_id(model), spm_unk_id(model),
+			  spm_bos_id(model), spm_eos_id(model));
+		CHECK(spm_encode(model, text, strlen(text), &ids, &n, err, sizeof(err)) == 0, "encode: %s", err);
+		CHECK(n > 0 && n < strlen(text), "encoded into %zu ids", n);
+		for (i2 = 0; i2 < n; i2++)
+			CHECK(ids[i2] > SPM_EOS_ID && ids[i2] < 64, "id %d out of the piece range", ids[i2]);
+		CHECK(spm_decode(model, ids, n, &out, &out_len, err, sizeof(err)) == 0, "decode: %s", err);
+		CHECK(out != NULL && strcmp(out, text) == 0, "round trip gave \"%s\"", out ? out : "(null)");
+		CHECK(spm_encode_pieces(model, text, strlen(text), &pieces, &offsets, &np, err, sizeof(err)) == 0,
+			  "pieces: %s", err);
+		CHECK(np == n && strncmp(pieces, "\xe2\x96\x81the", 6) == 0, "pieces %zu \"%s\"", np, pieces);
+		CHECK(spm_decode(model, bad, 2, &out, &out_len, err, sizeof(err)) != 0 &&
+			  strstr(err, "64") != NULL, "decoding id 64 of 64 did not fail by name: %s", err);
+		spm_free_buffer(ids);
+		spm_free_buffer(out);
+		spm_free_buffer(pieces);
+		spm_free_buffer(offsets);
+	}
+	spm_free(model);
+
+	/* corrupt models are refused with a message */
+	model = NULL;
+	CHECK(spm_load("not a model", 11, &model, err, sizeof(err)) != 0 && model == NULL,
+		  "garbage bytes loaded");
+	CHECK(spm_load(bytes, len / 2, &model, err, sizeof(err)) != 0 && model == NULL,
+		  "a truncated model loaded");
+	CHECK(spm_load("", 0, &model, err, sizeof(err)) != 0 && model == NULL, "an empty model loaded");
+	spm_free_buffer(bytes);
+
+	/* impossible requests fail with SentencePiece's message */
+	CHECK(train(sentences, lengths, N_SENTENCES, 100000, &bytes, &len, err, sizeof(err)) != 0 &&
+		  strlen(err) > 0, "vocab_size 100000 on a tiny corpus did not fail");
+
+	/* an abandoned job cleans up after itself */
+	{
+		SpmTrainOptions options = {64, "bpe", 1.0, false, 1};
+		SpmTrainJob *job;
+
+		CHECK(spm_train_start((const char *const *) sentences, lengths, N_SENTENCES, &options,
+							  &job, err, sizeof(err)) == 0, "start: %s", err);
+		spm_train_abandon(job);
+	}
+	for (i = 0; i < N_SENTENCES; i++)
+		free(sentences[i]);
+}
