@@ -52,3 +52,12 @@ SELECT attention.import_vocabulary('imported', model) FROM attention.vocabularie
 UPDATE attention.vocabularies SET model = '\xdeadbeef' WHERE name = 'imported';
 SELECT attention.encode('x', 'imported');
 SELECT count(*) AS vocabularies FROM attention.vocabularies;
+
+-- statement_timeout (and so pg_cancel_backend) stops a long training at once:
+-- the training thread is abandoned and nothing is stored.
+SELECT attention.create_corpus('big_corpus', 'en', 'de') > 0 AS created;
+SELECT attention.import_corpus('big_corpus', $$SELECT md5(g::text) || ' ' || md5((g * 7)::text), md5((g * 3)::text) FROM generate_series(1, 20000) g$$);
+SET statement_timeout = '300ms';
+SELECT attention.train_vocabulary('never_stored', 'big_corpus', 4000, byte_fallback => false);
+RESET statement_timeout;
+SELECT count(*) AS never_stored FROM attention.vocabularies WHERE name = 'never_stored';

@@ -11,12 +11,15 @@
 
 #include <math.h>
 
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
 #include "portability/instr_time.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -150,6 +153,19 @@ check_vocabulary_name_free(const char *name)
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("vocabulary \"%s\" already exists", name),
 				 errhint("Choose another name, or delete the existing row from attention.vocabularies.")));
+}
+
+/*
+ * ERROR unless the current role may insert into attention.vocabularies:
+ * checked before a long training rather than after it.
+ */
+static void
+check_insert_privilege(void)
+{
+	Oid			relid = RangeVarGetRelid(makeRangeVar("attention", "vocabularies", -1), NoLock, false);
+
+	if (pg_class_aclcheck(relid, GetUserId(), ACL_INSERT) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, "vocabularies");
 }
 
 /* A special id as a nullable INSERT value. */
@@ -363,6 +379,7 @@ attention_train_vocabulary(PG_FUNCTION_ARGS)
 	int32		id;
 
 	check_train_options(vocab_size, model_type, character_coverage, max_pairs);
+	check_insert_privilege();
 	SPI_connect();
 	check_vocabulary_name_free(name);
 	corpus_id = attention_corpus_id(corpus);
@@ -414,6 +431,7 @@ attention_import_vocabulary(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("the imported model has no unknown-piece id")));
+	check_insert_privilege();
 	SPI_connect();
 	check_vocabulary_name_free(name);
 	id = insert_vocabulary(name, -1, NULL, 0, false, 0, 0, handle->model,

@@ -1,0 +1,60 @@
+-- The schema of attention 0.1.0: tables, keys, constraints, comments,
+-- function labels, and registration for pg_dump.
+BEGIN;
+SELECT plan(23);
+
+SELECT has_schema('attention');
+SELECT tables_are('attention', ARRAY['corpora', 'corpus_pairs', 'vocabularies', 'models', 'training_jobs',
+                                     'checkpoints', 'checkpoint_tensors']);
+SELECT col_is_pk('attention', 'corpora', 'corpus_id', 'corpora keyed by corpus_id');
+SELECT col_is_pk('attention', 'checkpoint_tensors', ARRAY['checkpoint_id', 'name', 'chunk'],
+                 'checkpoint tensors keyed by (checkpoint_id, name, chunk)');
+SELECT fk_ok('attention', 'corpus_pairs', 'corpus_id', 'attention', 'corpora', 'corpus_id');
+SELECT fk_ok('attention', 'vocabularies', 'corpus_id', 'attention', 'corpora', 'corpus_id');
+SELECT fk_ok('attention', 'models', 'vocabulary_id', 'attention', 'vocabularies', 'vocabulary_id');
+SELECT fk_ok('attention', 'checkpoints', 'model_id', 'attention', 'models', 'model_id');
+SELECT fk_ok('attention', 'checkpoint_tensors', 'checkpoint_id', 'attention', 'checkpoints', 'checkpoint_id');
+SELECT fk_ok('attention', 'training_jobs', 'model_id', 'attention', 'models', 'model_id');
+SELECT col_is_unique('attention', 'corpora', 'name', 'corpus names are unique');
+SELECT col_is_unique('attention', 'vocabularies', 'name', 'vocabulary names are unique');
+
+SELECT attention.create_corpus('schema_test', 'en', 'de');
+SELECT throws_ok($$INSERT INTO attention.corpus_pairs (corpus_id, split, source, target)
+                   SELECT corpus_id, 'dev', 'a', 'b' FROM attention.corpora WHERE name = 'schema_test'$$,
+                 '23514', NULL, 'split must be train, valid or test');
+SELECT throws_ok($$INSERT INTO attention.training_jobs (model_id, corpus_id, status) VALUES (1, 1, 'paused')$$,
+                 '23514', NULL, 'job status is one of the six states');
+SELECT throws_ok($$INSERT INTO attention.checkpoint_tensors VALUES (1, 'w', 0, 'float64', '{2}', '\x00')$$,
+                 '23514', NULL, 'tensor dtype is checked');
+
+SELECT is_empty($$SELECT c.relname FROM pg_class c
+                   WHERE c.relnamespace = 'attention'::regnamespace AND c.relkind = 'r'
+                     AND obj_description(c.oid, 'pg_class') IS NULL$$, 'every table has a comment');
+SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
+                   WHERE p.pronamespace = 'attention'::regnamespace
+                     AND obj_description(p.oid, 'pg_proc') IS NULL$$, 'every function has a comment');
+SELECT is_empty($$SELECT c.relname FROM pg_class c
+                   WHERE c.relnamespace = 'attention'::regnamespace AND c.relkind IN ('r', 'S')
+                     AND c.oid <> ALL ((SELECT extconfig FROM pg_extension WHERE extname = 'attention')::oid[])$$,
+                'every table and sequence is registered with pg_extension_config_dump');
+
+SELECT is((SELECT extversion::text FROM pg_extension WHERE extname = 'attention'), '0.1.0', 'version 0.1.0');
+SELECT is((SELECT extrelocatable FROM pg_extension WHERE extname = 'attention'), false, 'not relocatable');
+SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
+                   WHERE p.pronamespace = 'attention'::regnamespace
+                     AND p.proname IN ('encode', 'tokenize', 'decode', 'vocabulary_pieces')
+                     AND NOT (p.provolatile = 's' AND p.proparallel = 's' AND p.proisstrict)$$,
+                'encode/tokenize/decode/vocabulary_pieces are STABLE STRICT PARALLEL SAFE');
+SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
+                   WHERE p.pronamespace = 'attention'::regnamespace
+                     AND p.proname IN ('bleu', 'bleu_accum', 'bleu_combine', 'bleu_final', 'corpus_bleu')
+                     AND NOT (p.provolatile = 'i' AND p.proparallel = 's')$$,
+                'BLEU functions are IMMUTABLE PARALLEL SAFE');
+SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
+                   WHERE p.pronamespace = 'attention'::regnamespace
+                     AND p.proname IN ('create_corpus', 'import_corpus', 'load_corpus', 'train_vocabulary', 'import_vocabulary')
+                     AND NOT (p.provolatile = 'v' AND p.proparallel = 'u' AND NOT p.prosecdef)$$,
+                'functions that write are VOLATILE, PARALLEL UNSAFE and SECURITY INVOKER');
+
+SELECT * FROM finish();
+ROLLBACK;
