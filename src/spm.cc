@@ -5,12 +5,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <pthread.h>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -88,72 +84,19 @@ private:
 
 }							// namespace
 
-// A training run on its own thread; freed by spm_train_result, or by the
-// thread itself when the caller abandoned it.
-struct SpmTrainJob
-{
-	std::vector<std::string> sentences;
-	std::unordered_map<std::string, std::string> kwargs;
-	std::mutex	mutex;
-	std::condition_variable finished_cv;
-	bool		finished = false;
-	bool		abandoned = false;
-	bool		ok = false;
-	std::string result;			// serialized model, or the error message
-};
-
-// Body of the training thread.
-static void
-train_thread(SpmTrainJob *job)
-{
-	std::string out;
-	bool		ok = false;
-
-	try
-	{
-		ArrayIterator iterator(job->sentences);
-		sentencepiece::util::Status status =
-			sentencepiece::SentencePieceTrainer::Train(job->kwargs, &iterator, &out);
-
-		ok = status.ok();
-		if (!ok)
-			out = status.ToString();
-	}
-	catch (const std::exception &e)
-	{
-		out = e.what();
-	}
-	catch (...)
-	{
-		out = "unknown SentencePiece error";
-	}
-
-	std::unique_lock<std::mutex> lock(job->mutex);
-	if (job->abandoned)
-	{
-		lock.unlock();
-		delete job;
-		return;
-	}
-	job->ok = ok;
-	job->result = std::move(out);
-	job->finished = true;
-	job->finished_cv.notify_all();
-}
-
 extern "C" int
-spm_train_start(const char *const *sentences, const size_t *lengths, size_t n,
-				const SpmTrainOptions *options, SpmTrainJob **job, char *err, size_t errlen)
+spm_train(const char *const *sentences, const size_t *lengths, size_t n,
+		  const SpmTrainOptions *options, char **model, size_t *model_len,
+		  char *err, size_t errlen)
 {
-	SpmTrainJob *j = nullptr;
-
 	try
 	{
-		j = new SpmTrainJob();
-		j->sentences.reserve(n);
+		std::vector<std::string> input;
+
+		input.reserve(n);
 		for (size_t i = 0; i < n; i++)
-			j->sentences.emplace_back(sentences[i], lengths[i]);
-		j->kwargs = {
+			input.emplace_back(sentences[i], lengths[i]);
+		std::unordered_map<std::string, std::string> kwargs = {
 			{"vocab_size", std::to_string(options->vocab_size)},
 			{"model_type", options->model_type},
 			{"character_coverage", std::to_string(options->character_coverage)},
@@ -167,9 +110,12 @@ spm_train_start(const char *const *sentences, const size_t *lengths, size_t n,
 			{"shuffle_input_sentence", "false"},
 			{"max_sentence_length", "65536"},
 		};
+		ArrayIterator iterator(input);
+		std::string serialized;
+		sentencepiece::util::Status status;
 
-		// The new thread, and the trainer's own threads, inherit this mask:
-		// every signal stays with the calling thread.
+		// The trainer's threads inherit this mask: every signal stays with
+		// the calling thread.
 		sigset_t	all,
 					old;
 
@@ -177,7 +123,7 @@ spm_train_start(const char *const *sentences, const size_t *lengths, size_t n,
 		pthread_sigmask(SIG_SETMASK, &all, &old);
 		try
 		{
-			std::thread(train_thread, j).detach();
+			status = sentencepiece::SentencePieceTrainer::Train(kwargs, &iterator, &serialized);
 		}
 		catch (...)
 		{
@@ -185,69 +131,23 @@ spm_train_start(const char *const *sentences, const size_t *lengths, size_t n,
 			throw;
 		}
 		pthread_sigmask(SIG_SETMASK, &old, nullptr);
-		*job = j;
+		if (!status.ok())
+			return fail(err, errlen, status.ToString());
+		*model = static_cast<char *>(std::malloc(serialized.size() + 1));
+		if (*model == nullptr)
+			return fail(err, errlen, "out of memory");
+		std::memcpy(*model, serialized.data(), serialized.size());
+		*model_len = serialized.size();
 		return 0;
 	}
 	catch (const std::exception &e)
 	{
-		delete j;
 		return fail(err, errlen, e.what());
 	}
 	catch (...)
 	{
-		delete j;
 		return fail(err, errlen, "unknown SentencePiece error");
 	}
-}
-
-extern "C" bool
-spm_train_wait(SpmTrainJob *job, int timeout_ms)
-{
-	std::unique_lock<std::mutex> lock(job->mutex);
-
-	return job->finished_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-									 [job] { return job->finished; });
-}
-
-extern "C" int
-spm_train_result(SpmTrainJob *job, char **model, size_t *model_len, char *err, size_t errlen)
-{
-	int			rc = 0;
-
-	{
-		std::unique_lock<std::mutex> lock(job->mutex);
-
-		job->finished_cv.wait(lock, [job] { return job->finished; });
-	}
-	if (!job->ok)
-		rc = fail(err, errlen, job->result);
-	else
-	{
-		*model = static_cast<char *>(std::malloc(job->result.size() + 1));
-		if (*model == nullptr)
-			rc = fail(err, errlen, "out of memory");
-		else
-		{
-			std::memcpy(*model, job->result.data(), job->result.size());
-			*model_len = job->result.size();
-		}
-	}
-	delete job;
-	return rc;
-}
-
-extern "C" void
-spm_train_abandon(SpmTrainJob *job)
-{
-	std::unique_lock<std::mutex> lock(job->mutex);
-
-	if (job->finished)
-	{
-		lock.unlock();
-		delete job;
-		return;
-	}
-	job->abandoned = true;
 }
 
 extern "C" int

@@ -36,34 +36,17 @@ typedef struct SpmTrainOptions
 	int			num_threads;
 } SpmTrainOptions;
 
-typedef struct SpmTrainJob SpmTrainJob;
-
 /*
- * Starts training a model in memory, on a thread of its own (all signals
- * blocked, as are the trainer's threads), on n sentences (sentences[i] of
- * lengths[i] bytes; copied, so the caller may free them at once), with
- * pad/unk/bos/eos = SPM_PAD_ID/SPM_UNK_ID/SPM_BOS_ID/SPM_EOS_ID.
- * The job then goes to exactly one of spm_train_result or spm_train_abandon.
- */
-int			spm_train_start(const char *const *sentences, const size_t *lengths, size_t n,
-							const SpmTrainOptions *options, SpmTrainJob **job,
-							char *err, size_t errlen);
-
-/* Waits up to timeout_ms milliseconds; true when the training has finished. */
-bool		spm_train_wait(SpmTrainJob *job, int timeout_ms);
-
-/*
- * Waits for the training to finish and frees the job. On success *model /
+ * Trains a model in memory on n sentences (sentences[i] of lengths[i]
+ * bytes), with pad/unk/bos/eos = SPM_PAD_ID/SPM_UNK_ID/SPM_BOS_ID/SPM_EOS_ID.
+ * The trainer's threads run with every signal blocked. On success *model /
  * *model_len hold the serialized ModelProto (the bytes of a .model file).
+ * SentencePiece cannot be interrupted; callers that must stay cancellable
+ * run this in a child process (src/pg/vocabulary.c).
  */
-int			spm_train_result(SpmTrainJob *job, char **model, size_t *model_len,
-							 char *err, size_t errlen);
-
-/*
- * Gives the job up without waiting (the caller was cancelled): the training
- * thread frees it, and the result, when it finishes.
- */
-void		spm_train_abandon(SpmTrainJob *job);
+int			spm_train(const char *const *sentences, const size_t *lengths, size_t n,
+					  const SpmTrainOptions *options, char **model, size_t *model_len,
+					  char *err, size_t errlen);
 
 /* Parses a serialized model (the bytes of a .model file) into *out. */
 int			spm_load(const char *bytes, size_t len, SpmModel **out, char *err, size_t errlen);

@@ -9,7 +9,13 @@
  */
 #include "postgres.h"
 
-#include <math.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
@@ -18,7 +24,10 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "pgstat.h"
+#include "port.h"
 #include "portability/instr_time.h"
+#include "storage/latch.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -314,40 +323,154 @@ read_train_sentences(int32 corpus_id, int32 max_pairs, char ***sentences, size_t
 	return n;
 }
 
+/* Writes all of buf to fd; false on error. Used only in the training child. */
+static bool
+write_all(int fd, const char *buf, size_t len)
+{
+	while (len > 0)
+	{
+		ssize_t		w = write(fd, buf, len);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return false;
+		buf += w;
+		len -= (size_t) w;
+	}
+	return true;
+}
+
 /*
- * Runs SentencePiece training on its own thread while this backend keeps
- * answering interrupts: a cancel or statement_timeout abandons the training
- * thread (it frees itself when it ends) and raises the ERROR at once.
- * Returns the serialized model (malloc'd; spm_free_buffer) in *model.
+ * Body of the training child process: trains, writes 'M' + model bytes or
+ * 'E' + message to fd, and leaves with _exit (no PostgreSQL exit callbacks:
+ * the child shares the backend's memory image, never its duties).
+ */
+static void
+pg_attribute_noreturn()
+training_child(int fd, pid_t parent, char **sentences, size_t *lengths, int64 n,
+			   const SpmTrainOptions *options)
+{
+	char		err[SPM_ERRLEN];
+	char	   *bytes;
+	size_t		len;
+	sigset_t	none;
+	bool		ok;
+	static const int signals[] = {SIGHUP, SIGINT, SIGTERM, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGPIPE};
+	size_t		i;
+
+#ifdef __linux__
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+	if (getppid() != parent)
+		_exit(1);
+	for (i = 0; i < lengthof(signals); i++)
+		pqsignal(signals[i], SIG_DFL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+
+	if (spm_train((const char *const *) sentences, lengths, (size_t) n, options, &bytes, &len,
+				  err, sizeof(err)) == 0)
+		ok = write_all(fd, "M", 1) && write_all(fd, bytes, len);
+	else
+		ok = write_all(fd, "E", 1) && write_all(fd, err, strlen(err));
+	_exit(ok ? 0 : 1);
+}
+
+/*
+ * Runs SentencePiece training (which cannot be interrupted) in a child
+ * process, while this backend waits on its latch and the pipe: a cancel,
+ * statement_timeout or termination kills the child at once. The model
+ * bytes end up in *model (palloc'd) and *model_len.
  */
 static void
 run_training(char **sentences, size_t *lengths, int64 n, const SpmTrainOptions *options,
 			 char **model, size_t *model_len)
 {
-	char		err[SPM_ERRLEN];
-	SpmTrainJob *volatile job = NULL;
+	int			fds[2];
+	pid_t		pid;
+	int			status;
+	StringInfoData out;
 
-	if (spm_train_start((const char *const *) sentences, lengths, (size_t) n, options,
-						(SpmTrainJob **) &job, err, sizeof(err)) != 0)
+	initStringInfo(&out);
+	if (pipe(fds) != 0)
 		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not start vocabulary training: %s", err)));
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("could not create pipe for vocabulary training: %m")));
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+	{
+		close(fds[0]);
+		close(fds[1]);
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("could not start vocabulary training process: %m")));
+	}
+	if (pid == 0)
+	{
+		close(fds[0]);
+		training_child(fds[1], getppid(), sentences, lengths, n, options);
+	}
+	close(fds[1]);
+	if (fcntl(fds[0], F_SETFL, O_NONBLOCK) != 0)
+		elog(WARNING, "could not make the training pipe non-blocking: %m");
+
 	PG_TRY();
 	{
-		while (!spm_train_wait(job, 100))
+		for (;;)
+		{
+			ssize_t		r;
+
+			enlargeStringInfo(&out, 65536);
+			r = read(fds[0], out.data + out.len, 65536);
+			if (r > 0)
+			{
+				out.len += (int) r;
+				continue;
+			}
+			if (r == 0)
+				break;
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				ereport(ERROR,
+						(errcode_for_file_access(),
+						 errmsg("could not read from the vocabulary training process: %m")));
+			(void) WaitLatchOrSocket(MyLatch,
+									 WL_LATCH_SET | WL_SOCKET_READABLE | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+									 fds[0], 1000L, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
+		}
 	}
 	PG_CATCH();
 	{
-		spm_train_abandon(job);
+		kill(pid, SIGKILL);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		close(fds[0]);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	if (spm_train_result(job, model, model_len, err, sizeof(err)) != 0)
+	close(fds[0]);
+	while (waitpid(pid, &status, 0) < 0)
+	{
+		if (errno != EINTR)
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("could not wait for the vocabulary training process: %m")));
+	}
+
+	if (out.len > 0 && out.data[0] == 'E')
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("SentencePiece training failed: %s", err),
+				 errmsg("SentencePiece training failed: %s", out.data + 1),
 				 errhint("A vocab_size larger than the corpus supports, or too small for its characters, fails here.")));
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || out.len < 1 || out.data[0] != 'M')
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("vocabulary training process failed: %s", wait_result_to_str(status))));
+	*model = out.data + 1;
+	*model_len = (size_t) out.len - 1;
 }
 
 /*
@@ -401,14 +524,6 @@ attention_train_vocabulary(PG_FUNCTION_ARGS)
 	INSTR_TIME_SET_CURRENT(duration);
 	INSTR_TIME_SUBTRACT(duration, start);
 
-	/* copy the model into palloc'd memory before anything can ERROR */
-	{
-		char	   *copy = palloc(len);
-
-		memcpy(copy, bytes, len);
-		spm_free_buffer(bytes);
-		bytes = copy;
-	}
 	handle = vocab_handle_create(CurrentMemoryContext);
 	vocab_handle_parse(handle, bytes, len, "the trained model");
 	id = insert_vocabulary(name, corpus_id, model_type, character_coverage, byte_fallback, n,

@@ -1,5 +1,5 @@
 /*
- * test_spm.c - the SentencePiece shim: in-memory training on its own thread,
+ * test_spm.c - the SentencePiece shim: in-memory training,
  * special ids, encode/decode round trip, and errors (never crashes) for
  * corrupt models, out-of-range ids and impossible training requests.
  */
@@ -19,13 +19,8 @@ train(char **sentences, size_t *lengths, size_t n, int vocab_size, char **model,
 	  char *err, size_t errlen)
 {
 	SpmTrainOptions options = {vocab_size, "bpe", 1.0, false, 2};
-	SpmTrainJob *job;
 
-	if (spm_train_start((const char *const *) sentences, lengths, n, &options, &job, err, errlen) != 0)
-		return -1;
-	while (!spm_train_wait(job, 50))
-		;
-	return spm_train_result(job, model, len, err, errlen);
+	return spm_train((const char *const *) sentences, lengths, n, &options, model, len, err, errlen);
 }
 
 void
@@ -112,15 +107,6 @@ test_spm(const char *fixtures)
 	CHECK(train(sentences, lengths, N_SENTENCES, 100000, &bytes, &len, err, sizeof(err)) != 0 &&
 		  strlen(err) > 0, "vocab_size 100000 on a tiny corpus did not fail");
 
-	/* an abandoned job cleans up after itself */
-	{
-		SpmTrainOptions options = {64, "bpe", 1.0, false, 1};
-		SpmTrainJob *job;
-
-		CHECK(spm_train_start((const char *const *) sentences, lengths, N_SENTENCES, &options,
-							  &job, err, sizeof(err)) == 0, "start: %s", err);
-		spm_train_abandon(job);
-	}
 	for (i = 0; i < N_SENTENCES; i++)
 		free(sentences[i]);
 }
