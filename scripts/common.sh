@@ -67,3 +67,4 @@ cluster_destroy() {
   cluster_stop "$1"
   rm -rf "$(work_dir)/$1"
 }
+export PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning"
