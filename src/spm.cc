@@ -52,6 +52,25 @@ dup_buffer(const std::string &s)
 	return p;
 }
 
+// Runs body(), turning any exception into fail(); body returns 0 or fail().
+template <typename Body>
+int
+guarded(char *err, size_t errlen, Body body)
+{
+	try
+	{
+		return body();
+	}
+	catch (const std::exception &e)
+	{
+		return fail(err, errlen, e.what());
+	}
+	catch (...)
+	{
+		return fail(err, errlen, "unknown SentencePiece error");
+	}
+}
+
 // Feeds an in-memory array of sentences to the trainer.
 class ArrayIterator : public sentencepiece::SentenceIterator
 {
@@ -89,8 +108,7 @@ spm_train(const char *const *sentences, const size_t *lengths, size_t n,
 		  const SpmTrainOptions *options, char **model, size_t *model_len,
 		  char *err, size_t errlen)
 {
-	try
-	{
+	return guarded(err, errlen, [&]() -> int {
 		std::vector<std::string> input;
 
 		input.reserve(n);
@@ -139,22 +157,13 @@ spm_train(const char *const *sentences, const size_t *lengths, size_t n,
 		std::memcpy(*model, serialized.data(), serialized.size());
 		*model_len = serialized.size();
 		return 0;
-	}
-	catch (const std::exception &e)
-	{
-		return fail(err, errlen, e.what());
-	}
-	catch (...)
-	{
-		return fail(err, errlen, "unknown SentencePiece error");
-	}
+	});
 }
 
 extern "C" int
 spm_load(const char *bytes, size_t len, SpmModel **out, char *err, size_t errlen)
 {
-	try
-	{
+	return guarded(err, errlen, [&]() -> int {
 		SpmModel   *m = new SpmModel();
 		sentencepiece::util::Status status =
 			m->processor.LoadFromSerializedProto(std::string(bytes, len));
@@ -166,15 +175,7 @@ spm_load(const char *bytes, size_t len, SpmModel **out, char *err, size_t errlen
 		}
 		*out = m;
 		return 0;
-	}
-	catch (const std::exception &e)
-	{
-		return fail(err, errlen, e.what());
-	}
-	catch (...)
-	{
-		return fail(err, errlen, "unknown SentencePiece error");
-	}
+	});
 }
 
 extern "C" void
@@ -238,8 +239,7 @@ extern "C" int
 spm_encode(const SpmModel *model, const char *text, size_t len,
 		   int **ids, size_t *n, char *err, size_t errlen)
 {
-	try
-	{
+	return guarded(err, errlen, [&]() -> int {
 		std::vector<int> v;
 		sentencepiece::util::Status status = model->processor.Encode(std::string(text, len), &v);
 
@@ -251,23 +251,14 @@ spm_encode(const SpmModel *model, const char *text, size_t len,
 		std::memcpy(*ids, v.data(), v.size() * sizeof(int));
 		*n = v.size();
 		return 0;
-	}
-	catch (const std::exception &e)
-	{
-		return fail(err, errlen, e.what());
-	}
-	catch (...)
-	{
-		return fail(err, errlen, "unknown SentencePiece error");
-	}
+	});
 }
 
 extern "C" int
 spm_encode_pieces(const SpmModel *model, const char *text, size_t len,
 				  char **pieces, size_t **offsets, size_t *n, char *err, size_t errlen)
 {
-	try
-	{
+	return guarded(err, errlen, [&]() -> int {
 		std::vector<std::string> v;
 		sentencepiece::util::Status status = model->processor.Encode(std::string(text, len), &v);
 		std::string all;
@@ -291,23 +282,14 @@ spm_encode_pieces(const SpmModel *model, const char *text, size_t len,
 		}
 		*n = v.size();
 		return 0;
-	}
-	catch (const std::exception &e)
-	{
-		return fail(err, errlen, e.what());
-	}
-	catch (...)
-	{
-		return fail(err, errlen, "unknown SentencePiece error");
-	}
+	});
 }
 
 extern "C" int
 spm_decode(const SpmModel *model, const int *ids, size_t n,
 		   char **text, size_t *len, char *err, size_t errlen)
 {
-	try
-	{
+	return guarded(err, errlen, [&]() -> int {
 		std::vector<int> v(ids, ids + n);
 		std::string out;
 		int			size = model->processor.GetPieceSize();
@@ -323,13 +305,5 @@ spm_decode(const SpmModel *model, const int *ids, size_t n,
 			return fail(err, errlen, "out of memory");
 		*len = out.size();
 		return 0;
-	}
-	catch (const std::exception &e)
-	{
-		return fail(err, errlen, e.what());
-	}
-	catch (...)
-	{
-		return fail(err, errlen, "unknown SentencePiece error");
-	}
+	});
 }
