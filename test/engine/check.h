@@ -25,5 +25,7 @@ extern int	check_count;
 /* Suites; fixtures is the directory of test fixtures. */
 void		test_bleu(const char *fixtures);
 void		test_spm(const char *fixtures);
+void		test_ops(const char *fixtures);
+void		test_model(const char *fixtures);
 
 #endif

@@ -20,7 +20,8 @@ typedef struct Suite
 int
 main(int argc, char **argv)
 {
-	const Suite suites[] = {{"bleu", test_bleu}, {"sentencepiece", test_spm}};
+	const Suite suites[] = {{"bleu", test_bleu}, {"sentencepiece", test_spm}, {"ops", test_ops},
+	{"model", test_model}};
 	const char *fixtures = argc > 1 ? argv[1] : "test/fixtures";
 	size_t		i;
 

@@ -1,0 +1,157 @@
+/*
+ * backend.h - the compute backend interface of the engine.
+ *
+ * The model code (model.c) calls only these operations; every pointer they
+ * take is backend memory (host memory for "cpu", device memory for "cuda"),
+ * so the model never touches tensor data element by element and never
+ * copies between host and device behind the caller's back. All matrices are
+ * row-major. Operations named *_backward ADD into parameter gradients
+ * (dW, dgamma, dbias, dE) and WRITE input gradients unless stated.
+ */
+#ifndef ATTENTION_BACKEND_H
+#define ATTENTION_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Geometry of one multi-head attention call. */
+typedef struct TfAttentionShape
+{
+	int			batch;
+	int			num_heads;
+	int			head_dim;		/* d_k = d_v = d_model / num_heads */
+	int			q_len;			/* queries per sentence */
+	int			k_len;			/* keys per sentence */
+	bool		causal;			/* query i sees keys 0..i only */
+	const uint8_t *key_pad;		/* [batch, k_len], 1 = padding (masked) */
+	float		dropout;		/* on the probabilities */
+	uint64_t	seed;
+	uint64_t	stream;
+} TfAttentionShape;
+
+typedef struct TfBackend TfBackend;
+
+struct TfBackend
+{
+	const char *name;
+
+	/* Memory: zeroed allocation (NULL when out of memory), free, copies. */
+	void	   *(*alloc) (TfBackend *be, size_t bytes);
+	void		(*free) (TfBackend *be, void *ptr);
+	void		(*upload) (TfBackend *be, void *dst, const void *src, size_t bytes);
+	void		(*download) (TfBackend *be, void *dst, const void *src, size_t bytes);
+	void		(*zero) (TfBackend *be, float *x, size_t n);
+	void		(*copy) (TfBackend *be, float *dst, const float *src, size_t n);
+
+	/*
+	 * Reserves working memory for attention over [q_len, k_len] planes of
+	 * up to `plane` elements; false when out of memory. Called before
+	 * attention or attention_backward on a larger shape.
+	 */
+	bool		(*reserve) (TfBackend *be, size_t plane);
+
+	/*
+	 * C[M,N] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T, row-major
+	 * with leading dimensions lda, ldb, ldc.
+	 */
+	void		(*gemm) (TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k,
+						 float alpha, const float *a, int lda, const float *b, int ldb,
+						 float beta, float *c, int ldc);
+
+	/* out[n, :] += bias (out [rows, cols]). */
+	void		(*add_bias) (TfBackend *be, float *out, const float *bias, int rows, int cols);
+
+	/* dbias += column sums of dout [rows, cols]. */
+	void		(*bias_backward) (TfBackend *be, float *dbias, const float *dout, int rows, int cols);
+
+	/*
+	 * out[i, :] = E[ids[i], :] * scale + PE(i mod seq_len), the paper's
+	 * sinusoidal encoding (section 3.5, interleaved sin/cos, positions from 0).
+	 * out [rows, d], E [vocab, d].
+	 */
+	void		(*embed) (TfBackend *be, float *out, const int32_t *ids, const float *embedding,
+						  int rows, int seq_len, int d, float scale);
+
+	/* dE[ids[i], :] += scale * dout[i, :]. */
+	void		(*embed_backward) (TfBackend *be, float *dembedding, const float *dout,
+								   const int32_t *ids, int rows, int d, float scale);
+
+	/*
+	 * out = x * keep / (1 - p), keep = uniform(seed, stream, i) >= p; with
+	 * p = 0 a copy. out may equal x. The backward applies the same mask.
+	 */
+	void		(*dropout) (TfBackend *be, float *out, const float *x, size_t n, float p,
+							uint64_t seed, uint64_t stream);
+
+	/* out = a + b (n elements; out may equal a or b). */
+	void		(*add) (TfBackend *be, float *out, const float *a, const float *b, size_t n);
+
+	/* out = max(x, 0); backward: dx = dout where x > 0, else 0. */
+	void		(*relu) (TfBackend *be, float *out, const float *x, size_t n);
+	void		(*relu_backward) (TfBackend *be, float *dx, const float *dout, const float *x, size_t n);
+
+	/*
+	 * LayerNorm over the last dimension (Ba et al. 2016): out = (x - mean) *
+	 * rstd * gamma + beta, saving mean and rstd [rows] for the backward.
+	 */
+	void		(*layernorm) (TfBackend *be, float *out, float *mean, float *rstd, const float *x,
+							  const float *gamma, const float *beta, int rows, int d, float eps);
+	void		(*layernorm_backward) (TfBackend *be, float *dx, float *dgamma, float *dbeta,
+									   const float *dout, const float *x, const float *mean,
+									   const float *rstd, const float *gamma, int rows, int d);
+
+	/*
+	 * Scaled dot-product attention (paper eq. 1) for all heads:
+	 * ctx = Drop(softmax(Q K^T / sqrt(d_k) + mask)) V. q [batch*q_len, ldq],
+	 * k and v [batch*k_len, ldk] with head h in columns h*d_k .. (h+1)*d_k;
+	 * ctx [batch*q_len, num_heads*d_k]. probs [batch, heads, q_len, k_len]
+	 * keeps the softmax (before dropout) for the backward.
+	 */
+	void		(*attention) (TfBackend *be, float *ctx, float *probs, const float *q, int ldq,
+							  const float *k, const float *v, int ldk, const TfAttentionShape *shape);
+
+	/* Gradients of attention: writes dq (ldq), dk and dv (ldk). */
+	void		(*attention_backward) (TfBackend *be, float *dq, float *dk, float *dv,
+									   const float *dctx, const float *probs, const float *q, int ldq,
+									   const float *k, const float *v, int ldk,
+									   const TfAttentionShape *shape);
+
+	/*
+	 * Label-smoothed cross-entropy (PyTorch's definition, q = (1 - eps) onehot
+	 * + eps / V) of logits [rows, vocab] against labels; rows whose label is
+	 * pad_id are ignored. Adds the summed loss to *loss_sum and the counted
+	 * rows to *tokens. With grad_scale != 0 the logits are replaced by
+	 * grad_scale * dloss/dlogits (zero on ignored rows).
+	 */
+	void		(*cross_entropy) (TfBackend *be, float *logits, const int32_t *labels, int rows,
+								  int vocab, int pad_id, float label_smoothing, float grad_scale,
+								  double *loss_sum, int64_t *tokens);
+
+	/* Sum of squares of x (n elements), in double. */
+	double		(*sum_squares) (TfBackend *be, const float *x, size_t n);
+
+	/* x *= s. */
+	void		(*scale) (TfBackend *be, float *x, size_t n, float s);
+
+	/*
+	 * Adam (Kingma & Ba 2015) as PyTorch computes it: m = b1 m + (1-b1) g;
+	 * v = b2 v + (1-b2) g^2; p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps),
+	 * bc1 = 1 - b1^t, bc2 = 1 - b2^t.
+	 */
+	void		(*adam) (TfBackend *be, float *params, const float *grads, float *m, float *v,
+						 size_t n, float lr, float beta1, float beta2, float eps, float bc1, float bc2);
+
+	/* Backend state (threads, handles); owned by the backend. */
+	void	   *state;
+};
+
+/*
+ * The CPU backend: OpenBLAS sgemm for matrix products, OpenMP across
+ * `threads` threads for the rest, created with every signal blocked.
+ * Returns NULL when out of memory. Free with tf_backend_cpu_free.
+ */
+TfBackend  *tf_backend_cpu_create(int threads);
+void		tf_backend_cpu_free(TfBackend *be);
+
+#endif

@@ -1,0 +1,667 @@
+/*
+ * backend_cpu.c - the CPU backend (backend.h): OpenBLAS cblas_sgemm for every
+ * matrix product, plain C with OpenMP for the rest, fp32.
+ *
+ * Determinism: every reduction is split into fixed per-thread (or
+ * per-column-block) parts summed in a fixed order, so a run is bitwise
+ * repeatable for a given thread count.
+ */
+#include "backend.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+
+/* Columns per block in column-parallel reductions (bias, LayerNorm, embedding grads). */
+#define COLUMN_BLOCK 64
+
+/* Backend state: thread count and scratch memory for attention. */
+typedef struct CpuState
+{
+	int			threads;
+	float	   *scratch;		/* 2 * threads * scratch_per_thread floats */
+	size_t		scratch_per_thread;
+	double	   *partials;		/* threads doubles */
+} CpuState;
+
+static int
+nthreads(TfBackend *be)
+{
+	return ((CpuState *) be->state)->threads;
+}
+
+static void *
+cpu_alloc(TfBackend *be, size_t bytes)
+{
+	(void) be;
+	return calloc(1, bytes > 0 ? bytes : 1);
+}
+
+static void
+cpu_free(TfBackend *be, void *ptr)
+{
+	(void) be;
+	free(ptr);
+}
+
+static void
+cpu_copy(TfBackend *be, void *dst, const void *src, size_t bytes)
+{
+	(void) be;
+	memcpy(dst, src, bytes);
+}
+
+static void
+cpu_zero(TfBackend *be, float *x, size_t n)
+{
+	(void) be;
+	memset(x, 0, n * sizeof(float));
+}
+
+static void
+cpu_copy_floats(TfBackend *be, float *dst, const float *src, size_t n)
+{
+	(void) be;
+	memcpy(dst, src, n * sizeof(float));
+}
+
+static void
+cpu_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+		 const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+	(void) be;
+	cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+				m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+static void
+cpu_add_bias(TfBackend *be, float *out, const float *bias, int rows, int cols)
+{
+	int			r;
+
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (r = 0; r < rows; r++)
+	{
+		float	   *o = out + (size_t) r * cols;
+		int			c;
+
+		for (c = 0; c < cols; c++)
+			o[c] += bias[c];
+	}
+}
+
+static void
+cpu_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int cols)
+{
+	int			blocks = (cols + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+	int			blk;
+
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (blk = 0; blk < blocks; blk++)
+	{
+		int			c0 = blk * COLUMN_BLOCK;
+		int			c1 = c0 + COLUMN_BLOCK < cols ? c0 + COLUMN_BLOCK : cols;
+		float		acc[COLUMN_BLOCK] = {0};
+		int			r,
+					c;
+
+		for (r = 0; r < rows; r++)
+			for (c = c0; c < c1; c++)
+				acc[c - c0] += dout[(size_t) r * cols + c];
+		for (c = c0; c < c1; c++)
+			dbias[c] += acc[c - c0];
+	}
+}
+
+static void
+cpu_embed(TfBackend *be, float *out, const int32_t *ids, const float *embedding,
+		  int rows, int seq_len, int d, float scale)
+{
+	int			r;
+
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (r = 0; r < rows; r++)
+	{
+		const float *e = embedding + (size_t) ids[r] * d;
+		float	   *o = out + (size_t) r * d;
+		double		pos = (double) (r % seq_len);
+		int			j;
+
+		for (j = 0; j < d; j++)
+		{
+			double		angle = pos / pow(10000.0, (double) (j - j % 2) / d);
+
+			o[j] = e[j] * scale + (float) (j % 2 == 0 ? sin(angle) : cos(angle));
+		}
+	}
+}
+
+static void
+cpu_embed_backward(TfBackend *be, float *dembedding, const float *dout, const int32_t *ids,
+				   int rows, int d, float scale)
+{
+	int			blocks = (d + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+	int			blk;
+
+	/* column blocks: each thread owns some columns of every row, in row order */
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (blk = 0; blk < blocks; blk++)
+	{
+		int			c0 = blk * COLUMN_BLOCK;
+		int			c1 = c0 + COLUMN_BLOCK < d ? c0 + COLUMN_BLOCK : d;
+		int			r,
+					c;
+
+		for (r = 0; r < rows; r++)
+		{
+			float	   *de = dembedding + (size_t) ids[r] * d;
+			const float *g = dout + (size_t) r * d;
+
+			for (c = c0; c < c1; c++)
+				de[c] += scale * g[c];
+		}
+	}
+}
+
+static void
+cpu_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t stream)
+{
+	size_t		blocks = (n + 3) / 4;
+	float		keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+	long		blk;
+
+	if (p <= 0.0f)
+	{
+		if (out != x)
+			memcpy(out, x, n * sizeof(float));
+		return;
+	}
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (blk = 0; blk < (long) blocks; blk++)
+	{
+		uint32_t	w[4];
+		size_t		i;
+
+		tf_philox((uint32_t) blk, (uint32_t) ((uint64_t) blk >> 32), (uint32_t) stream,
+				  (uint32_t) (stream >> 32), (uint32_t) seed, (uint32_t) (seed >> 32), w);
+		for (i = (size_t) blk * 4; i < (size_t) blk * 4 + 4 && i < n; i++)
+		{
+			float		u = (float) (w[i & 3] >> 8) * (1.0f / 16777216.0f);
+
+			out[i] = u >= p ? x[i] * keep_scale : 0.0f;
+		}
+	}
+}
+
+static void
+cpu_add(TfBackend *be, float *out, const float *a, const float *b, size_t n)
+{
+	long		i;
+
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (i = 0; i < (long) n; i++)
+		out[i] = a[i] + b[i];
+}
+
+static void
+cpu_relu(TfBackend *be, float *out, const float *x, size_t n)
+{
+	long		i;
+
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (i = 0; i < (long) n; i++)
+		out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+static void
+cpu_relu_backward(TfBackend *be, float *dx, const float *dout, const float *x, size_t n)
+{
+	long		i;
+
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (i = 0; i < (long) n; i++)
+		dx[i] = x[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+static void
+cpu_layernorm(TfBackend *be, float *out, float *mean, float *rstd, const float *x,
+			  const float *gamma, const float *beta, int rows, int d, float eps)
+{
+	int			r;
+
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (r = 0; r < rows; r++)
+	{
+		const float *xr = x + (size_t) r * d;
+		float	   *o = out + (size_t) r * d;
+		double		s = 0.0,
+					ss = 0.0;
+		float		m,
+					rs;
+		int			j;
+
+		for (j = 0; j < d; j++)
+			s += xr[j];
+		m = (float) (s / d);
+		for (j = 0; j < d; j++)
+		{
+			double		t = xr[j] - m;
+
+			ss += t * t;
+		}
+		rs = (float) (1.0 / sqrt(ss / d + eps));
+		for (j = 0; j < d; j++)
+			o[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
+		mean[r] = m;
+		rstd[r] = rs;
+	}
+}
+
+static void
+cpu_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, const float *dout,
+					   const float *x, const float *mean, const float *rstd, const float *gamma,
+					   int rows, int d)
+{
+	int			blocks = (d + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+	int			r,
+				blk;
+
+#pragma omp parallel num_threads(nthreads(be))
+	{
+#pragma omp for schedule(static)
+		for (r = 0; r < rows; r++)
+		{
+			const float *xr = x + (size_t) r * d;
+			const float *g = dout + (size_t) r * d;
+			float	   *o = dx + (size_t) r * d;
+			double		sum_dxhat = 0.0,
+						sum_dxhat_xhat = 0.0;
+			float		a,
+						b;
+			int			j;
+
+			for (j = 0; j < d; j++)
+			{
+				float		xhat = (xr[j] - mean[r]) * rstd[r];
+				float		dxhat = g[j] * gamma[j];
+
+				sum_dxhat += dxhat;
+				sum_dxhat_xhat += (double) dxhat * xhat;
+			}
+			a = (float) (sum_dxhat / d);
+			b = (float) (sum_dxhat_xhat / d);
+			for (j = 0; j < d; j++)
+			{
+				float		xhat = (xr[j] - mean[r]) * rstd[r];
+
+				o[j] = rstd[r] * (g[j] * gamma[j] - a - xhat * b);
+			}
+		}
+#pragma omp for schedule(static)
+		for (blk = 0; blk < blocks; blk++)
+		{
+			int			c0 = blk * COLUMN_BLOCK;
+			int			c1 = c0 + COLUMN_BLOCK < d ? c0 + COLUMN_BLOCK : d;
+			float		ag[COLUMN_BLOCK] = {0},
+						ab[COLUMN_BLOCK] = {0};
+			int			rr,
+						c;
+
+			for (rr = 0; rr < rows; rr++)
+			{
+				const float *xr = x + (size_t) rr * d;
+				const float *g = dout + (size_t) rr * d;
+
+				for (c = c0; c < c1; c++)
+				{
+					ag[c - c0] += g[c] * (xr[c] - mean[rr]) * rstd[rr];
+					ab[c - c0] += g[c];
+				}
+			}
+			for (c = c0; c < c1; c++)
+			{
+				dgamma[c] += ag[c - c0];
+				dbeta[c] += ab[c - c0];
+			}
+		}
+	}
+}
+
+/* Grows the attention scratch to two [q_len, k_len] matrices per thread; false when out of memory. */
+static bool
+cpu_reserve(TfBackend *be, size_t per_thread)
+{
+	CpuState   *st = be->state;
+	float	   *s;
+
+	if (per_thread <= st->scratch_per_thread)
+		return true;
+	s = realloc(st->scratch, 2 * per_thread * st->threads * sizeof(float));
+	if (s == NULL)
+		return false;
+	st->scratch = s;
+	st->scratch_per_thread = per_thread;
+	return true;
+}
+
+/* True when attention-probability element e survives attention dropout. */
+static inline bool
+kept(const TfAttentionShape *sh, size_t e)
+{
+	return sh->dropout <= 0.0f || tf_random_uniform(sh->seed, sh->stream, e) >= sh->dropout;
+}
+
+/* True when key j is masked for query i of sentence b. */
+static inline bool
+masked(const TfAttentionShape *sh, int b, int i, int j)
+{
+	return (sh->causal && j > i) || (sh->key_pad != NULL && sh->key_pad[(size_t) b * sh->k_len + j]);
+}
+
+static void
+cpu_attention(TfBackend *be, float *ctx, float *probs, const float *q, int ldq,
+			  const float *k, const float *v, int ldk, const TfAttentionShape *sh)
+{
+	CpuState   *st = be->state;
+	int			pairs = sh->batch * sh->num_heads;
+	int			d = sh->num_heads * sh->head_dim;
+	float		scale = 1.0f / sqrtf((float) sh->head_dim);
+	size_t		plane = (size_t) sh->q_len * sh->k_len;
+	int			pair;
+
+#pragma omp parallel for num_threads(st->threads) schedule(static)
+	for (pair = 0; pair < pairs; pair++)
+	{
+		int			b = pair / sh->num_heads;
+		int			h = pair % sh->num_heads;
+		const float *qb = q + (size_t) b * sh->q_len * ldq + h * sh->head_dim;
+		const float *kb = k + (size_t) b * sh->k_len * ldk + h * sh->head_dim;
+		const float *vb = v + (size_t) b * sh->k_len * ldk + h * sh->head_dim;
+		float	   *p = probs + (size_t) pair * plane;
+		float	   *pd = st->scratch + (size_t) omp_get_thread_num() * 2 * st->scratch_per_thread;
+		int			i,
+					j;
+
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sh->q_len, sh->k_len, sh->head_dim,
+					scale, qb, ldq, kb, ldk, 0.0f, p, sh->k_len);
+		for (i = 0; i < sh->q_len; i++)
+		{
+			float	   *row = p + (size_t) i * sh->k_len;
+			float		mx = -INFINITY;
+			double		sum = 0.0;
+
+			for (j = 0; j < sh->k_len; j++)
+			{
+				if (masked(sh, b, i, j))
+					row[j] = -INFINITY;
+				else if (row[j] > mx)
+					mx = row[j];
+			}
+			for (j = 0; j < sh->k_len; j++)
+			{
+				row[j] = row[j] == -INFINITY ? 0.0f : expf(row[j] - mx);
+				sum += row[j];
+			}
+			for (j = 0; j < sh->k_len; j++)
+				row[j] = sum > 0.0 ? (float) (row[j] / sum) : 0.0f;
+		}
+		if (sh->dropout > 0.0f)
+		{
+			size_t		e;
+			float		keep_scale = 1.0f / (1.0f - sh->dropout);
+
+			for (e = 0; e < plane; e++)
+				pd[e] = kept(sh, pair * plane + e) ? p[e] * keep_scale : 0.0f;
+		}
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sh->q_len, sh->head_dim, sh->k_len,
+					1.0f, sh->dropout > 0.0f ? pd : p, sh->k_len, vb, ldk, 0.0f,
+					ctx + (size_t) b * sh->q_len * d + h * sh->head_dim, d);
+	}
+}
+
+static void
+cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const float *dctx,
+					   const float *probs, const float *q, int ldq, const float *k, const float *v,
+					   int ldk, const TfAttentionShape *sh)
+{
+	CpuState   *st = be->state;
+	int			pairs = sh->batch * sh->num_heads;
+	int			d = sh->num_heads * sh->head_dim;
+	float		scale = 1.0f / sqrtf((float) sh->head_dim);
+	size_t		plane = (size_t) sh->q_len * sh->k_len;
+	int			pair;
+
+#pragma omp parallel for num_threads(st->threads) schedule(static)
+	for (pair = 0; pair < pairs; pair++)
+	{
+		int			b = pair / sh->num_heads;
+		int			h = pair % sh->num_heads;
+		size_t		qoff = (size_t) b * sh->q_len * ldq + h * sh->head_dim;
+		size_t		koff = (size_t) b * sh->k_len * ldk + h * sh->head_dim;
+		const float *dc = dctx + (size_t) b * sh->q_len * d + h * sh->head_dim;
+		const float *p = probs + (size_t) pair * plane;
+		float	   *pd = st->scratch + (size_t) omp_get_thread_num() * 2 * st->scratch_per_thread;
+		float	   *dp = pd + st->scratch_per_thread;
+		float		keep_scale = sh->dropout > 0.0f ? 1.0f / (1.0f - sh->dropout) : 1.0f;
+		int			i,
+					j;
+		size_t		e;
+
+		/* the dropped-out probabilities, recomputed from the generator */
+		for (e = 0; e < plane; e++)
+			pd[e] = kept(sh, pair * plane + e) ? p[e] * keep_scale : 0.0f;
+		/* dV = Pd^T dctx */
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, sh->k_len, sh->head_dim, sh->q_len,
+					1.0f, pd, sh->k_len, dc, d, 0.0f, dv + koff, ldk);
+		/* dPd = dctx V^T, then through the dropout mask */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sh->q_len, sh->k_len, sh->head_dim,
+					1.0f, dc, d, v + koff, ldk, 0.0f, dp, sh->k_len);
+		for (e = 0; e < plane; e++)
+			dp[e] = kept(sh, pair * plane + e) ? dp[e] * keep_scale : 0.0f;
+		/* softmax backward: dS = P * (dP - sum(dP * P)), times the 1/sqrt(d_k) scale */
+		for (i = 0; i < sh->q_len; i++)
+		{
+			const float *prow = p + (size_t) i * sh->k_len;
+			float	   *drow = dp + (size_t) i * sh->k_len;
+			double		dot = 0.0;
+
+			for (j = 0; j < sh->k_len; j++)
+				dot += (double) drow[j] * prow[j];
+			for (j = 0; j < sh->k_len; j++)
+				drow[j] = prow[j] * (drow[j] - (float) dot) * scale;
+		}
+		/* dQ = dS K, dK = dS^T Q */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sh->q_len, sh->head_dim, sh->k_len,
+					1.0f, dp, sh->k_len, k + koff, ldk, 0.0f, dq + qoff, ldq);
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, sh->k_len, sh->head_dim, sh->q_len,
+					1.0f, dp, sh->k_len, q + qoff, ldq, 0.0f, dk + koff, ldk);
+	}
+}
+
+static void
+cpu_cross_entropy(TfBackend *be, float *logits, const int32_t *labels, int rows, int vocab,
+				  int pad_id, float label_smoothing, float grad_scale, double *loss_sum, int64_t *tokens)
+{
+	CpuState   *st = be->state;
+	int			t;
+
+	memset(st->partials, 0, st->threads * sizeof(double));
+#pragma omp parallel num_threads(st->threads)
+	{
+		double		local = 0.0;
+		int			r;
+
+#pragma omp for schedule(static)
+		for (r = 0; r < rows; r++)
+		{
+			float	   *x = logits + (size_t) r * vocab;
+			float		mx = -INFINITY;
+			double		sum = 0.0,
+						sum_x = 0.0,
+						lse;
+			int			j;
+
+			if (labels[r] == pad_id)
+			{
+				if (grad_scale != 0.0f)
+					memset(x, 0, (size_t) vocab * sizeof(float));
+				continue;
+			}
+			for (j = 0; j < vocab; j++)
+				if (x[j] > mx)
+					mx = x[j];
+			for (j = 0; j < vocab; j++)
+			{
+				sum += exp((double) (x[j] - mx));
+				sum_x += x[j];
+			}
+			lse = mx + log(sum);
+			local += lse - (1.0 - label_smoothing) * x[labels[r]] - label_smoothing * sum_x / vocab;
+			if (grad_scale != 0.0f)
+			{
+				float		smooth = label_smoothing / vocab;
+
+				for (j = 0; j < vocab; j++)
+					x[j] = grad_scale * ((float) exp((double) x[j] - lse) - smooth);
+				x[labels[r]] -= grad_scale * (1.0f - label_smoothing);
+			}
+		}
+		st->partials[omp_get_thread_num()] = local;
+	}
+	for (t = 0; t < st->threads; t++)
+		*loss_sum += st->partials[t];
+	for (t = 0; t < rows; t++)
+		if (labels[t] != pad_id)
+			(*tokens)++;
+}
+
+static double
+cpu_sum_squares(TfBackend *be, const float *x, size_t n)
+{
+	CpuState   *st = be->state;
+	double		total = 0.0;
+	int			t;
+
+	memset(st->partials, 0, st->threads * sizeof(double));
+#pragma omp parallel num_threads(st->threads)
+	{
+		double		local = 0.0;
+		long		i;
+
+#pragma omp for schedule(static)
+		for (i = 0; i < (long) n; i++)
+			local += (double) x[i] * x[i];
+		st->partials[omp_get_thread_num()] = local;
+	}
+	for (t = 0; t < st->threads; t++)
+		total += st->partials[t];
+	return total;
+}
+
+static void
+cpu_scale(TfBackend *be, float *x, size_t n, float s)
+{
+	long		i;
+
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (i = 0; i < (long) n; i++)
+		x[i] *= s;
+}
+
+static void
+cpu_adam(TfBackend *be, float *params, const float *grads, float *m, float *v, size_t n,
+		 float lr, float beta1, float beta2, float eps, float bc1, float bc2)
+{
+	float		step_size = lr / bc1;
+	float		sqrt_bc2 = sqrtf(bc2);
+	long		i;
+
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (i = 0; i < (long) n; i++)
+	{
+		float		g = grads[i];
+
+		m[i] = beta1 * m[i] + (1.0f - beta1) * g;
+		v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
+		params[i] -= step_size * m[i] / (sqrtf(v[i]) / sqrt_bc2 + eps);
+	}
+}
+
+/* The thread-safe parts of tf_backend_cpu_create: start the pool with every signal blocked. */
+static void
+start_threads(int threads)
+{
+	sigset_t	all,
+				old;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	openblas_set_num_threads(threads);
+#pragma omp parallel num_threads(threads)
+	{
+		/* nothing: creates the pool's threads now, inheriting the blocked mask */
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+TfBackend *
+tf_backend_cpu_create(int threads)
+{
+	TfBackend  *be = calloc(1, sizeof(TfBackend));
+	CpuState   *st = calloc(1, sizeof(CpuState));
+
+	if (threads < 1)
+		threads = 1;
+	if (be == NULL || st == NULL || (st->partials = calloc(threads, sizeof(double))) == NULL)
+	{
+		free(st);
+		free(be);
+		return NULL;
+	}
+	st->threads = threads;
+	be->state = st;
+	be->name = "cpu";
+	be->alloc = cpu_alloc;
+	be->free = cpu_free;
+	be->upload = cpu_copy;
+	be->download = cpu_copy;
+	be->zero = cpu_zero;
+	be->copy = cpu_copy_floats;
+	be->reserve = cpu_reserve;
+	be->gemm = cpu_gemm;
+	be->add_bias = cpu_add_bias;
+	be->bias_backward = cpu_bias_backward;
+	be->embed = cpu_embed;
+	be->embed_backward = cpu_embed_backward;
+	be->dropout = cpu_dropout;
+	be->add = cpu_add;
+	be->relu = cpu_relu;
+	be->relu_backward = cpu_relu_backward;
+	be->layernorm = cpu_layernorm;
+	be->layernorm_backward = cpu_layernorm_backward;
+	be->attention = cpu_attention;
+	be->attention_backward = cpu_attention_backward;
+	be->cross_entropy = cpu_cross_entropy;
+	be->sum_squares = cpu_sum_squares;
+	be->scale = cpu_scale;
+	be->adam = cpu_adam;
+	start_threads(threads);
+	return be;
+}
+
+void
+tf_backend_cpu_free(TfBackend *be)
+{
+	if (be == NULL)
+		return;
+	free(((CpuState *) be->state)->scratch);
+	free(((CpuState *) be->state)->partials);
+	free(be->state);
+	free(be);
+}

@@ -1,0 +1,737 @@
+/*
+ * model.c - the encoder-decoder Transformer (Vaswani et al. 2017, section 3;
+ * DESIGN.md section 2): parameter layout and initialisation, forward pass
+ * with label-smoothed loss, and backward pass, all through the backend
+ * interface (backend.h).
+ *
+ * Parameters, gradients and both Adam moments are four allocations with the
+ * same layout; named views (Hugging Face MarianMT names) point into them.
+ * Activations live in one arena sized from the batch shape; it only grows.
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+
+/* Dropout sites (the low 32 bits of a dropout stream). */
+#define SITE_ENC_EMBED 1u
+#define SITE_DEC_EMBED 2u
+#define SITE_ENC_LAYER(l) (0x100u + 16u * (uint32_t) (l))
+#define SITE_DEC_LAYER(l) (0x10000u + 16u * (uint32_t) (l))
+#define SITE_SELF_OUT 0u
+#define SITE_CROSS_OUT 1u
+#define SITE_FFN_OUT 2u
+#define SITE_RELU 3u
+#define SITE_SELF_PROBS 4u
+#define SITE_CROSS_PROBS 5u
+
+/* Parameter initialisation kinds. */
+enum
+{
+	INIT_XAVIER,				/* U(-a, a), a = sqrt(6 / (fan_in + fan_out)) */
+	INIT_ZERO,
+	INIT_ONE,
+	INIT_EMBEDDING				/* N(0, d_model^-0.5) */
+};
+
+/* Adds a parameter entry; returns its offset (floats). */
+static size_t
+add_param(TfModel *m, const char *prefix, const char *name, int rows, int cols, int init)
+{
+	ParamEntry *e = &m->entries[m->num_entries++];
+
+	snprintf(e->name, sizeof(e->name), "%s%s", prefix, name);
+	e->ndim = cols > 0 ? 2 : 1;
+	e->shape[0] = rows;
+	e->shape[1] = cols > 0 ? cols : 1;
+	e->count = (size_t) rows * (cols > 0 ? cols : 1);
+	e->offset = m->num_params;
+	e->init = init;
+	m->num_params += e->count;
+	return e->offset;
+}
+
+/*
+ * Attention block: q, k, v weights contiguous ([3d, d], so self-attention is
+ * one GEMM and k, v of cross-attention another), then their biases.
+ */
+static void
+layout_attention(TfModel *m, const char *prefix, AttnOffsets *a)
+{
+	int			d = m->config.d_model;
+
+	a->w_qkv = add_param(m, prefix, "q_proj.weight", d, d, INIT_XAVIER);
+	add_param(m, prefix, "k_proj.weight", d, d, INIT_XAVIER);
+	add_param(m, prefix, "v_proj.weight", d, d, INIT_XAVIER);
+	a->b_qkv = add_param(m, prefix, "q_proj.bias", d, 0, INIT_ZERO);
+	add_param(m, prefix, "k_proj.bias", d, 0, INIT_ZERO);
+	add_param(m, prefix, "v_proj.bias", d, 0, INIT_ZERO);
+	a->w_out = add_param(m, prefix, "out_proj.weight", d, d, INIT_XAVIER);
+	a->b_out = add_param(m, prefix, "out_proj.bias", d, 0, INIT_ZERO);
+}
+
+/* LayerNorm weight and bias. */
+static void
+layout_norm(TfModel *m, const char *prefix, const char *name, size_t *gamma, size_t *beta)
+{
+	char		n[48];
+
+	snprintf(n, sizeof(n), "%s.weight", name);
+	*gamma = add_param(m, prefix, n, m->config.d_model, 0, INIT_ONE);
+	snprintf(n, sizeof(n), "%s.bias", name);
+	*beta = add_param(m, prefix, n, m->config.d_model, 0, INIT_ZERO);
+}
+
+/* The whole layout, in MarianMT names. */
+static void
+layout_parameters(TfModel *m)
+{
+	const TfConfig *c = &m->config;
+	int			l;
+	char		prefix[40];
+
+	m->off_embedding = add_param(m, "", "model.shared.weight", c->vocab_size, c->d_model, INIT_EMBEDDING);
+	for (l = 0; l < c->num_encoder_layers + c->num_decoder_layers; l++)
+	{
+		bool		dec = l >= c->num_encoder_layers;
+		LayerOffsets *o = &m->layer_off[l];
+		char		sub[56];
+
+		snprintf(prefix, sizeof(prefix), "model.%s.layers.%d.", dec ? "decoder" : "encoder",
+				 dec ? l - c->num_encoder_layers : l);
+		snprintf(sub, sizeof(sub), "%sself_attn.", prefix);
+		layout_attention(m, sub, &o->self);
+		layout_norm(m, prefix, "self_attn_layer_norm", &o->ln_self_g, &o->ln_self_b);
+		if (dec)
+		{
+			snprintf(sub, sizeof(sub), "%sencoder_attn.", prefix);
+			layout_attention(m, sub, &o->cross);
+			layout_norm(m, prefix, "encoder_attn_layer_norm", &o->ln_cross_g, &o->ln_cross_b);
+		}
+		o->w1 = add_param(m, prefix, "fc1.weight", c->d_ff, c->d_model, INIT_XAVIER);
+		o->b1 = add_param(m, prefix, "fc1.bias", c->d_ff, 0, INIT_ZERO);
+		o->w2 = add_param(m, prefix, "fc2.weight", c->d_model, c->d_ff, INIT_XAVIER);
+		o->b2 = add_param(m, prefix, "fc2.bias", c->d_model, 0, INIT_ZERO);
+		layout_norm(m, prefix, "final_layer_norm", &o->ln_ffn_g, &o->ln_ffn_b);
+	}
+}
+
+/* Initialises the parameters on the host from the counter-based generator. */
+static void
+init_parameters(const TfModel *m, float *host)
+{
+	int			i;
+
+	for (i = 0; i < m->num_entries; i++)
+	{
+		const ParamEntry *e = &m->entries[i];
+		float	   *p = host + e->offset;
+		size_t		j;
+
+		switch (e->init)
+		{
+			case INIT_XAVIER:
+				{
+					float		a = sqrtf(6.0f / (float) (e->shape[0] + e->shape[1]));
+
+					for (j = 0; j < e->count; j++)
+						p[j] = (2.0f * tf_random_uniform(m->seed, (uint64_t) i, j) - 1.0f) * a;
+					break;
+				}
+			case INIT_ZERO:
+				break;
+			case INIT_ONE:
+				for (j = 0; j < e->count; j++)
+					p[j] = 1.0f;
+				break;
+			case INIT_EMBEDDING:
+				for (j = 0; j < e->count; j++)
+					p[j] = tf_random_normal(m->seed, (uint64_t) i, j) / sqrtf((float) m->config.d_model);
+				break;
+		}
+	}
+}
+
+TfModel *
+tf_model_create(const TfConfig *config, uint64_t seed, int threads, char *err, size_t errlen)
+{
+	TfModel    *m;
+	int			layers;
+	int			max_entries;
+	float	   *host;
+
+	if (tf_config_validate(config, err, errlen) != TF_OK)
+		return NULL;
+	m = calloc(1, sizeof(TfModel));
+	layers = config->num_encoder_layers + config->num_decoder_layers;
+	max_entries = 1 + layers * 30;
+	if (m == NULL ||
+		(m->entries = calloc(max_entries, sizeof(ParamEntry))) == NULL ||
+		(m->layer_off = calloc(layers, sizeof(LayerOffsets))) == NULL ||
+		(m->acts = calloc(layers, sizeof(LayerActs))) == NULL ||
+		(m->be = tf_backend_cpu_create(threads)) == NULL)
+		goto oom;
+	m->config = *config;
+	m->seed = seed;
+	layout_parameters(m);
+	m->params = m->be->alloc(m->be, m->num_params * sizeof(float));
+	m->grads = m->be->alloc(m->be, m->num_params * sizeof(float));
+	m->adam_m = m->be->alloc(m->be, m->num_params * sizeof(float));
+	m->adam_v = m->be->alloc(m->be, m->num_params * sizeof(float));
+	host = calloc(m->num_params, sizeof(float));
+	if (m->params == NULL || m->grads == NULL || m->adam_m == NULL || m->adam_v == NULL || host == NULL)
+	{
+		free(host);
+		goto oom;
+	}
+	init_parameters(m, host);
+	m->be->upload(m->be, m->params, host, m->num_params * sizeof(float));
+	free(host);
+	return m;
+
+oom:
+	snprintf(err, errlen, "out of memory creating a model of %s", m != NULL ? "this size" : "any size");
+	tf_model_free(m);
+	return NULL;
+}
+
+void
+tf_model_free(TfModel *m)
+{
+	if (m == NULL)
+		return;
+	if (m->be != NULL)
+	{
+		m->be->free(m->be, m->params);
+		m->be->free(m->be, m->grads);
+		m->be->free(m->be, m->adam_m);
+		m->be->free(m->be, m->adam_v);
+		m->be->free(m->be, m->arena);
+		m->be->free(m->be, m->ids);
+		m->be->free(m->be, m->pads);
+		tf_backend_cpu_free(m->be);
+	}
+	free(m->entries);
+	free(m->layer_off);
+	free(m->acts);
+	free(m);
+}
+
+const TfConfig *
+tf_model_config(const TfModel *m)
+{
+	return &m->config;
+}
+
+size_t
+tf_model_num_parameters(const TfModel *m)
+{
+	return m->num_params;
+}
+
+/* Bump allocation from the arena during a sizing or an assigning pass. */
+static float *
+take(float *base, size_t *used, size_t n)
+{
+	float	   *p = base != NULL ? base + *used : NULL;
+
+	*used += n;
+	return p;
+}
+
+/*
+ * Carves the activations of a [B, S, T] batch out of `base` (NULL: only
+ * count) and returns the floats needed.
+ */
+static size_t
+layout_activations(TfModel *m, float *base, int B, int S, int T)
+{
+	const TfConfig *c = &m->config;
+	size_t		d = c->d_model,
+				F = c->d_ff,
+				H = c->num_heads;
+	size_t		Ns = (size_t) B * S,
+				Nt = (size_t) B * T,
+				N = Ns > Nt ? Ns : Nt;
+	size_t		used = 0;
+	int			l;
+	float	   *x;
+
+	x = take(base, &used, Ns * d);
+	m->enc_x0 = x;
+	for (l = 0; l < c->num_encoder_layers + c->num_decoder_layers; l++)
+	{
+		LayerActs  *a = &m->acts[l];
+		bool		dec = l >= c->num_encoder_layers;
+		size_t		rows = dec ? Nt : Ns;
+		size_t		len = dec ? (size_t) T : (size_t) S;
+
+		if (l == c->num_encoder_layers)
+		{
+			x = take(base, &used, Nt * d);
+			m->dec_x0 = x;
+		}
+		a->x = x;
+		a->qkv = take(base, &used, rows * 3 * d);
+		a->probs = take(base, &used, (size_t) B * H * len * len);
+		a->ctx = take(base, &used, rows * d);
+		a->r_self = take(base, &used, rows * d);
+		a->mean_self = take(base, &used, rows);
+		a->rstd_self = take(base, &used, rows);
+		a->ln_self = take(base, &used, rows * d);
+		if (dec)
+		{
+			a->q_cross = take(base, &used, rows * d);
+			a->kv_cross = take(base, &used, Ns * 2 * d);
+			a->probs_cross = take(base, &used, (size_t) B * H * T * S);
+			a->ctx_cross = take(base, &used, rows * d);
+			a->r_cross = take(base, &used, rows * d);
+			a->mean_cross = take(base, &used, rows);
+			a->rstd_cross = take(base, &used, rows);
+			a->ln_cross = take(base, &used, rows * d);
+		}
+		a->f1 = take(base, &used, rows * F);
+		a->h = take(base, &used, rows * F);
+		a->r_ffn = take(base, &used, rows * d);
+		a->mean_ffn = take(base, &used, rows);
+		a->rstd_ffn = take(base, &used, rows);
+		a->out = take(base, &used, rows * d);
+		x = a->out;
+	}
+	m->logits = take(base, &used, Nt * c->vocab_size);
+	m->tmp = take(base, &used, N * d);
+	m->g_a = take(base, &used, N * d);
+	m->g_b = take(base, &used, N * d);
+	m->g_qkv = take(base, &used, N * 3 * d);
+	m->g_ctx = take(base, &used, N * d);
+	m->g_h = take(base, &used, N * F);
+	m->g_kv = take(base, &used, Ns * 2 * d);
+	m->g_enc = take(base, &used, Ns * d);
+	return used;
+}
+
+/* Makes the arena fit a [B, S, T] batch; grows only. */
+static int
+ensure_arena(TfModel *m, int B, int S, int T, char *err, size_t errlen)
+{
+	size_t		need = layout_activations(m, NULL, B, S, T);
+	size_t		ids = (size_t) B * S + 2 * (size_t) B * T;
+	size_t		pads = (size_t) B * S + (size_t) B * T;
+	size_t		plane = (size_t) (S > T ? S : T) * (S > T ? S : T);
+
+	if (need > m->arena_floats)
+	{
+		m->be->free(m->be, m->arena);
+		m->arena = m->be->alloc(m->be, need * sizeof(float));
+		m->arena_floats = m->arena != NULL ? need : 0;
+	}
+	if (ids > m->ids_capacity)
+	{
+		m->be->free(m->be, m->ids);
+		m->be->free(m->be, m->pads);
+		m->ids = m->be->alloc(m->be, ids * sizeof(int32_t));
+		m->pads = m->be->alloc(m->be, pads);
+		m->ids_capacity = m->ids != NULL && m->pads != NULL ? ids : 0;
+	}
+	if (m->arena == NULL || m->ids == NULL || m->pads == NULL || !m->be->reserve(m->be, plane))
+	{
+		snprintf(err, errlen, "out of memory for activations of a batch of %d x %d/%d tokens (%zu MB)",
+				 B, S, T, need * sizeof(float) >> 20);
+		m->arena_floats = 0;
+		m->ids_capacity = 0;
+		return TF_ERROR;
+	}
+	layout_activations(m, m->arena, B, S, T);
+	return TF_OK;
+}
+
+/* Checks ids and builds the padding masks on the host; uploads both. */
+static int
+prepare_batch(TfModel *m, const TfBatch *b, char *err, size_t errlen)
+{
+	const TfConfig *c = &m->config;
+	size_t		ns = (size_t) b->batch_size * b->src_len;
+	size_t		nt = (size_t) b->batch_size * b->tgt_len;
+	uint8_t    *pads = malloc(ns + nt);
+	size_t		i;
+	int			rc = TF_OK;
+
+	if (pads == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return TF_ERROR;
+	}
+	for (i = 0; i < ns + nt && rc == TF_OK; i++)
+	{
+		int32_t		id = i < ns ? b->src[i] : b->tgt_in[i - ns];
+		int32_t		label = i < ns ? c->pad_id : b->labels[i - ns];
+
+		if (id < 0 || id >= c->vocab_size || label < 0 || label >= c->vocab_size)
+		{
+			snprintf(err, errlen, "%s id %d at position %zu is out of range [0, %d)",
+					 i < ns ? "source" : (id < 0 || id >= c->vocab_size ? "target" : "label"),
+					 id < 0 || id >= c->vocab_size ? id : label, i < ns ? i : i - ns, c->vocab_size);
+			rc = TF_ERROR;
+		}
+		pads[i] = id == c->pad_id;
+	}
+	if (rc == TF_OK)
+	{
+		m->be->upload(m->be, m->ids, b->src, ns * sizeof(int32_t));
+		m->be->upload(m->be, m->ids + ns, b->tgt_in, nt * sizeof(int32_t));
+		m->be->upload(m->be, m->ids + ns + nt, b->labels, nt * sizeof(int32_t));
+		m->be->upload(m->be, m->pads, pads, ns + nt);
+	}
+	free(pads);
+	return rc;
+}
+
+/* y[rows, out] = x[rows, in] W^T + b, W [out, in] as in nn.Linear. */
+static void
+linear(TfBackend *be, float *y, const float *x, const float *w, const float *bias, int rows, int in, int out)
+{
+	be->gemm(be, false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+	be->add_bias(be, y, bias, rows, out);
+}
+
+/*
+ * Backward of linear: dW += dy^T x, db += colsum(dy), and dx = dy W
+ * (dx_beta 1 adds into dx).
+ */
+static void
+linear_backward(TfBackend *be, float *dx, float dx_beta, float *dw, float *db, const float *dy,
+				const float *x, const float *w, int rows, int in, int out)
+{
+	be->gemm(be, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
+	be->bias_backward(be, db, dy, rows, out);
+	be->gemm(be, false, false, rows, in, out, 1.0f, dy, out, w, in, dx_beta, dx, in);
+}
+
+/* Attention geometry for one call. */
+static TfAttentionShape
+attn_shape(const TfModel *m, int q_len, int k_len, bool causal, const uint8_t *key_pad, float p, uint32_t site)
+{
+	TfAttentionShape s;
+
+	s.batch = m->B;
+	s.num_heads = m->config.num_heads;
+	s.head_dim = m->config.d_model / m->config.num_heads;
+	s.q_len = q_len;
+	s.k_len = k_len;
+	s.causal = causal;
+	s.key_pad = key_pad;
+	s.dropout = p;
+	s.seed = m->seed;
+	s.stream = tf_dropout_stream(m->forwards, site);
+	return s;
+}
+
+/* Residual sub-layer output: r = x + Drop(y) (y is overwritten), then LayerNorm. */
+static void
+residual_norm(TfModel *m, float *out, float *mean, float *rstd, float *r, const float *x, float *y,
+			  size_t gamma, size_t beta, int rows, uint32_t site)
+{
+	TfBackend  *be = m->be;
+	int			d = m->config.d_model;
+
+	be->dropout(be, y, y, (size_t) rows * d, m->p_dropout, m->seed, tf_dropout_stream(m->forwards, site));
+	be->add(be, r, x, y, (size_t) rows * d);
+	be->layernorm(be, out, mean, rstd, r, m->params + gamma, m->params + beta, rows, d,
+				  m->config.layer_norm_eps);
+}
+
+/* One encoder (cross == false) or decoder layer forward. */
+static void
+layer_forward(TfModel *m, int l)
+{
+	TfBackend  *be = m->be;
+	const TfConfig *c = &m->config;
+	const LayerOffsets *o = &m->layer_off[l];
+	LayerActs  *a = &m->acts[l];
+	bool		dec = l >= c->num_encoder_layers;
+	int			d = c->d_model,
+				F = c->d_ff;
+	int			len = dec ? m->T : m->S;
+	int			rows = m->B * len;
+	uint32_t	site = dec ? SITE_DEC_LAYER(l - c->num_encoder_layers) : SITE_ENC_LAYER(l);
+	const uint8_t *self_pad = dec ? m->pads + (size_t) m->B * m->S : m->pads;
+	TfAttentionShape sh;
+	const float *P = m->params;
+
+	/* self-attention */
+	linear(be, a->qkv, a->x, P + o->self.w_qkv, P + o->self.b_qkv, rows, d, 3 * d);
+	sh = attn_shape(m, len, len, dec, self_pad, m->p_attention, site + SITE_SELF_PROBS);
+	be->attention(be, a->ctx, a->probs, a->qkv, 3 * d, a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
+	linear(be, m->tmp, a->ctx, P + o->self.w_out, P + o->self.b_out, rows, d, d);
+	residual_norm(m, a->ln_self, a->mean_self, a->rstd_self, a->r_self, a->x, m->tmp,
+				  o->ln_self_g, o->ln_self_b, rows, site + SITE_SELF_OUT);
+	/* encoder-decoder attention: queries from the decoder, keys and values from the encoder output */
+	if (dec)
+	{
+		const float *enc_out = m->acts[c->num_encoder_layers - 1].out;
+		int			src_rows = m->B * m->S;
+
+		linear(be, a->q_cross, a->ln_self, P + o->cross.w_qkv, P + o->cross.b_qkv, rows, d, d);
+		linear(be, a->kv_cross, enc_out, P + o->cross.w_qkv + (size_t) d * d, P + o->cross.b_qkv + d,
+			   src_rows, d, 2 * d);
+		sh = attn_shape(m, m->T, m->S, false, m->pads, m->p_attention, site + SITE_CROSS_PROBS);
+		be->attention(be, a->ctx_cross, a->probs_cross, a->q_cross, d, a->kv_cross, a->kv_cross + d,
+					  2 * d, &sh);
+		linear(be, m->tmp, a->ctx_cross, P + o->cross.w_out, P + o->cross.b_out, rows, d, d);
+		residual_norm(m, a->ln_cross, a->mean_cross, a->rstd_cross, a->r_cross, a->ln_self, m->tmp,
+					  o->ln_cross_g, o->ln_cross_b, rows, site + SITE_CROSS_OUT);
+	}
+	/* position-wise feed-forward network (eq. 2) */
+	{
+		const float *ffn_in = dec ? a->ln_cross : a->ln_self;
+
+		linear(be, a->f1, ffn_in, P + o->w1, P + o->b1, rows, d, F);
+		be->relu(be, a->h, a->f1, (size_t) rows * F);
+		be->dropout(be, a->h, a->h, (size_t) rows * F, m->p_relu, m->seed,
+					tf_dropout_stream(m->forwards, site + SITE_RELU));
+		linear(be, m->tmp, a->h, P + o->w2, P + o->b2, rows, F, d);
+		residual_norm(m, a->out, a->mean_ffn, a->rstd_ffn, a->r_ffn, ffn_in, m->tmp,
+					  o->ln_ffn_g, o->ln_ffn_b, rows, site + SITE_FFN_OUT);
+	}
+}
+
+int
+tf_model_forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *tokens,
+				 char *err, size_t errlen)
+{
+	TfBackend  *be = m->be;
+	const TfConfig *c = &m->config;
+	int			d = c->d_model;
+	float		emb_scale = sqrtf((float) d);
+	int			l;
+	int			layers = c->num_encoder_layers + c->num_decoder_layers;
+	int32_t    *src,
+			   *tgt,
+			   *labels;
+
+	m->have_forward = false;
+	if (b->batch_size < 1 || b->src_len < 1 || b->tgt_len < 1)
+	{
+		snprintf(err, errlen, "empty batch: batch_size %d, src_len %d, tgt_len %d",
+				 b->batch_size, b->src_len, b->tgt_len);
+		return TF_ERROR;
+	}
+	if (b->src_len > c->max_positions || b->tgt_len > c->max_positions)
+	{
+		snprintf(err, errlen, "sequence length %d exceeds max_positions %d",
+				 b->src_len > b->tgt_len ? b->src_len : b->tgt_len, c->max_positions);
+		return TF_ERROR;
+	}
+	if (ensure_arena(m, b->batch_size, b->src_len, b->tgt_len, err, errlen) != TF_OK)
+		return TF_ERROR;
+	m->B = b->batch_size;
+	m->S = b->src_len;
+	m->T = b->tgt_len;
+	if (prepare_batch(m, b, err, errlen) != TF_OK)
+		return TF_ERROR;
+	src = m->ids;
+	tgt = m->ids + (size_t) m->B * m->S;
+	labels = tgt + (size_t) m->B * m->T;
+	if (training)
+		m->forwards++;
+	m->training = training;
+	m->p_dropout = training ? c->dropout : 0.0f;
+	m->p_attention = training ? c->attention_dropout : 0.0f;
+	m->p_relu = training ? c->relu_dropout : 0.0f;
+
+	/* embeddings * sqrt(d) + positions, then dropout (section 3.4, 5.4) */
+	be->embed(be, m->enc_x0, src, m->params + m->off_embedding, m->B * m->S, m->S, d, emb_scale);
+	be->dropout(be, m->enc_x0, m->enc_x0, (size_t) m->B * m->S * d, m->p_dropout, m->seed,
+				tf_dropout_stream(m->forwards, SITE_ENC_EMBED));
+	be->embed(be, m->dec_x0, tgt, m->params + m->off_embedding, m->B * m->T, m->T, d, emb_scale);
+	be->dropout(be, m->dec_x0, m->dec_x0, (size_t) m->B * m->T * d, m->p_dropout, m->seed,
+				tf_dropout_stream(m->forwards, SITE_DEC_EMBED));
+	for (l = 0; l < layers; l++)
+		layer_forward(m, l);
+
+	/* logits through the shared embedding (section 3.4) */
+	be->gemm(be, false, true, m->B * m->T, c->vocab_size, d, 1.0f, m->acts[layers - 1].out, d,
+			 m->params + m->off_embedding, d, 0.0f, m->logits, c->vocab_size);
+	*loss_sum = 0.0;
+	*tokens = 0;
+	be->cross_entropy(be, m->logits, labels, m->B * m->T, c->vocab_size, c->pad_id, c->label_smoothing,
+					  0.0f, loss_sum, tokens);
+	m->have_forward = true;
+	return TF_OK;
+}
+
+const float *
+tf_model_logits(const TfModel *m)
+{
+	return m->logits;
+}
+
+/* Backward of residual_norm: from d(out) in dout to d(r) in dr and d(y) (pre-dropout) in dy. */
+static void
+residual_norm_backward(TfModel *m, float *dr, float *dy, const float *dout, const float *r,
+					   const float *mean, const float *rstd, size_t gamma, size_t beta, int rows, uint32_t site)
+{
+	TfBackend  *be = m->be;
+	int			d = m->config.d_model;
+
+	be->layernorm_backward(be, dr, m->grads + gamma, m->grads + beta, dout, r, mean, rstd,
+						   m->params + gamma, rows, d);
+	be->dropout(be, dy, dr, (size_t) rows * d, m->p_dropout, m->seed, tf_dropout_stream(m->forwards, site));
+}
+
+/*
+ * Backward of one layer: dout (gradient of the layer output) in m->g_a;
+ * leaves the gradient of the layer input in m->g_a. Decoder layers add the
+ * gradient of the encoder output to m->g_enc.
+ */
+static void
+layer_backward(TfModel *m, int l)
+{
+	TfBackend  *be = m->be;
+	const TfConfig *c = &m->config;
+	const LayerOffsets *o = &m->layer_off[l];
+	LayerActs  *a = &m->acts[l];
+	bool		dec = l >= c->num_encoder_layers;
+	int			d = c->d_model,
+				F = c->d_ff;
+	int			len = dec ? m->T : m->S;
+	int			rows = m->B * len;
+	uint32_t	site = dec ? SITE_DEC_LAYER(l - c->num_encoder_layers) : SITE_ENC_LAYER(l);
+	const uint8_t *self_pad = dec ? m->pads + (size_t) m->B * m->S : m->pads;
+	const float *P = m->params;
+	float	   *G = m->grads;
+	const float *ffn_in = dec ? a->ln_cross : a->ln_self;
+	TfAttentionShape sh;
+
+	/* feed-forward: g_b = d(r_ffn) = d(ffn_in) so far; tmp = d(fc2 output) */
+	residual_norm_backward(m, m->g_b, m->tmp, m->g_a, a->r_ffn, a->mean_ffn, a->rstd_ffn,
+						   o->ln_ffn_g, o->ln_ffn_b, rows, site + SITE_FFN_OUT);
+	linear_backward(be, m->g_h, 0.0f, G + o->w2, G + o->b2, m->tmp, a->h, P + o->w2, rows, F, d);
+	be->dropout(be, m->g_h, m->g_h, (size_t) rows * F, m->p_relu, m->seed,
+				tf_dropout_stream(m->forwards, site + SITE_RELU));
+	be->relu_backward(be, m->g_h, m->g_h, a->f1, (size_t) rows * F);
+	linear_backward(be, m->g_b, 1.0f, G + o->w1, G + o->b1, m->g_h, ffn_in, P + o->w1, rows, d, F);
+
+	if (dec)
+	{
+		const float *enc_out = m->acts[c->num_encoder_layers - 1].out;
+		int			src_rows = m->B * m->S;
+
+		/* g_a = d(r_cross) = d(ln_self) so far; tmp = d(cross out_proj output) */
+		residual_norm_backward(m, m->g_a, m->tmp, m->g_b, a->r_cross, a->mean_cross, a->rstd_cross,
+							   o->ln_cross_g, o->ln_cross_b, rows, site + SITE_CROSS_OUT);
+		linear_backward(be, m->g_ctx, 0.0f, G + o->cross.w_out, G + o->cross.b_out, m->tmp,
+						a->ctx_cross, P + o->cross.w_out, rows, d, d);
+		sh = attn_shape(m, m->T, m->S, false, m->pads, m->p_attention, site + SITE_CROSS_PROBS);
+		be->attention_backward(be, m->g_qkv, m->g_kv, m->g_kv + d, m->g_ctx, a->probs_cross,
+							   a->q_cross, d, a->kv_cross, a->kv_cross + d, 2 * d, &sh);
+		linear_backward(be, m->g_a, 1.0f, G + o->cross.w_qkv, G + o->cross.b_qkv, m->g_qkv,
+						a->ln_self, P + o->cross.w_qkv, rows, d, d);
+		linear_backward(be, m->g_enc, 1.0f, G + o->cross.w_qkv + (size_t) d * d, G + o->cross.b_qkv + d,
+						m->g_kv, enc_out, P + o->cross.w_qkv + (size_t) d * d, src_rows, d, 2 * d);
+		/* move d(ln_self) to g_b for the self-attention block */
+		be->copy(be, m->g_b, m->g_a, (size_t) rows * d);
+	}
+
+	/* self-attention: g_a = d(r_self) = d(x) so far; tmp = d(self out_proj output) */
+	residual_norm_backward(m, m->g_a, m->tmp, m->g_b, a->r_self, a->mean_self, a->rstd_self,
+						   o->ln_self_g, o->ln_self_b, rows, site + SITE_SELF_OUT);
+	linear_backward(be, m->g_ctx, 0.0f, G + o->self.w_out, G + o->self.b_out, m->tmp, a->ctx,
+					P + o->self.w_out, rows, d, d);
+	sh = attn_shape(m, len, len, dec, self_pad, m->p_attention, site + SITE_SELF_PROBS);
+	be->attention_backward(be, m->g_qkv, m->g_qkv + d, m->g_qkv + 2 * d, m->g_ctx, a->probs,
+						   a->qkv, 3 * d, a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
+	linear_backward(be, m->g_a, 1.0f, G + o->self.w_qkv, G + o->self.b_qkv, m->g_qkv, a->x,
+					P + o->self.w_qkv, rows, d, 3 * d);
+}
+
+int
+tf_model_backward(TfModel *m, float grad_scale, char *err, size_t errlen)
+{
+	TfBackend  *be = m->be;
+	const TfConfig *c = &m->config;
+	int			d = c->d_model;
+	int			layers = c->num_encoder_layers + c->num_decoder_layers;
+	float		emb_scale = sqrtf((float) d);
+	double		loss = 0.0;
+	int64_t		tokens = 0;
+	int			l;
+	int32_t    *src = m->ids;
+	int32_t    *tgt = m->ids + (size_t) m->B * m->S;
+	int32_t    *labels = tgt + (size_t) m->B * m->T;
+	int			Nt = m->B * m->T;
+
+	if (!m->have_forward)
+	{
+		snprintf(err, errlen, "backward needs a forward pass first");
+		return TF_ERROR;
+	}
+	m->have_forward = false;
+
+	/* logits become grad_scale * d(loss_sum)/d(logits) */
+	be->cross_entropy(be, m->logits, labels, Nt, c->vocab_size, c->pad_id, c->label_smoothing,
+					  grad_scale, &loss, &tokens);
+	be->gemm(be, true, false, c->vocab_size, d, Nt, 1.0f, m->logits, c->vocab_size,
+			 m->acts[layers - 1].out, d, 1.0f, m->grads + m->off_embedding, d);
+	be->gemm(be, false, false, Nt, d, c->vocab_size, 1.0f, m->logits, c->vocab_size,
+			 m->params + m->off_embedding, d, 0.0f, m->g_a, d);
+
+	be->zero(be, m->g_enc, (size_t) m->B * m->S * d);
+	for (l = layers - 1; l >= c->num_encoder_layers; l--)
+		layer_backward(m, l);
+	be->dropout(be, m->g_a, m->g_a, (size_t) Nt * d, m->p_dropout, m->seed,
+				tf_dropout_stream(m->forwards, SITE_DEC_EMBED));
+	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, tgt, Nt, d, emb_scale);
+
+	be->copy(be, m->g_a, m->g_enc, (size_t) m->B * m->S * d);
+	for (l = c->num_encoder_layers - 1; l >= 0; l--)
+		layer_backward(m, l);
+	be->dropout(be, m->g_a, m->g_a, (size_t) m->B * m->S * d, m->p_dropout, m->seed,
+				tf_dropout_stream(m->forwards, SITE_ENC_EMBED));
+	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, src, m->B * m->S, d, emb_scale);
+	return TF_OK;
+}
+
+void
+tf_model_zero_grad(TfModel *m)
+{
+	m->be->zero(m->be, m->grads, m->num_params);
+}
+
+/* The entry of parameter `name`, or NULL. */
+static const ParamEntry *
+find_entry(const TfModel *m, const char *name)
+{
+	int			i;
+
+	for (i = 0; i < m->num_entries; i++)
+		if (strcmp(m->entries[i].name, name) == 0)
+			return &m->entries[i];
+	return NULL;
+}
+
+float *
+tf_model_grad(TfModel *m, const char *name, size_t *count)
+{
+	const ParamEntry *e = find_entry(m, name);
+
+	if (e == NULL)
+		return NULL;
+	*count = e->count;
+	return m->grads + e->offset;
+}
+
+float *
+tf_model_param(TfModel *m, const char *name, size_t *count)
+{
+	const ParamEntry *e = find_entry(m, name);
+
+	if (e == NULL)
+		return NULL;
+	*count = e->count;
+	return m->params + e->offset;
+}

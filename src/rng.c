@@ -1,0 +1,70 @@
+/*
+ * rng.c - Philox4x32-10 (see rng.h).
+ */
+#include "rng.h"
+
+#include <math.h>
+
+#define TWO_PI 6.283185307179586
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+void
+tf_philox(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
+		  uint32_t k0, uint32_t k1, uint32_t out[4])
+{
+	int			round;
+
+	for (round = 0; round < 10; round++)
+	{
+		uint64_t	p0 = (uint64_t) PHILOX_M0 * c0;
+		uint64_t	p1 = (uint64_t) PHILOX_M1 * c2;
+		uint32_t	n0 = (uint32_t) (p1 >> 32) ^ c1 ^ k0;
+		uint32_t	n2 = (uint32_t) (p0 >> 32) ^ c3 ^ k1;
+
+		c1 = (uint32_t) p1;
+		c3 = (uint32_t) p0;
+		c0 = n0;
+		c2 = n2;
+		k0 += PHILOX_W0;
+		k1 += PHILOX_W1;
+	}
+	out[0] = c0;
+	out[1] = c1;
+	out[2] = c2;
+	out[3] = c3;
+}
+
+uint32_t
+tf_random_u32(uint64_t seed, uint64_t stream, uint64_t index)
+{
+	uint32_t	out[4];
+	uint64_t	block = index >> 2;
+
+	tf_philox((uint32_t) block, (uint32_t) (block >> 32), (uint32_t) stream, (uint32_t) (stream >> 32),
+			  (uint32_t) seed, (uint32_t) (seed >> 32), out);
+	return out[index & 3];
+}
+
+float
+tf_random_uniform(uint64_t seed, uint64_t stream, uint64_t index)
+{
+	return (float) (tf_random_u32(seed, stream, index) >> 8) * (1.0f / 16777216.0f);
+}
+
+float
+tf_random_normal(uint64_t seed, uint64_t stream, uint64_t index)
+{
+	double		u1 = ((double) (tf_random_u32(seed, stream, 2 * index) >> 8) + 1.0) / 16777217.0;
+	double		u2 = (double) (tf_random_u32(seed, stream, 2 * index + 1) >> 8) / 16777216.0;
+
+	return (float) (sqrt(-2.0 * log(u1)) * cos(TWO_PI * u2));
+}
+
+uint64_t
+tf_dropout_stream(int64_t step, uint32_t site)
+{
+	return ((uint64_t) step << 32) | site;
+}

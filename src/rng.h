@@ -1,0 +1,31 @@
+/*
+ * rng.h - Philox4x32-10, a counter-based generator (Salmon et al. 2011,
+ * "Parallel random numbers: as easy as 1, 2, 3"). A number is a pure
+ * function of (seed, stream, index): dropout masks and initial weights are
+ * reproducible in any order, on any thread, and bit for bit on a GPU.
+ */
+#ifndef ATTENTION_RNG_H
+#define ATTENTION_RNG_H
+
+#include <stdint.h>
+
+/* Philox4x32-10 of counter (c0, c1, c2, c3) under key (k0, k1), into out[4]. */
+void		tf_philox(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
+					  uint32_t k0, uint32_t k1, uint32_t out[4]);
+
+/*
+ * The 32-bit random word number `index` of `stream` under `seed`: word
+ * index % 4 of Philox on counter (index / 4, stream) and key seed.
+ */
+uint32_t	tf_random_u32(uint64_t seed, uint64_t stream, uint64_t index);
+
+/* Uniform float in [0, 1) with 24 random bits, from tf_random_u32. */
+float		tf_random_uniform(uint64_t seed, uint64_t stream, uint64_t index);
+
+/* Standard normal (Box-Muller on words 2*index and 2*index+1). */
+float		tf_random_normal(uint64_t seed, uint64_t stream, uint64_t index);
+
+/* Stream of a dropout site at an optimizer step: (step << 32) | site. */
+uint64_t	tf_dropout_stream(int64_t step, uint32_t site);
+
+#endif

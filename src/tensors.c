@@ -1,0 +1,137 @@
+/*
+ * tensors.c - the model's state as a flat list of named tensors (what the
+ * checkpoint tables store), and loading it back with full checks.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+/* Names of the non-parameter tensors. */
+#define STEP_TENSOR "optimizer.step"
+#define SEED_TENSOR "rng.seed"
+#define COUNTER_TENSOR "rng.counter"
+#define EXTRA_TENSORS 3
+
+/* Fills t as a float32 view of count floats at data with the entry's shape. */
+static void
+float_tensor(TfTensor *t, const char *prefix, const ParamEntry *e, float *data)
+{
+	snprintf(t->name, sizeof(t->name), "%s%s", prefix, e->name);
+	t->dtype = TF_FLOAT32;
+	t->ndim = e->ndim;
+	t->shape[0] = e->shape[0];
+	t->shape[1] = e->ndim > 1 ? e->shape[1] : 0;
+	t->data = data;
+	t->bytes = e->count * sizeof(float);
+}
+
+/* Fills t as an int64 scalar view. */
+static void
+int64_tensor(TfTensor *t, const char *name, void *data)
+{
+	memset(t, 0, sizeof(*t));
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	t->dtype = TF_INT64;
+	t->ndim = 0;
+	t->data = data;
+	t->bytes = sizeof(int64_t);
+}
+
+int
+tf_model_tensors(TfModel *m, TfTensor **tensors, int *count, char *err, size_t errlen)
+{
+	int			n = 3 * m->num_entries + EXTRA_TENSORS;
+	TfTensor   *t = calloc(n, sizeof(TfTensor));
+	int			i;
+
+	if (t == NULL)
+	{
+		snprintf(err, errlen, "out of memory listing %d tensors", n);
+		return TF_ERROR;
+	}
+	for (i = 0; i < m->num_entries; i++)
+	{
+		const ParamEntry *e = &m->entries[i];
+
+		float_tensor(&t[i], "", e, m->params + e->offset);
+		float_tensor(&t[m->num_entries + i], "optimizer.exp_avg.", e, m->adam_m + e->offset);
+		float_tensor(&t[2 * m->num_entries + i], "optimizer.exp_avg_sq.", e, m->adam_v + e->offset);
+	}
+	int64_tensor(&t[n - 3], STEP_TENSOR, &m->step);
+	int64_tensor(&t[n - 2], SEED_TENSOR, &m->seed);
+	int64_tensor(&t[n - 1], COUNTER_TENSOR, &m->forwards);
+	*tensors = t;
+	*count = n;
+	return TF_OK;
+}
+
+/* Index of the tensor called name in list, or -1. */
+static int
+find_tensor(const TfTensor *list, int count, const char *name)
+{
+	int			i;
+
+	for (i = 0; i < count; i++)
+		if (strcmp(list[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
+int
+tf_model_load(TfModel *m, const TfTensor *in, int count, char *err, size_t errlen)
+{
+	TfTensor   *mine;
+	int			n,
+				i;
+	int			rc = TF_OK;
+
+	if (tf_model_tensors(m, &mine, &n, err, errlen) != TF_OK)
+		return TF_ERROR;
+	/* check everything before changing anything */
+	for (i = 0; i < n && rc == TF_OK; i++)
+	{
+		int			j = find_tensor(in, count, mine[i].name);
+
+		if (j < 0)
+		{
+			snprintf(err, errlen, "tensor \"%s\" is missing", mine[i].name);
+			rc = TF_ERROR;
+		}
+		else if (in[j].dtype != mine[i].dtype)
+		{
+			snprintf(err, errlen, "tensor \"%s\" has dtype %s, expected %s", mine[i].name,
+					 in[j].dtype == TF_FLOAT32 ? "float32" : "int64",
+					 mine[i].dtype == TF_FLOAT32 ? "float32" : "int64");
+			rc = TF_ERROR;
+		}
+		else if (in[j].ndim != mine[i].ndim ||
+				 (mine[i].ndim > 0 && in[j].shape[0] != mine[i].shape[0]) ||
+				 (mine[i].ndim > 1 && in[j].shape[1] != mine[i].shape[1]) ||
+				 in[j].bytes != mine[i].bytes)
+		{
+			snprintf(err, errlen, "tensor \"%s\" has shape [%lld, %lld] (%d dims, %zu bytes), expected [%lld, %lld] (%d dims)",
+					 mine[i].name, (long long) in[j].shape[0], (long long) in[j].shape[1], in[j].ndim,
+					 in[j].bytes, (long long) mine[i].shape[0], (long long) mine[i].shape[1], mine[i].ndim);
+			rc = TF_ERROR;
+		}
+	}
+	for (i = 0; i < count && rc == TF_OK; i++)
+		if (find_tensor(mine, n, in[i].name) < 0)
+		{
+			snprintf(err, errlen, "tensor \"%s\" does not belong to this model", in[i].name);
+			rc = TF_ERROR;
+		}
+	for (i = 0; i < n && rc == TF_OK; i++)
+	{
+		const TfTensor *src = &in[find_tensor(in, count, mine[i].name)];
+
+		if (mine[i].dtype == TF_FLOAT32)
+			m->be->upload(m->be, mine[i].data, src->data, src->bytes);
+		else
+			memcpy(mine[i].data, src->data, sizeof(int64_t));
+	}
+	free(mine);
+	return rc;
+}

@@ -1,0 +1,182 @@
+/*
+ * transformer.h - the engine's public API: the encoder-decoder Transformer of
+ * Vaswani et al. 2017 ("Attention Is All You Need"), forward, backward,
+ * label-smoothed loss, Adam, and checkpoint tensors.
+ *
+ * Plain C11, no PostgreSQL headers. Every fallible call returns TF_OK or
+ * TF_ERROR and writes a message to the caller's buffer; nothing exits,
+ * aborts or prints. All matrices are row-major; shapes are given as
+ * [rows, cols] or [batch, seq, d_model].
+ */
+#ifndef ATTENTION_TRANSFORMER_H
+#define ATTENTION_TRANSFORMER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TF_OK 0
+#define TF_ERROR (-1)
+#define TF_ERRLEN 256
+
+/* Model configuration (DESIGN.md section 2; paper section 3 and table 3). */
+typedef struct TfConfig
+{
+	int			num_encoder_layers;
+	int			num_decoder_layers;
+	int			d_model;
+	int			num_heads;
+	int			d_ff;
+	float		dropout;		/* embeddings + positions, every sub-layer output */
+	float		attention_dropout;	/* on attention probabilities */
+	float		relu_dropout;	/* on the FFN's hidden activations */
+	float		label_smoothing;
+	int			vocab_size;
+	int			max_positions;	/* longest sequence, source or target */
+	float		layer_norm_eps;
+	int			pad_id;
+} TfConfig;
+
+/* The paper's base model (N=6, d=512, h=8, d_ff=2048, dropout 0.1). */
+void		tf_config_base(TfConfig *config, int vocab_size);
+
+/* The paper's big model (N=6, d=1024, h=16, d_ff=4096, dropout 0.3). */
+void		tf_config_big(TfConfig *config, int vocab_size);
+
+/* The small model for 2-core machines (N=3, d=256, h=4, d_ff=1024, dropout 0.1). */
+void		tf_config_small(TfConfig *config, int vocab_size);
+
+/* TF_OK, or TF_ERROR with a message naming the first invalid field. */
+int			tf_config_validate(const TfConfig *config, char *err, size_t errlen);
+
+/* A padded batch of sentence pairs (host memory, int32 ids). */
+typedef struct TfBatch
+{
+	int			batch_size;
+	int			src_len;		/* source ids + EOS, padded */
+	int			tgt_len;		/* BOS + target ids (decoder input), padded */
+	const int32_t *src;			/* [batch_size, src_len] */
+	const int32_t *tgt_in;		/* [batch_size, tgt_len], BOS + target */
+	const int32_t *labels;		/* [batch_size, tgt_len], target + EOS; pad ignored */
+} TfBatch;
+
+/* A named tensor of a checkpoint: parameters, optimizer state, counters. */
+typedef enum TfDtype
+{
+	TF_FLOAT32,
+	TF_INT64
+} TfDtype;
+
+#define TF_MAX_DIMS 2
+
+typedef struct TfTensor
+{
+	char		name[128];
+	TfDtype		dtype;
+	int			ndim;			/* 0 for a scalar */
+	int64_t		shape[TF_MAX_DIMS];
+	void	   *data;			/* host memory */
+	size_t		bytes;
+} TfTensor;
+
+typedef struct TfModel TfModel;
+
+/*
+ * Creates a model with freshly initialised parameters on the CPU backend:
+ * Xavier-uniform projections, zero biases, LayerNorm weight 1 / bias 0,
+ * embeddings N(0, d_model^-0.5); all drawn from the counter-based generator
+ * with `seed`. threads is the number of compute threads (>= 1).
+ * Returns NULL with a message on an invalid configuration or no memory.
+ */
+TfModel    *tf_model_create(const TfConfig *config, uint64_t seed, int threads,
+							char *err, size_t errlen);
+
+/* Frees a model and everything it allocated (NULL is allowed). */
+void		tf_model_free(TfModel *model);
+
+/* The configuration the model was created with. */
+const TfConfig *tf_model_config(const TfModel *model);
+
+/* Number of parameters (floats). */
+size_t		tf_model_num_parameters(const TfModel *model);
+
+/*
+ * Forward pass over a batch, keeping activations for backward. training
+ * true applies dropout (masks from seed, step, site and index). Writes the
+ * summed label-smoothed cross-entropy over non-pad labels to *loss_sum
+ * (nats) and their number to *tokens, so the mean is loss_sum / tokens.
+ * The logits stay available through tf_model_logits until the next call.
+ * Errors: ids out of [0, vocab_size), lengths over max_positions, empty
+ * batch, no memory.
+ */
+int			tf_model_forward(TfModel *model, const TfBatch *batch, bool training,
+							 double *loss_sum, int64_t *tokens, char *err, size_t errlen);
+
+/*
+ * Backward pass of the last forward: adds grad_scale * d(loss_sum)/d(params)
+ * to the gradients (so several batches accumulate). For the mean loss of one
+ * batch, grad_scale = 1 / tokens.
+ */
+int			tf_model_backward(TfModel *model, float grad_scale, char *err, size_t errlen);
+
+/* Logits of the last forward: [batch_size * tgt_len, vocab_size] (host memory). */
+const float *tf_model_logits(const TfModel *model);
+
+/* Sets every gradient to zero. */
+void		tf_model_zero_grad(TfModel *model);
+
+/* Optimizer settings: Adam and the paper's learning-rate schedule (eq. 3). */
+typedef struct TfOptimizer
+{
+	float		beta1;			/* 0.9 */
+	float		beta2;			/* 0.98 */
+	float		epsilon;		/* 1e-9 */
+	int			warmup_steps;	/* 4000 */
+	float		learning_rate_scale;	/* 1.0 multiplies the schedule */
+	float		clip_norm;		/* 0 = no clipping */
+} TfOptimizer;
+
+/* The paper's settings. */
+void		tf_optimizer_default(TfOptimizer *opt);
+
+/* lr(step) = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step >= 1. */
+double		tf_learning_rate(const TfOptimizer *opt, int d_model, int64_t step);
+
+/*
+ * One Adam step over the accumulated gradients (step counter + 1), after
+ * optional clipping of their global L2 norm; zeroes the gradients. Writes
+ * the learning rate used and the gradient norm before clipping.
+ */
+int			tf_model_step(TfModel *model, const TfOptimizer *opt, double *learning_rate,
+						  double *grad_norm, char *err, size_t errlen);
+
+/* Optimizer steps taken so far. */
+int64_t		tf_model_steps(const TfModel *model);
+
+/*
+ * The model's state as named tensors: every parameter under its Hugging
+ * Face MarianMT name, "optimizer.exp_avg.<name>" and
+ * "optimizer.exp_avg_sq.<name>" for Adam's moments, and the int64 scalars
+ * "optimizer.step" and "rng.seed". The tensors point into the model's
+ * memory (valid until it is freed); *count receives their number. The
+ * array itself is malloc'd; free it with free().
+ */
+int			tf_model_tensors(TfModel *model, TfTensor **tensors, int *count,
+							 char *err, size_t errlen);
+
+/*
+ * Loads state from named tensors (e.g. read back from a checkpoint): every
+ * tensor of tf_model_tensors must be present with the same dtype and shape;
+ * a missing, extra or mismatched tensor is refused with its name and nothing
+ * is changed.
+ */
+int			tf_model_load(TfModel *model, const TfTensor *tensors, int count,
+						  char *err, size_t errlen);
+
+/* The model's pointer to the gradient of parameter `name`, or NULL (tests, diagnostics). */
+float	   *tf_model_grad(TfModel *model, const char *name, size_t *count);
+
+/* The model's pointer to parameter `name`, or NULL. */
+float	   *tf_model_param(TfModel *model, const char *name, size_t *count);
+
+#endif

@@ -1,0 +1,524 @@
+/*
+ * test_model.c - the whole model: against the PyTorch reference fixture
+ * (logits, loss, every gradient, 10 Adam steps), a finite-difference check
+ * of the full gradient, determinism with and without a checkpoint round
+ * trip, and bad input.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "model.h"
+
+/* A tensor of the fixture file. */
+typedef struct FixTensor
+{
+	char		name[128];
+	int			dtype;			/* 0 float32, 1 int32 */
+	size_t		count;
+	void	   *data;
+} FixTensor;
+
+typedef struct Fixture
+{
+	FixTensor  *t;
+	int			n;
+} Fixture;
+
+/* Reads test/fixtures/model_fixture.bin (format: make_model_fixture.py). */
+static bool
+fixture_read(const char *path, Fixture *fx)
+{
+	FILE	   *f = fopen(path, "rb");
+	char		magic[8];
+	int			cap = 256;
+
+	fx->n = 0;
+	fx->t = calloc(cap, sizeof(FixTensor));
+	if (f == NULL || fread(magic, 1, 8, f) != 8 || memcmp(magic, "ATTFIX1\n", 8) != 0)
+	{
+		if (f)
+			fclose(f);
+		return false;
+	}
+	for (;;)
+	{
+		uint32_t	len,
+					dtype,
+					ndim,
+					dim;
+		FixTensor  *t;
+		uint32_t	i;
+
+		if (fread(&len, 4, 1, f) != 1)
+			break;
+		if (fx->n == cap)
+			fx->t = realloc(fx->t, (cap *= 2) * sizeof(FixTensor));
+		t = &fx->t[fx->n++];
+		if (len >= sizeof(t->name) || fread(t->name, 1, len, f) != len ||
+			fread(&dtype, 4, 1, f) != 1 || fread(&ndim, 4, 1, f) != 1)
+			return false;
+		t->name[len] = '\0';
+		t->dtype = (int) dtype;
+		t->count = 1;
+		for (i = 0; i < ndim; i++)
+		{
+			if (fread(&dim, 4, 1, f) != 1)
+				return false;
+			t->count *= dim;
+		}
+		t->data = malloc(t->count * 4);
+		if (fread(t->data, 4, t->count, f) != t->count)
+			return false;
+	}
+	fclose(f);
+	return true;
+}
+
+static const FixTensor *
+fixture_get(const Fixture *fx, const char *name)
+{
+	int			i;
+
+	for (i = 0; i < fx->n; i++)
+		if (strcmp(fx->t[i].name, name) == 0)
+			return &fx->t[i];
+	return NULL;
+}
+
+/*
+ * max |a - b| / max(max |b|, 1e-2): the normwise relative error of a against
+ * reference b, absolute below 1e-2.
+ */
+static double
+rel_error(const float *a, const float *b, size_t n)
+{
+	double		num = 0.0,
+				den = 1e-2;
+	size_t		i;
+
+	for (i = 0; i < n; i++)
+	{
+		num = fmax(num, fabs((double) a[i] - b[i]));
+		den = fmax(den, fabs((double) b[i]));
+	}
+	return den > 0.0 ? num / den : num;
+}
+
+/* Loads the fixture's parameters (zero optimizer state) into a new model. */
+static TfModel *
+fixture_model(const Fixture *fx, float dropout)
+{
+	const int32_t *cfg = fixture_get(fx, "config")->data;
+	TfConfig	c;
+	TfModel    *m;
+	TfTensor   *tensors;
+	int			n,
+				i;
+	char		err[TF_ERRLEN];
+	float	   *zeros;
+	int64_t		zero = 0,
+				seed = 1234;
+
+	tf_config_base(&c, cfg[0]);
+	c.d_model = cfg[1];
+	c.num_heads = cfg[2];
+	c.d_ff = cfg[3];
+	c.num_encoder_layers = cfg[4];
+	c.num_decoder_layers = cfg[5];
+	c.pad_id = cfg[6];
+	c.dropout = dropout;
+	c.max_positions = 64;
+	m = tf_model_create(&c, 1, 2, err, sizeof(err));
+	CHECK(m != NULL, "create: %s", err);
+	if (m == NULL || tf_model_tensors(m, &tensors, &n, err, sizeof(err)) != TF_OK)
+		return NULL;
+	zeros = calloc(tf_model_num_parameters(m), sizeof(float));
+	for (i = 0; i < n; i++)
+	{
+		const FixTensor *f = fixture_get(fx, tensors[i].name);
+
+		if (f != NULL)
+			tensors[i].data = f->data;
+		else if (tensors[i].dtype == TF_FLOAT32)
+			tensors[i].data = zeros;
+		else
+			tensors[i].data = strcmp(tensors[i].name, "rng.seed") == 0 ? &seed : &zero;
+	}
+	CHECK(tf_model_load(m, tensors, n, err, sizeof(err)) == TF_OK, "load fixture: %s", err);
+	free(tensors);
+	free(zeros);
+	return m;
+}
+
+/* The fixture's batch. */
+static TfBatch
+fixture_batch(const Fixture *fx)
+{
+	TfBatch		b;
+
+	b.batch_size = 3;
+	b.src_len = (int) fixture_get(fx, "src")->count / 3;
+	b.tgt_len = (int) fixture_get(fx, "tgt_in")->count / 3;
+	b.src = fixture_get(fx, "src")->data;
+	b.tgt_in = fixture_get(fx, "tgt_in")->data;
+	b.labels = fixture_get(fx, "labels")->data;
+	return b;
+}
+
+/* Logits, loss, every gradient and 10 Adam steps against PyTorch. */
+static void
+check_against_pytorch(const Fixture *fx)
+{
+	TfModel    *m = fixture_model(fx, 0.0f);
+	TfBatch		b = fixture_batch(fx);
+	const int32_t *cfg = fixture_get(fx, "config")->data;
+	char		err[TF_ERRLEN];
+	double		loss;
+	int64_t		tokens;
+	TfTensor   *tensors;
+	int			n,
+				i,
+				grads_checked = 0;
+	double		worst_grad = 0.0;
+	TfOptimizer opt;
+
+	if (m == NULL)
+		return;
+	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_OK, "forward: %s", err);
+	CHECK(rel_error(tf_model_logits(m), fixture_get(fx, "logits")->data, fixture_get(fx, "logits")->count) < 1e-5,
+		  "logits differ from PyTorch: relative error %.3g",
+		  rel_error(tf_model_logits(m), fixture_get(fx, "logits")->data, fixture_get(fx, "logits")->count));
+	CHECK(fabs(loss / tokens - *(float *) fixture_get(fx, "loss")->data) < 1e-5 * fabs(loss / tokens),
+		  "loss %.7f, PyTorch %.7f", loss / tokens, *(float *) fixture_get(fx, "loss")->data);
+	CHECK(tf_model_backward(m, (float) (1.0 / tokens), err, sizeof(err)) == TF_OK, "backward: %s", err);
+	tf_model_tensors(m, &tensors, &n, err, sizeof(err));
+	for (i = 0; i < n; i++)
+	{
+		char		gname[160];
+		const FixTensor *ref;
+		size_t		count;
+		float	   *g;
+		double		e;
+
+		snprintf(gname, sizeof(gname), "grad.%s", tensors[i].name);
+		if ((ref = fixture_get(fx, gname)) == NULL)
+			continue;
+		g = tf_model_grad(m, tensors[i].name, &count);
+		CHECK(g != NULL && count == ref->count, "gradient %s missing or of another size", tensors[i].name);
+		if (g == NULL)
+			continue;
+		if (strstr(tensors[i].name, "k_proj.bias") != NULL)
+		{
+			/* exactly zero in exact arithmetic: compare with the truth, not with noise */
+			float		zeros[1024] = {0};
+
+			CHECK(count <= 1024 && rel_error(g, zeros, count) < 1e-4,
+				  "%s: gradient should vanish (softmax is shift-invariant)", tensors[i].name);
+			grads_checked++;
+			continue;
+		}
+		e = rel_error(g, ref->data, count);
+		worst_grad = fmax(worst_grad, e);
+		CHECK(e < 1e-5, "gradient of %s differs from PyTorch: relative error %.3g", tensors[i].name, e);
+		grads_checked++;
+	}
+	CHECK(grads_checked == (n - 3) / 3,
+		  "checked %d gradients of %d parameters", grads_checked, (n - 3) / 3);
+	free(tensors);
+	printf("  pytorch fixture: %d gradients, worst relative error %.2g\n", grads_checked, worst_grad);
+	tf_model_free(m);
+
+	/* 10 Adam steps with the paper's schedule on the same batch */
+	m = fixture_model(fx, 0.0f);
+	tf_optimizer_default(&opt);
+	opt.warmup_steps = cfg[7];
+	for (i = 0; i < cfg[8] && m != NULL; i++)
+	{
+		double		lr,
+					norm;
+		float		want = ((float *) fixture_get(fx, "losses")->data)[i];
+
+		tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err));
+		CHECK(fabs(loss / tokens - want) < 1e-5 * fabs(want), "step %d loss %.7f, PyTorch %.7f",
+			  i + 1, loss / tokens, want);
+		tf_model_backward(m, (float) (1.0 / tokens), err, sizeof(err));
+		CHECK(tf_model_step(m, &opt, &lr, &norm, err, sizeof(err)) == TF_OK, "step: %s", err);
+	}
+	tf_model_free(m);
+}
+
+/* Loss of the fixture batch at the current parameters with dropout masks of counter 1. */
+static double
+loss_at(TfModel *m, const TfBatch *b)
+{
+	double		loss;
+	int64_t		tokens;
+	char		err[TF_ERRLEN];
+
+	m->forwards = 0;
+	tf_model_forward(m, b, true, &loss, &tokens, err, sizeof(err));
+	return loss / tokens;
+}
+
+/*
+ * Directional finite difference of the whole model (dropout 0.1, attention
+ * and ReLU dropout on, fixed masks): (L(p + h u) - L(p - h u)) / 2h against
+ * g . u, for random directions u, one parameter tensor at a time and all at once.
+ */
+static void
+check_model_gradient(const Fixture *fx)
+{
+	TfModel    *m = fixture_model(fx, 0.1f);
+	TfBatch		b = fixture_batch(fx);
+	char		err[TF_ERRLEN];
+	size_t		n,
+				i;
+	float	   *g,
+			   *u,
+			   *p0;
+	double		analytic = 0.0,
+				numeric,
+				h = 1e-2;
+	unsigned	seed = 99;
+
+	if (m == NULL)
+		return;
+	m->config.attention_dropout = 0.1f;
+	m->config.relu_dropout = 0.1f;
+	n = tf_model_num_parameters(m);
+	g = malloc(n * sizeof(float));
+	u = malloc(n * sizeof(float));
+	p0 = malloc(n * sizeof(float));
+	{
+		double		loss;
+		int64_t		tokens;
+
+		m->forwards = 0;
+		tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err));
+		tf_model_backward(m, (float) (1.0 / tokens), err, sizeof(err));
+		memcpy(g, m->grads, n * sizeof(float));
+	}
+	memcpy(p0, m->params, n * sizeof(float));
+	for (i = 0; i < n; i++)
+	{
+		seed = seed * 1103515245u + 12345u;
+		u[i] = ((float) ((seed >> 8) & 0xFFFF) / 65536.0f - 0.5f);
+		analytic += (double) g[i] * u[i];
+	}
+	{
+		double		norm = 0.0;
+
+		for (i = 0; i < n; i++)
+			norm += (double) u[i] * u[i];
+		norm = sqrt(norm);
+		for (i = 0; i < n; i++)
+			u[i] = (float) (u[i] / norm);
+		analytic /= norm;
+	}
+	for (i = 0; i < n; i++)
+		m->params[i] = p0[i] + (float) h * u[i];
+	numeric = loss_at(m, &b);
+	for (i = 0; i < n; i++)
+		m->params[i] = p0[i] - (float) h * u[i];
+	numeric = (numeric - loss_at(m, &b)) / (2 * h);
+	memcpy(m->params, p0, n * sizeof(float));
+	CHECK(fabs(numeric - analytic) < 2e-3 * fmax(fabs(analytic), 1.0),
+		  "whole-model directional derivative: finite difference %.6f, backward %.6f", numeric, analytic);
+	printf("  whole-model gradient (dropout on): finite difference %.6f, backward %.6f\n", numeric, analytic);
+	free(g);
+	free(u);
+	free(p0);
+	tf_model_free(m);
+}
+
+/* A deterministic synthetic batch of 4 pairs (vocab 64). */
+static void
+synthetic_batch(int32_t *src, int32_t *tgt, int32_t *lab, TfBatch *b)
+{
+	int			i,
+				t;
+
+	for (i = 0; i < 4; i++)
+		for (t = 0; t < 8; t++)
+		{
+			int			len = 8 - i;
+
+			src[i * 8 + t] = t < len - 1 ? 4 + (i * 7 + t * 3) % 60 : t == len - 1 ? 3 : 0;
+			tgt[i * 8 + t] = t == 0 ? 2 : t < len ? 4 + (i * 5 + t * 11) % 60 : 0;
+			lab[i * 8 + t] = t < len - 1 ? 4 + (i * 5 + (t + 1) * 11) % 60 : t == len - 1 ? 3 : 0;
+		}
+	b->batch_size = 4;
+	b->src_len = 8;
+	b->tgt_len = 8;
+	b->src = src;
+	b->tgt_in = tgt;
+	b->labels = lab;
+}
+
+/* Trains `steps` steps, writing each loss to out. */
+static void
+train(TfModel *m, const TfBatch *b, int steps, double *out)
+{
+	TfOptimizer opt;
+	char		err[TF_ERRLEN];
+	int			i;
+
+	tf_optimizer_default(&opt);
+	opt.warmup_steps = 10;
+	opt.clip_norm = 1.0f;
+	for (i = 0; i < steps; i++)
+	{
+		double		loss,
+					lr,
+					norm;
+		int64_t		tokens;
+
+		CHECK(tf_model_forward(m, b, true, &loss, &tokens, err, sizeof(err)) == TF_OK, "forward: %s", err);
+		CHECK(tf_model_backward(m, (float) (1.0 / tokens), err, sizeof(err)) == TF_OK, "backward: %s", err);
+		CHECK(tf_model_step(m, &opt, &lr, &norm, err, sizeof(err)) == TF_OK, "step: %s", err);
+		out[i] = loss / tokens;
+	}
+}
+
+/* Same seed, same losses, bit for bit; and across a save at step 10 and a reload. */
+static void
+check_determinism(void)
+{
+	TfConfig	c;
+	char		err[TF_ERRLEN];
+	int32_t		src[32],
+				tgt[32],
+				lab[32];
+	TfBatch		b;
+	double		a[20],
+				r[20],
+				resumed[10];
+	TfModel    *m1,
+			   *m2,
+			   *m3;
+	TfTensor   *tensors;
+	int			n,
+				i;
+
+	tf_config_small(&c, 64);
+	c.d_model = 32;
+	c.num_heads = 4;
+	c.d_ff = 64;
+	c.num_encoder_layers = 2;
+	c.num_decoder_layers = 2;
+	c.attention_dropout = 0.1f;
+	c.relu_dropout = 0.1f;
+	synthetic_batch(src, tgt, lab, &b);
+	m1 = tf_model_create(&c, 42, 2, err, sizeof(err));
+	m2 = tf_model_create(&c, 42, 2, err, sizeof(err));
+	train(m1, &b, 20, a);
+	train(m2, &b, 10, r);
+	/* checkpoint m2 at step 10: copy every tensor, load into a fresh model with another seed */
+	tf_model_tensors(m2, &tensors, &n, err, sizeof(err));
+	for (i = 0; i < n; i++)
+	{
+		void	   *copy = malloc(tensors[i].bytes);
+
+		memcpy(copy, tensors[i].data, tensors[i].bytes);
+		tensors[i].data = copy;
+	}
+	m3 = tf_model_create(&c, 7, 2, err, sizeof(err));
+	CHECK(tf_model_load(m3, tensors, n, err, sizeof(err)) == TF_OK, "reload: %s", err);
+	train(m2, &b, 10, r + 10);
+	train(m3, &b, 10, resumed);
+	CHECK(memcmp(a, r, sizeof(a)) == 0, "two runs with seed 42 differ");
+	CHECK(memcmp(a + 10, resumed, sizeof(resumed)) == 0,
+		  "steps 11-20 after a reload differ (step 11: %.9f vs %.9f)", a[10], resumed[0]);
+	CHECK(a[19] < a[0], "loss did not fall in 20 steps (%.4f -> %.4f)", a[0], a[19]);
+	printf("  determinism: 20 steps bitwise equal, reload at 10 bitwise equal; loss %.4f -> %.4f\n", a[0], a[19]);
+
+	/* a mismatched checkpoint is refused by name */
+	tensors[0].shape[0] += 1;
+	CHECK(tf_model_load(m3, tensors, n, err, sizeof(err)) == TF_ERROR && strstr(err, "model.shared.weight") != NULL,
+		  "a wrong shape was not refused by name: %s", err);
+	tensors[0].shape[0] -= 1;
+	tensors[1].dtype = TF_INT64;
+	CHECK(tf_model_load(m3, tensors, n, err, sizeof(err)) == TF_ERROR && strstr(err, tensors[1].name) != NULL,
+		  "a wrong dtype was not refused by name: %s", err);
+	tensors[1].dtype = TF_FLOAT32;
+	CHECK(tf_model_load(m3, tensors, n - 1, err, sizeof(err)) == TF_ERROR && strstr(err, "missing") != NULL,
+		  "a missing tensor was not refused: %s", err);
+	for (i = 0; i < n; i++)
+		free(tensors[i].data);
+	free(tensors);
+	tf_model_free(m1);
+	tf_model_free(m2);
+	tf_model_free(m3);
+}
+
+/* Bad input: a status and a message, never a crash. */
+static void
+check_bad_input(void)
+{
+	TfConfig	c;
+	char		err[TF_ERRLEN];
+	int32_t		src[32],
+				tgt[32],
+				lab[32];
+	TfBatch		b;
+	TfModel    *m;
+	double		loss;
+	int64_t		tokens;
+
+	tf_config_small(&c, 64);
+	c.d_model = 30;
+	c.num_heads = 4;
+	CHECK(tf_config_validate(&c, err, sizeof(err)) == TF_ERROR && strstr(err, "d_model") != NULL,
+		  "d_model %% num_heads != 0 accepted: %s", err);
+	CHECK(tf_model_create(&c, 1, 1, err, sizeof(err)) == NULL, "created an invalid model");
+	c.d_model = 32;
+	c.dropout = 1.5f;
+	CHECK(tf_config_validate(&c, err, sizeof(err)) == TF_ERROR && strstr(err, "dropout") != NULL,
+		  "dropout 1.5 accepted: %s", err);
+	c.dropout = 0.1f;
+	c.max_positions = 6;
+	m = tf_model_create(&c, 1, 1, err, sizeof(err));
+	synthetic_batch(src, tgt, lab, &b);
+	CHECK(tf_model_backward(m, 1.0f, err, sizeof(err)) == TF_ERROR, "backward without forward accepted");
+	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR &&
+		  strstr(err, "max_positions") != NULL, "length 8 > max_positions 6 accepted: %s", err);
+	b.src_len = b.tgt_len = 6;
+	src[5] = 64;
+	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR && strstr(err, "64") != NULL,
+		  "source id 64 of vocab 64 accepted: %s", err);
+	src[5] = -3;
+	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR && strstr(err, "-3") != NULL,
+		  "source id -3 accepted: %s", err);
+	src[5] = 5;
+	lab[2] = 1000;
+	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR && strstr(err, "1000") != NULL,
+		  "label 1000 accepted: %s", err);
+	lab[2] = 5;
+	b.batch_size = 0;
+	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR && strstr(err, "empty") != NULL,
+		  "an empty batch accepted: %s", err);
+	b.batch_size = 4;
+	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_OK, "a fixed batch failed: %s", err);
+	tf_model_free(m);
+}
+
+void
+test_model(const char *fixtures)
+{
+	char		path[4096];
+	Fixture		fx;
+
+	snprintf(path, sizeof(path), "%s/model_fixture.bin", fixtures);
+	CHECK(fixture_read(path, &fx), "cannot read %s", path);
+	if (fx.n > 0)
+	{
+		check_against_pytorch(&fx);
+		check_model_gradient(&fx);
+	}
+	check_determinism();
+	check_bad_input();
+}
