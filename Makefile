@@ -85,6 +85,13 @@ $(ENGINE_TEST_BIN): $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) $(wildcard src/
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) test/engine/spm.o \
 		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS)
 
+# Benchmarks (bench/run drives them).
+BENCH_BIN = bench/train_step
+EXTRA_CLEAN += $(BENCH_BIN)
+$(BENCH_BIN): bench/train_step.c $(ENGINE_NN) $(wildcard src/*.h) test/engine/spm.o
+	$(CC) $(ENGINE_STD_CFLAGS) -O3 -march=native -o $@ bench/train_step.c $(ENGINE_NN) test/engine/spm.o \
+		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS)
+
 .PHONY: check-engine test demo
 check-engine: $(ENGINE_TEST_BIN)
 	./$(ENGINE_TEST_BIN) test/fixtures

@@ -66,12 +66,11 @@ struct TfBackend
 	void		(*bias_backward) (TfBackend *be, float *dbias, const float *dout, int rows, int cols);
 
 	/*
-	 * out[i, :] = E[ids[i], :] * scale + PE(i mod seq_len), the paper's
-	 * sinusoidal encoding (section 3.5, interleaved sin/cos, positions from 0).
-	 * out [rows, d], E [vocab, d].
+	 * out[i, :] = E[ids[i], :] * scale + pe[i mod seq_len, :]. out [rows, d],
+	 * E [vocab, d], pe [>= seq_len, d] (tf_positional_encoding).
 	 */
 	void		(*embed) (TfBackend *be, float *out, const int32_t *ids, const float *embedding,
-						  int rows, int seq_len, int d, float scale);
+						  const float *pe, int rows, int seq_len, int d, float scale);
 
 	/* dE[ids[i], :] += scale * dout[i, :]. */
 	void		(*embed_backward) (TfBackend *be, float *dembedding, const float *dout,
@@ -120,13 +119,20 @@ struct TfBackend
 	/*
 	 * Label-smoothed cross-entropy (PyTorch's definition, q = (1 - eps) onehot
 	 * + eps / V) of logits [rows, vocab] against labels; rows whose label is
-	 * pad_id are ignored. Adds the summed loss to *loss_sum and the counted
-	 * rows to *tokens. With grad_scale != 0 the logits are replaced by
-	 * grad_scale * dloss/dlogits (zero on ignored rows).
+	 * pad_id are ignored. Writes each row's log-sum-exp to lse [rows], adds
+	 * the summed loss to *loss_sum and the counted rows to *tokens.
 	 */
-	void		(*cross_entropy) (TfBackend *be, float *logits, const int32_t *labels, int rows,
-								  int vocab, int pad_id, float label_smoothing, float grad_scale,
+	void		(*cross_entropy) (TfBackend *be, float *lse, const float *logits, const int32_t *labels,
+								  int rows, int vocab, int pad_id, float label_smoothing,
 								  double *loss_sum, int64_t *tokens);
+
+	/*
+	 * Replaces logits by grad_scale * d(loss)/d(logits) = grad_scale *
+	 * (softmax - q), zero on ignored rows, using the lse of cross_entropy.
+	 */
+	void		(*cross_entropy_backward) (TfBackend *be, float *logits, const float *lse,
+										   const int32_t *labels, int rows, int vocab, int pad_id,
+										   float label_smoothing, float grad_scale);
 
 	/* Sum of squares of x (n elements), in double. */
 	double		(*sum_squares) (TfBackend *be, const float *x, size_t n);
@@ -145,6 +151,13 @@ struct TfBackend
 	/* Backend state (threads, handles); owned by the backend. */
 	void	   *state;
 };
+
+/*
+ * The sinusoidal position encoding of the paper (section 3.5) into pe
+ * [positions, d] (host memory): PE(pos, 2i) = sin(pos / 10000^(2i/d)),
+ * PE(pos, 2i+1) = cos(pos / 10000^(2i/d)), positions from 0.
+ */
+void		tf_positional_encoding(float *pe, int positions, int d);
 
 /*
  * The CPU backend: OpenBLAS sgemm for matrix products, OpenMP across

@@ -21,6 +21,34 @@
 /* Columns per block in column-parallel reductions (bias, LayerNorm, embedding grads). */
 #define COLUMN_BLOCK 64
 
+/*
+ * exp(x) for x <= 88.7 (x below -87.3 gives 0), relative error ~2e-7: Cody-Waite
+ * range reduction x = n ln2 + r, |r| <= ln2/2, and a degree-6 Taylor polynomial
+ * for e^r. Branch-free so that loops over it vectorize.
+ */
+static inline float
+fast_expf(float x)
+{
+	float		n,
+				r,
+				p;
+	int32_t		bits;
+	union
+	{
+		float		f;
+		int32_t		i;
+	}			u;
+
+	x = x < -87.3f ? -87.3f : x;
+	n = floorf(x * 1.44269504f + 0.5f);
+	r = x - n * 0.693145752f - n * 1.42860677e-6f;
+	p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666672e-1f + r * (4.16666679e-2f +
+			r * (8.33333377e-3f + r * 1.38888892e-3f)))));
+	bits = ((int32_t) n + 127) << 23;
+	u.i = bits;
+	return p * u.f;
+}
+
 /* Backend state: thread count and scratch memory for attention. */
 typedef struct CpuState
 {
@@ -119,8 +147,23 @@ cpu_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int 
 	}
 }
 
+void
+tf_positional_encoding(float *pe, int positions, int d)
+{
+	int			pos,
+				j;
+
+	for (pos = 0; pos < positions; pos++)
+		for (j = 0; j < d; j++)
+		{
+			double		angle = pos / pow(10000.0, (double) (j - j % 2) / d);
+
+			pe[(size_t) pos * d + j] = (float) (j % 2 == 0 ? sin(angle) : cos(angle));
+		}
+}
+
 static void
-cpu_embed(TfBackend *be, float *out, const int32_t *ids, const float *embedding,
+cpu_embed(TfBackend *be, float *out, const int32_t *ids, const float *embedding, const float *pe,
 		  int rows, int seq_len, int d, float scale)
 {
 	int			r;
@@ -129,16 +172,12 @@ cpu_embed(TfBackend *be, float *out, const int32_t *ids, const float *embedding,
 	for (r = 0; r < rows; r++)
 	{
 		const float *e = embedding + (size_t) ids[r] * d;
+		const float *p = pe + (size_t) (r % seq_len) * d;
 		float	   *o = out + (size_t) r * d;
-		double		pos = (double) (r % seq_len);
 		int			j;
 
 		for (j = 0; j < d; j++)
-		{
-			double		angle = pos / pow(10000.0, (double) (j - j % 2) / d);
-
-			o[j] = e[j] * scale + (float) (j % 2 == 0 ? sin(angle) : cos(angle));
-		}
+			o[j] = e[j] * scale + p[j];
 	}
 }
 
@@ -485,8 +524,8 @@ cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const flo
 }
 
 static void
-cpu_cross_entropy(TfBackend *be, float *logits, const int32_t *labels, int rows, int vocab,
-				  int pad_id, float label_smoothing, float grad_scale, double *loss_sum, int64_t *tokens)
+cpu_cross_entropy(TfBackend *be, float *lse, const float *logits, const int32_t *labels, int rows,
+				  int vocab, int pad_id, float label_smoothing, double *loss_sum, int64_t *tokens)
 {
 	CpuState   *st = be->state;
 	int			t;
@@ -500,37 +539,27 @@ cpu_cross_entropy(TfBackend *be, float *logits, const int32_t *labels, int rows,
 #pragma omp for schedule(static)
 		for (r = 0; r < rows; r++)
 		{
-			float	   *x = logits + (size_t) r * vocab;
+			const float *x = logits + (size_t) r * vocab;
 			float		mx = -INFINITY;
-			double		sum = 0.0,
-						sum_x = 0.0,
-						lse;
+			float		sum = 0.0f,
+						sum_x = 0.0f;
 			int			j;
 
 			if (labels[r] == pad_id)
 			{
-				if (grad_scale != 0.0f)
-					memset(x, 0, (size_t) vocab * sizeof(float));
+				lse[r] = 0.0f;
 				continue;
 			}
 			for (j = 0; j < vocab; j++)
-				if (x[j] > mx)
-					mx = x[j];
+				mx = x[j] > mx ? x[j] : mx;
 			for (j = 0; j < vocab; j++)
 			{
-				sum += exp((double) (x[j] - mx));
+				sum += fast_expf(x[j] - mx);
 				sum_x += x[j];
 			}
-			lse = mx + log(sum);
-			local += lse - (1.0 - label_smoothing) * x[labels[r]] - label_smoothing * sum_x / vocab;
-			if (grad_scale != 0.0f)
-			{
-				float		smooth = label_smoothing / vocab;
-
-				for (j = 0; j < vocab; j++)
-					x[j] = grad_scale * ((float) exp((double) x[j] - lse) - smooth);
-				x[labels[r]] -= grad_scale * (1.0f - label_smoothing);
-			}
+			lse[r] = mx + logf(sum);
+			local += (double) lse[r] - (1.0 - label_smoothing) * x[labels[r]] -
+				(double) label_smoothing * sum_x / vocab;
 		}
 		st->partials[omp_get_thread_num()] = local;
 	}
@@ -539,6 +568,31 @@ cpu_cross_entropy(TfBackend *be, float *logits, const int32_t *labels, int rows,
 	for (t = 0; t < rows; t++)
 		if (labels[t] != pad_id)
 			(*tokens)++;
+}
+
+static void
+cpu_cross_entropy_backward(TfBackend *be, float *logits, const float *lse, const int32_t *labels,
+						   int rows, int vocab, int pad_id, float label_smoothing, float grad_scale)
+{
+	float		smooth = label_smoothing / vocab;
+	int			r;
+
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (r = 0; r < rows; r++)
+	{
+		float	   *x = logits + (size_t) r * vocab;
+		float		l = lse[r];
+		int			j;
+
+		if (labels[r] == pad_id)
+		{
+			memset(x, 0, (size_t) vocab * sizeof(float));
+			continue;
+		}
+		for (j = 0; j < vocab; j++)
+			x[j] = grad_scale * (fast_expf(x[j] - l) - smooth);
+		x[labels[r]] -= grad_scale * (1.0f - label_smoothing);
+	}
 }
 
 static double
@@ -648,6 +702,7 @@ tf_backend_cpu_create(int threads)
 	be->attention = cpu_attention;
 	be->attention_backward = cpu_attention_backward;
 	be->cross_entropy = cpu_cross_entropy;
+	be->cross_entropy_backward = cpu_cross_entropy_backward;
 	be->sum_squares = cpu_sum_squares;
 	be->scale = cpu_scale;
 	be->adam = cpu_adam;

@@ -182,14 +182,19 @@ tf_model_create(const TfConfig *config, uint64_t seed, int threads, char *err, s
 	m->grads = m->be->alloc(m->be, m->num_params * sizeof(float));
 	m->adam_m = m->be->alloc(m->be, m->num_params * sizeof(float));
 	m->adam_v = m->be->alloc(m->be, m->num_params * sizeof(float));
-	host = calloc(m->num_params, sizeof(float));
-	if (m->params == NULL || m->grads == NULL || m->adam_m == NULL || m->adam_v == NULL || host == NULL)
+	m->pe = m->be->alloc(m->be, (size_t) config->max_positions * config->d_model * sizeof(float));
+	host = calloc(m->num_params > (size_t) config->max_positions * config->d_model
+				  ? m->num_params : (size_t) config->max_positions * config->d_model, sizeof(float));
+	if (m->params == NULL || m->grads == NULL || m->adam_m == NULL || m->adam_v == NULL ||
+		m->pe == NULL || host == NULL)
 	{
 		free(host);
 		goto oom;
 	}
 	init_parameters(m, host);
 	m->be->upload(m->be, m->params, host, m->num_params * sizeof(float));
+	tf_positional_encoding(host, config->max_positions, config->d_model);
+	m->be->upload(m->be, m->pe, host, (size_t) config->max_positions * config->d_model * sizeof(float));
 	free(host);
 	return m;
 
@@ -210,6 +215,7 @@ tf_model_free(TfModel *m)
 		m->be->free(m->be, m->grads);
 		m->be->free(m->be, m->adam_m);
 		m->be->free(m->be, m->adam_v);
+		m->be->free(m->be, m->pe);
 		m->be->free(m->be, m->arena);
 		m->be->free(m->be, m->ids);
 		m->be->free(m->be, m->pads);
@@ -303,6 +309,7 @@ layout_activations(TfModel *m, float *base, int B, int S, int T)
 		x = a->out;
 	}
 	m->logits = take(base, &used, Nt * c->vocab_size);
+	m->lse = take(base, &used, Nt);
 	m->tmp = take(base, &used, N * d);
 	m->g_a = take(base, &used, N * d);
 	m->g_b = take(base, &used, N * d);
@@ -544,10 +551,10 @@ tf_model_forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, 
 	m->p_relu = training ? c->relu_dropout : 0.0f;
 
 	/* embeddings * sqrt(d) + positions, then dropout (section 3.4, 5.4) */
-	be->embed(be, m->enc_x0, src, m->params + m->off_embedding, m->B * m->S, m->S, d, emb_scale);
+	be->embed(be, m->enc_x0, src, m->params + m->off_embedding, m->pe, m->B * m->S, m->S, d, emb_scale);
 	be->dropout(be, m->enc_x0, m->enc_x0, (size_t) m->B * m->S * d, m->p_dropout, m->seed,
 				tf_dropout_stream(m->forwards, SITE_ENC_EMBED));
-	be->embed(be, m->dec_x0, tgt, m->params + m->off_embedding, m->B * m->T, m->T, d, emb_scale);
+	be->embed(be, m->dec_x0, tgt, m->params + m->off_embedding, m->pe, m->B * m->T, m->T, d, emb_scale);
 	be->dropout(be, m->dec_x0, m->dec_x0, (size_t) m->B * m->T * d, m->p_dropout, m->seed,
 				tf_dropout_stream(m->forwards, SITE_DEC_EMBED));
 	for (l = 0; l < layers; l++)
@@ -558,8 +565,8 @@ tf_model_forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, 
 			 m->params + m->off_embedding, d, 0.0f, m->logits, c->vocab_size);
 	*loss_sum = 0.0;
 	*tokens = 0;
-	be->cross_entropy(be, m->logits, labels, m->B * m->T, c->vocab_size, c->pad_id, c->label_smoothing,
-					  0.0f, loss_sum, tokens);
+	be->cross_entropy(be, m->lse, m->logits, labels, m->B * m->T, c->vocab_size, c->pad_id,
+					  c->label_smoothing, loss_sum, tokens);
 	m->have_forward = true;
 	return TF_OK;
 }
@@ -657,8 +664,6 @@ tf_model_backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	int			d = c->d_model;
 	int			layers = c->num_encoder_layers + c->num_decoder_layers;
 	float		emb_scale = sqrtf((float) d);
-	double		loss = 0.0;
-	int64_t		tokens = 0;
 	int			l;
 	int32_t    *src = m->ids;
 	int32_t    *tgt = m->ids + (size_t) m->B * m->S;
@@ -673,8 +678,8 @@ tf_model_backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	m->have_forward = false;
 
 	/* logits become grad_scale * d(loss_sum)/d(logits) */
-	be->cross_entropy(be, m->logits, labels, Nt, c->vocab_size, c->pad_id, c->label_smoothing,
-					  grad_scale, &loss, &tokens);
+	be->cross_entropy_backward(be, m->logits, m->lse, labels, Nt, c->vocab_size, c->pad_id,
+							   c->label_smoothing, grad_scale);
 	be->gemm(be, true, false, c->vocab_size, d, Nt, 1.0f, m->logits, c->vocab_size,
 			 m->acts[layers - 1].out, d, 1.0f, m->grads + m->off_embedding, d);
 	be->gemm(be, false, false, Nt, d, c->vocab_size, 1.0f, m->logits, c->vocab_size,

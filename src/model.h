@@ -89,6 +89,7 @@ struct TfModel
 			   *grads,
 			   *adam_m,
 			   *adam_v;
+	float	   *pe;				/* positional encoding [max_positions, d_model] */
 
 	/* activation arena for the current batch shape */
 	int			B,
@@ -103,6 +104,7 @@ struct TfModel
 	float	   *enc_x0,
 			   *dec_x0,
 			   *logits,
+			   *lse,			/* log-sum-exp of each logits row */
 			   *tmp;
 	float	   *g_a,
 			   *g_b,

@@ -185,8 +185,7 @@ ce_loss(void *arg)
 	double		loss = 0.0;
 	int64_t		tokens = 0;
 
-	memcpy(c->scratch, c->logits, (size_t) c->rows * c->vocab * sizeof(float));
-	c->be->cross_entropy(c->be, c->scratch, c->labels, c->rows, c->vocab, 0, 0.1f, 0.0f, &loss, &tokens);
+	c->be->cross_entropy(c->be, c->scratch, c->logits, c->labels, c->rows, c->vocab, 0, 0.1f, &loss, &tokens);
 	return loss;
 }
 
@@ -202,7 +201,8 @@ check_cross_entropy(TfBackend *be)
 
 	fill(logits, R * V);
 	memcpy(grad, logits, sizeof(grad));
-	be->cross_entropy(be, grad, labels, R, V, 0, 0.1f, 1.0f, &loss, &tokens);
+	be->cross_entropy(be, scratch, logits, labels, R, V, 0, 0.1f, &loss, &tokens);
+	be->cross_entropy_backward(be, grad, scratch, labels, R, V, 0, 0.1f, 1.0f);
 	CHECK(tokens == 3, "pad label counted: %lld tokens", (long long) tokens);
 	fd_check("cross_entropy dlogits", logits, grad, R * V, ce_loss, &c);
 }
@@ -212,7 +212,7 @@ static void
 check_simple_ops(TfBackend *be)
 {
 	enum {R = 5, D = 4, V = 6};
-	float		e[V * D], out[R * D], w[R * D], de[V * D] = {0}, bias[D] = {0}, dbias[D] = {0};
+	float		e[V * D], out[R * D], w[R * D], de[V * D] = {0}, bias[D] = {0}, dbias[D] = {0}, pe[3 * D];
 	float		x[R * D], y[R * D], dx[R * D];
 	int32_t		ids[R] = {1, 5, 1, 0, 3};
 	int			i,
@@ -221,7 +221,8 @@ check_simple_ops(TfBackend *be)
 
 	fill(e, V * D);
 	fill(w, R * D);
-	be->embed(be, out, ids, e, R, 3, D, 2.0f);
+	tf_positional_encoding(pe, 3, D);
+	be->embed(be, out, ids, e, pe, R, 3, D, 2.0f);
 	CHECK(fabsf(out[3 * D + 1] - (e[0 * D + 1] * 2.0f + 1.0f)) < 1e-6f,
 		  "position 0 column 1 should add cos(0) = 1");
 	be->embed_backward(be, de, w, ids, R, D, 2.0f);

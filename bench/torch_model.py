@@ -1,0 +1,114 @@
+"""The engine's Transformer in PyTorch, written from the paper with the engine's exact
+conventions and Hugging Face MarianMT parameter names: the shared embedding scaled by
+sqrt(d_model) plus interleaved sinusoidal positions, post-norm encoder and decoder
+layers, padding and causal masks, logits through the shared embedding, and PyTorch's
+label-smoothed cross-entropy ignoring padding.
+
+Used by test/fixtures/make_model_fixture.py (the reference state the C tests compare
+against) and bench/reference_train_step.py (the throughput reference).
+"""
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def positions(length, d):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...), float64 then float32."""
+    pos = np.arange(length, dtype=np.float64)[:, None]
+    j = np.arange(d)
+    angle = pos / 10000.0 ** ((j - j % 2) / d)
+    pe = np.where(j % 2 == 0, np.sin(angle), np.cos(angle))
+    return torch.tensor(pe.astype(np.float32))
+
+
+class Attention(nn.Module):
+    def __init__(self, d, heads, dropout):
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x, mem, key_pad, causal):
+        b, lq, lk, d = x.shape[0], x.shape[1], mem.shape[1], x.shape[2]
+        h, dk = self.heads, d // self.heads
+        q = self.q_proj(x).view(b, lq, h, dk).transpose(1, 2)
+        k = self.k_proj(mem).view(b, lk, h, dk).transpose(1, 2)
+        v = self.v_proj(mem).view(b, lk, h, dk).transpose(1, 2)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(dk)
+        mask = key_pad[:, None, None, :].expand(b, h, lq, lk)
+        if causal:
+            mask = mask | torch.triu(torch.ones(lq, lk, dtype=torch.bool), 1)
+        probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+        probs = F.dropout(probs, self.dropout, self.training)
+        return self.out_proj((probs @ v).transpose(1, 2).reshape(b, lq, d))
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg, decoder):
+        super().__init__()
+        d, eps = cfg["d_model"], cfg["layer_norm_eps"]
+        self.dropout, self.relu_dropout = cfg["dropout"], cfg["relu_dropout"]
+        self.self_attn = Attention(d, cfg["num_heads"], cfg["attention_dropout"])
+        self.self_attn_layer_norm = nn.LayerNorm(d, eps=eps)
+        if decoder:
+            self.encoder_attn = Attention(d, cfg["num_heads"], cfg["attention_dropout"])
+            self.encoder_attn_layer_norm = nn.LayerNorm(d, eps=eps)
+        self.fc1 = nn.Linear(d, cfg["d_ff"])
+        self.fc2 = nn.Linear(cfg["d_ff"], d)
+        self.final_layer_norm = nn.LayerNorm(d, eps=eps)
+
+    def forward(self, x, self_pad, causal, mem=None, mem_pad=None):
+        drop = lambda t: F.dropout(t, self.dropout, self.training)  # noqa: E731
+        x = self.self_attn_layer_norm(x + drop(self.self_attn(x, x, self_pad, causal)))
+        if mem is not None:
+            x = self.encoder_attn_layer_norm(x + drop(self.encoder_attn(x, mem, mem_pad, False)))
+        hidden = F.dropout(torch.relu(self.fc1(x)), self.relu_dropout, self.training)
+        return self.final_layer_norm(x + drop(self.fc2(hidden)))
+
+
+class Stack(nn.Module):
+    def __init__(self, cfg, n, decoder):
+        super().__init__()
+        self.layers = nn.ModuleList(Layer(cfg, decoder) for _ in range(n))
+
+
+class Inner(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.shared = nn.Embedding(cfg["vocab_size"], cfg["d_model"])
+        self.encoder = Stack(cfg, cfg["num_encoder_layers"], False)
+        self.decoder = Stack(cfg, cfg["num_decoder_layers"], True)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.model = Inner(cfg)
+
+    def forward(self, src, tgt_in, labels):
+        m, cfg, d = self.model, self.cfg, self.cfg["d_model"]
+        pad = cfg["pad_id"]
+        src_pad, tgt_pad = src == pad, tgt_in == pad
+        x = m.shared(src) * math.sqrt(d) + positions(src.shape[1], d)
+        x = F.dropout(x, cfg["dropout"], self.training)
+        for layer in m.encoder.layers:
+            x = layer(x, src_pad, False)
+        y = m.shared(tgt_in) * math.sqrt(d) + positions(tgt_in.shape[1], d)
+        y = F.dropout(y, cfg["dropout"], self.training)
+        for layer in m.decoder.layers:
+            y = layer(y, tgt_pad, True, x, src_pad)
+        logits = (y @ m.shared.weight.t()).reshape(-1, cfg["vocab_size"])
+        loss = F.cross_entropy(logits, labels.reshape(-1), ignore_index=pad,
+                               label_smoothing=cfg["label_smoothing"], reduction="sum")
+        return logits, loss, int((labels != pad).sum())
+
+
+def config(size, vocab_size):
+    """The engine's presets (src/config.c)."""
+    layers, d, heads, dff = {"small": (3, 256, 4, 1024), "base": (6, 512, 8, 2048)}.get(size, (2, 32, 4, 64))
+    return {"num_encoder_layers": layers, "num_decoder_layers": layers, "d_model": d, "num_heads": heads,
+            "d_ff": dff, "dropout": 0.1, "attention_dropout": 0.0, "relu_dropout": 0.0,
+            "label_smoothing": 0.1, "vocab_size": vocab_size, "layer_norm_eps": 1e-5, "pad_id": 0}
