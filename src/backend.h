@@ -59,6 +59,12 @@ struct TfBackend
 						 float alpha, const float *a, int lda, const float *b, int ldb,
 						 float beta, float *c, int ldc);
 
+	/* out[i, :] = in[rows[i], :] for i < n (rows of width d). */
+	void		(*gather_rows) (TfBackend *be, float *out, const float *in, const int32_t *rows, int n, int d);
+
+	/* out[rows[i], :] = in[i, :] for i < n; other rows of out are left alone. */
+	void		(*scatter_rows) (TfBackend *be, float *out, const float *in, const int32_t *rows, int n, int d);
+
 	/* out[n, :] += bias (out [rows, cols]). */
 	void		(*add_bias) (TfBackend *be, float *out, const float *bias, int rows, int cols);
 

@@ -109,6 +109,26 @@ cpu_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float a
 }
 
 static void
+cpu_gather_rows(TfBackend *be, float *out, const float *in, const int32_t *rows, int n, int d)
+{
+	int			i;
+
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (i = 0; i < n; i++)
+		memcpy(out + (size_t) i * d, in + (size_t) rows[i] * d, (size_t) d * sizeof(float));
+}
+
+static void
+cpu_scatter_rows(TfBackend *be, float *out, const float *in, const int32_t *rows, int n, int d)
+{
+	int			i;
+
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (i = 0; i < n; i++)
+		memcpy(out + (size_t) rows[i] * d, in + (size_t) i * d, (size_t) d * sizeof(float));
+}
+
+static void
 cpu_add_bias(TfBackend *be, float *out, const float *bias, int rows, int cols)
 {
 	int			r;
@@ -689,6 +709,8 @@ tf_backend_cpu_create(int threads)
 	be->copy = cpu_copy_floats;
 	be->reserve = cpu_reserve;
 	be->gemm = cpu_gemm;
+	be->gather_rows = cpu_gather_rows;
+	be->scatter_rows = cpu_scatter_rows;
 	be->add_bias = cpu_add_bias;
 	be->bias_backward = cpu_bias_backward;
 	be->embed = cpu_embed;

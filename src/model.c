@@ -308,6 +308,7 @@ layout_activations(TfModel *m, float *base, int B, int S, int T)
 		a->out = take(base, &used, rows * d);
 		x = a->out;
 	}
+	m->dec_rows = take(base, &used, Nt * d);
 	m->logits = take(base, &used, Nt * c->vocab_size);
 	m->lse = take(base, &used, Nt);
 	m->tmp = take(base, &used, N * d);
@@ -326,7 +327,7 @@ static int
 ensure_arena(TfModel *m, int B, int S, int T, char *err, size_t errlen)
 {
 	size_t		need = layout_activations(m, NULL, B, S, T);
-	size_t		ids = (size_t) B * S + 2 * (size_t) B * T;
+	size_t		ids = (size_t) B * S + 4 * (size_t) B * T;
 	size_t		pads = (size_t) B * S + (size_t) B * T;
 	size_t		plane = (size_t) (S > T ? S : T) * (S > T ? S : T);
 
@@ -356,7 +357,10 @@ ensure_arena(TfModel *m, int B, int S, int T, char *err, size_t errlen)
 	return TF_OK;
 }
 
-/* Checks ids and builds the padding masks on the host; uploads both. */
+/*
+ * Checks ids, builds the padding masks and the list of target rows with a
+ * real (non-pad) label on the host, and uploads all of it.
+ */
 static int
 prepare_batch(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 {
@@ -364,14 +368,18 @@ prepare_batch(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 	size_t		ns = (size_t) b->batch_size * b->src_len;
 	size_t		nt = (size_t) b->batch_size * b->tgt_len;
 	uint8_t    *pads = malloc(ns + nt);
+	int32_t    *rows = malloc(2 * nt * sizeof(int32_t));
 	size_t		i;
 	int			rc = TF_OK;
 
-	if (pads == NULL)
+	if (pads == NULL || rows == NULL)
 	{
+		free(pads);
+		free(rows);
 		snprintf(err, errlen, "out of memory");
 		return TF_ERROR;
 	}
+	m->label_rows = 0;
 	for (i = 0; i < ns + nt && rc == TF_OK; i++)
 	{
 		int32_t		id = i < ns ? b->src[i] : b->tgt_in[i - ns];
@@ -385,15 +393,23 @@ prepare_batch(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 			rc = TF_ERROR;
 		}
 		pads[i] = id == c->pad_id;
+		if (i >= ns && label != c->pad_id)
+		{
+			rows[m->label_rows] = (int32_t) (i - ns);
+			rows[nt + m->label_rows] = label;
+			m->label_rows++;
+		}
 	}
 	if (rc == TF_OK)
 	{
 		m->be->upload(m->be, m->ids, b->src, ns * sizeof(int32_t));
 		m->be->upload(m->be, m->ids + ns, b->tgt_in, nt * sizeof(int32_t));
-		m->be->upload(m->be, m->ids + ns + nt, b->labels, nt * sizeof(int32_t));
+		m->be->upload(m->be, m->ids + ns + nt, rows, m->label_rows * sizeof(int32_t));
+		m->be->upload(m->be, m->ids + ns + 2 * nt, rows + nt, m->label_rows * sizeof(int32_t));
 		m->be->upload(m->be, m->pads, pads, ns + nt);
 	}
 	free(pads);
+	free(rows);
 	return rc;
 }
 
@@ -518,6 +534,7 @@ tf_model_forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, 
 	int			layers = c->num_encoder_layers + c->num_decoder_layers;
 	int32_t    *src,
 			   *tgt,
+			   *rows,
 			   *labels;
 
 	m->have_forward = false;
@@ -542,7 +559,8 @@ tf_model_forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, 
 		return TF_ERROR;
 	src = m->ids;
 	tgt = m->ids + (size_t) m->B * m->S;
-	labels = tgt + (size_t) m->B * m->T;
+	rows = tgt + (size_t) m->B * m->T;
+	labels = rows + (size_t) m->B * m->T;
 	if (training)
 		m->forwards++;
 	m->training = training;
@@ -560,12 +578,16 @@ tf_model_forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, 
 	for (l = 0; l < layers; l++)
 		layer_forward(m, l);
 
-	/* logits through the shared embedding (section 3.4) */
-	be->gemm(be, false, true, m->B * m->T, c->vocab_size, d, 1.0f, m->acts[layers - 1].out, d,
+	/*
+	 * logits through the shared embedding (section 3.4), only for the rows
+	 * with a real label: padding costs no output-layer work
+	 */
+	be->gather_rows(be, m->dec_rows, m->acts[layers - 1].out, rows, m->label_rows, d);
+	be->gemm(be, false, true, m->label_rows, c->vocab_size, d, 1.0f, m->dec_rows, d,
 			 m->params + m->off_embedding, d, 0.0f, m->logits, c->vocab_size);
 	*loss_sum = 0.0;
 	*tokens = 0;
-	be->cross_entropy(be, m->lse, m->logits, labels, m->B * m->T, c->vocab_size, c->pad_id,
+	be->cross_entropy(be, m->lse, m->logits, labels, m->label_rows, c->vocab_size, c->pad_id,
 					  c->label_smoothing, loss_sum, tokens);
 	m->have_forward = true;
 	return TF_OK;
@@ -667,7 +689,8 @@ tf_model_backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	int			l;
 	int32_t    *src = m->ids;
 	int32_t    *tgt = m->ids + (size_t) m->B * m->S;
-	int32_t    *labels = tgt + (size_t) m->B * m->T;
+	int32_t    *rows = tgt + (size_t) m->B * m->T;
+	int32_t    *labels = rows + (size_t) m->B * m->T;
 	int			Nt = m->B * m->T;
 
 	if (!m->have_forward)
@@ -677,13 +700,15 @@ tf_model_backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	}
 	m->have_forward = false;
 
-	/* logits become grad_scale * d(loss_sum)/d(logits) */
-	be->cross_entropy_backward(be, m->logits, m->lse, labels, Nt, c->vocab_size, c->pad_id,
+	/* logits become grad_scale * d(loss_sum)/d(logits); back to the label rows, zero elsewhere */
+	be->cross_entropy_backward(be, m->logits, m->lse, labels, m->label_rows, c->vocab_size, c->pad_id,
 							   c->label_smoothing, grad_scale);
-	be->gemm(be, true, false, c->vocab_size, d, Nt, 1.0f, m->logits, c->vocab_size,
-			 m->acts[layers - 1].out, d, 1.0f, m->grads + m->off_embedding, d);
-	be->gemm(be, false, false, Nt, d, c->vocab_size, 1.0f, m->logits, c->vocab_size,
-			 m->params + m->off_embedding, d, 0.0f, m->g_a, d);
+	be->gemm(be, true, false, c->vocab_size, d, m->label_rows, 1.0f, m->logits, c->vocab_size,
+			 m->dec_rows, d, 1.0f, m->grads + m->off_embedding, d);
+	be->gemm(be, false, false, m->label_rows, d, c->vocab_size, 1.0f, m->logits, c->vocab_size,
+			 m->params + m->off_embedding, d, 0.0f, m->tmp, d);
+	be->zero(be, m->g_a, (size_t) Nt * d);
+	be->scatter_rows(be, m->g_a, m->tmp, rows, m->label_rows, d);
 
 	be->zero(be, m->g_enc, (size_t) m->B * m->S * d);
 	for (l = layers - 1; l >= c->num_encoder_layers; l--)

@@ -97,13 +97,15 @@ struct TfModel
 				T;
 	float	   *arena;
 	size_t		arena_floats;
-	int32_t    *ids;			/* src [B*S], tgt_in [B*T], labels [B*T] */
+	int32_t    *ids;			/* src [B*S], tgt_in [B*T], label rows [B*T], their labels [B*T] */
+	int			label_rows;		/* target positions with a real label */
 	uint8_t    *pads;			/* src [B*S], tgt_in [B*T]: 1 = pad */
 	size_t		ids_capacity;
 	LayerActs  *acts;
 	float	   *enc_x0,
 			   *dec_x0,
-			   *logits,
+			   *dec_rows,		/* decoder output at the label rows [label_rows, d] */
+			   *logits,			/* [label_rows, vocab] */
 			   *lse,			/* log-sum-exp of each logits row */
 			   *tmp;
 	float	   *g_a,

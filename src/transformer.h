@@ -105,7 +105,7 @@ size_t		tf_model_num_parameters(const TfModel *model);
  * true applies dropout (masks from seed, step, site and index). Writes the
  * summed label-smoothed cross-entropy over non-pad labels to *loss_sum
  * (nats) and their number to *tokens, so the mean is loss_sum / tokens.
- * The logits stay available through tf_model_logits until the next call.
+ * The logits stay available through tf_model_logits until the backward.
  * Errors: ids out of [0, vocab_size), lengths over max_positions, empty
  * batch, no memory.
  */
@@ -119,7 +119,11 @@ int			tf_model_forward(TfModel *model, const TfBatch *batch, bool training,
  */
 int			tf_model_backward(TfModel *model, float grad_scale, char *err, size_t errlen);
 
-/* Logits of the last forward: [batch_size * tgt_len, vocab_size] (host memory). */
+/*
+ * Logits of the last forward, for the target positions whose label is not
+ * padding, in batch order: [non-pad labels, vocab_size] (backend memory,
+ * host memory on the CPU backend). Padding costs no output-layer work.
+ */
 const float *tf_model_logits(const TfModel *model);
 
 /* Sets every gradient to zero. */
