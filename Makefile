@@ -75,7 +75,10 @@ OPENBLAS_INC = /usr/include/$(shell gcc -print-multiarch)/openblas-openmp
 ENGINE_LIBS = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -fopenmp -lm
 ENGINE_TEST_SRCS = $(wildcard test/engine/*.c)
 ENGINE_TEST_BIN = test/engine/run_tests
-ENGINE_STD_CFLAGS = -std=c11 -O2 -g -fopenmp $(WARNINGS) -Isrc -isystem $(OPENBLAS_INC)
+# As pgvector does: tuned for the machine that builds it (the extension is built
+# where it is installed); OPTFLAGS= builds a generic binary.
+OPTFLAGS ?= -march=native
+ENGINE_STD_CFLAGS = -std=c11 -O3 $(OPTFLAGS) -g -fopenmp $(WARNINGS) -Isrc -isystem $(OPENBLAS_INC)
 EXTRA_CLEAN += $(ENGINE_TEST_BIN) test/engine/spm.o
 
 test/engine/spm.o: $(ENGINE_CXX) src/spm.h
@@ -89,7 +92,7 @@ $(ENGINE_TEST_BIN): $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) $(wildcard src/
 BENCH_BIN = bench/train_step
 EXTRA_CLEAN += $(BENCH_BIN)
 $(BENCH_BIN): bench/train_step.c $(ENGINE_NN) $(wildcard src/*.h) test/engine/spm.o
-	$(CC) $(ENGINE_STD_CFLAGS) -O3 -march=native -o $@ bench/train_step.c $(ENGINE_NN) test/engine/spm.o \
+	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/train_step.c $(ENGINE_NN) test/engine/spm.o \
 		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS)
 
 .PHONY: check-engine test demo
