@@ -22,7 +22,7 @@
 #define COLUMN_BLOCK 64
 
 /*
- * exp(x) for x <= 88.7 (x below -87.3 gives 0), relative error ~2e-7: Cody-Waite
+ * exp(x) for x <= 88.7 (x below -87.3 gives ~1e-38), relative error ~2e-7: Cody-Waite
  * range reduction x = n ln2 + r, |r| <= ln2/2, and a degree-6 Taylor polynomial
  * for e^r. Branch-free so that loops over it vectorize.
  */
@@ -39,8 +39,8 @@ fast_expf(float x)
 		int32_t		i;
 	}			u;
 
-	x = x < -87.3f ? -87.3f : x;
-	n = floorf(x * 1.44269504f + 0.5f);
+	x = x > -87.3f ? x : -87.3f;
+	n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;	/* round to nearest: 1.5 * 2^23 */
 	r = x - n * 0.693145752f - n * 1.42860677e-6f;
 	p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666672e-1f + r * (4.16666679e-2f +
 			r * (8.33333377e-3f + r * 1.38888892e-3f)))));
@@ -231,9 +231,14 @@ cpu_embed_backward(TfBackend *be, float *dembedding, const float *dout, const in
 static void
 cpu_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t stream)
 {
-	size_t		blocks = (n + 3) / 4;
-	float		keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+	long		full = (long) (n / 4);
+	float		keep_scale = 1.0f / (1.0f - p);
+	uint32_t	s0 = (uint32_t) stream,
+				s1 = (uint32_t) (stream >> 32),
+				k0 = (uint32_t) seed,
+				k1 = (uint32_t) (seed >> 32);
 	long		blk;
+	size_t		i;
 
 	if (p <= 0.0f)
 	{
@@ -241,21 +246,24 @@ cpu_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64
 			memcpy(out, x, n * sizeof(float));
 		return;
 	}
+	/* one Philox block gives the words of 4 consecutive elements (tf_random_u32) */
 #pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (blk = 0; blk < (long) blocks; blk++)
+	for (blk = 0; blk < full; blk++)
 	{
 		uint32_t	w[4];
-		size_t		i;
+		int			k;
 
-		tf_philox((uint32_t) blk, (uint32_t) ((uint64_t) blk >> 32), (uint32_t) stream,
-				  (uint32_t) (stream >> 32), (uint32_t) seed, (uint32_t) (seed >> 32), w);
-		for (i = (size_t) blk * 4; i < (size_t) blk * 4 + 4 && i < n; i++)
+		tf_philox((uint32_t) blk, (uint32_t) ((uint64_t) blk >> 32), s0, s1, k0, k1, w);
+		for (k = 0; k < 4; k++)
 		{
-			float		u = (float) (w[i & 3] >> 8) * (1.0f / 16777216.0f);
+			size_t		e = (size_t) blk * 4 + k;
+			float		u = (float) (w[k] >> 8) * (1.0f / 16777216.0f);
 
-			out[i] = u >= p ? x[i] * keep_scale : 0.0f;
+			out[e] = u >= p ? x[e] * keep_scale : 0.0f;
 		}
 	}
+	for (i = (size_t) full * 4; i < n; i++)
+		out[i] = tf_random_uniform(seed, stream, i) >= p ? x[i] * keep_scale : 0.0f;
 }
 
 static void
@@ -570,8 +578,10 @@ cpu_cross_entropy(TfBackend *be, float *lse, const float *logits, const int32_t 
 				lse[r] = 0.0f;
 				continue;
 			}
+#pragma omp simd reduction(max:mx)
 			for (j = 0; j < vocab; j++)
 				mx = x[j] > mx ? x[j] : mx;
+#pragma omp simd reduction(+:sum, sum_x)
 			for (j = 0; j < vocab; j++)
 			{
 				sum += fast_expf(x[j] - mx);

@@ -6,37 +6,6 @@
 #include <math.h>
 
 #define TWO_PI 6.283185307179586
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-void
-tf_philox(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
-		  uint32_t k0, uint32_t k1, uint32_t out[4])
-{
-	int			round;
-
-	for (round = 0; round < 10; round++)
-	{
-		uint64_t	p0 = (uint64_t) PHILOX_M0 * c0;
-		uint64_t	p1 = (uint64_t) PHILOX_M1 * c2;
-		uint32_t	n0 = (uint32_t) (p1 >> 32) ^ c1 ^ k0;
-		uint32_t	n2 = (uint32_t) (p0 >> 32) ^ c3 ^ k1;
-
-		c1 = (uint32_t) p1;
-		c3 = (uint32_t) p0;
-		c0 = n0;
-		c2 = n2;
-		k0 += PHILOX_W0;
-		k1 += PHILOX_W1;
-	}
-	out[0] = c0;
-	out[1] = c1;
-	out[2] = c2;
-	out[3] = c3;
-}
-
 uint32_t
 tf_random_u32(uint64_t seed, uint64_t stream, uint64_t index)
 {
