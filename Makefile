@@ -79,7 +79,7 @@ ENGINE_TEST_BIN = test/engine/run_tests
 # where it is installed); OPTFLAGS= builds a generic binary.
 OPTFLAGS ?= -march=native
 ENGINE_STD_CFLAGS = -std=c11 -O3 $(OPTFLAGS) -g -fopenmp $(WARNINGS) -Isrc -isystem $(OPENBLAS_INC)
-EXTRA_CLEAN += $(ENGINE_TEST_BIN) test/engine/spm.o
+EXTRA_CLEAN += $(ENGINE_TEST_BIN) test/engine/spm.o test/engine/spm_asan.o
 
 test/engine/spm.o: $(ENGINE_CXX) src/spm.h
 	$(CXX) -std=c++17 -O2 -g $(WARNINGS) -Isrc -c -o $@ $<
@@ -95,9 +95,22 @@ $(BENCH_BIN): bench/train_step.c $(ENGINE_NN) $(wildcard src/*.h) test/engine/sp
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/train_step.c $(ENGINE_NN) test/engine/spm.o \
 		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS)
 
-.PHONY: check-engine test demo
+# The same tests under AddressSanitizer and UndefinedBehaviorSanitizer.
+ENGINE_ASAN_BIN = test/engine/run_tests_asan
+EXTRA_CLEAN += $(ENGINE_ASAN_BIN)
+$(ENGINE_ASAN_BIN): $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) $(ENGINE_CXX) $(wildcard src/*.h)
+	$(CXX) -std=c++17 -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer $(WARNINGS) -Isrc \
+		-c -o test/engine/spm_asan.o $(ENGINE_CXX)
+	$(CC) $(ENGINE_STD_CFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all \
+		-o $@ $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) test/engine/spm_asan.o \
+		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS)
+
+.PHONY: check-engine check-engine-asan test demo
 check-engine: $(ENGINE_TEST_BIN)
 	./$(ENGINE_TEST_BIN) test/fixtures
+
+check-engine-asan: $(ENGINE_ASAN_BIN)
+	ASAN_OPTIONS=detect_leaks=1 ./$(ENGINE_ASAN_BIN) test/fixtures
 
 # The two commands at the top of the README.
 test:

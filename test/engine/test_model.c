@@ -535,4 +535,7 @@ test_model(const char *fixtures)
 	}
 	check_determinism();
 	check_bad_input();
+	while (fx.n > 0)
+		free(fx.t[--fx.n].data);
+	free(fx.t);
 }
