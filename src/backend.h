@@ -65,8 +65,8 @@ struct TfBackend
 	/* out[rows[i], :] = in[i, :] for i < n; other rows of out are left alone. */
 	void		(*scatter_rows) (TfBackend *be, float *out, const float *in, const int32_t *rows, int n, int d);
 
-	/* out[n, :] += bias (out [rows, cols]). */
-	void		(*add_bias) (TfBackend *be, float *out, const float *bias, int rows, int cols);
+	/* out[r, :] = bias for every row r (out [rows, cols]): the C of a GEMM with beta 1. */
+	void		(*bias_rows) (TfBackend *be, float *out, const float *bias, int rows, int cols);
 
 	/* dbias += column sums of dout [rows, cols]. */
 	void		(*bias_backward) (TfBackend *be, float *dbias, const float *dout, int rows, int cols);

@@ -129,19 +129,13 @@ cpu_scatter_rows(TfBackend *be, float *out, const float *in, const int32_t *rows
 }
 
 static void
-cpu_add_bias(TfBackend *be, float *out, const float *bias, int rows, int cols)
+cpu_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols)
 {
 	int			r;
 
 #pragma omp parallel for num_threads(nthreads(be)) schedule(static)
 	for (r = 0; r < rows; r++)
-	{
-		float	   *o = out + (size_t) r * cols;
-		int			c;
-
-		for (c = 0; c < cols; c++)
-			o[c] += bias[c];
-	}
+		memcpy(out + (size_t) r * cols, bias, (size_t) cols * sizeof(float));
 }
 
 static void
@@ -721,7 +715,7 @@ tf_backend_cpu_create(int threads)
 	be->gemm = cpu_gemm;
 	be->gather_rows = cpu_gather_rows;
 	be->scatter_rows = cpu_scatter_rows;
-	be->add_bias = cpu_add_bias;
+	be->bias_rows = cpu_bias_rows;
 	be->bias_backward = cpu_bias_backward;
 	be->embed = cpu_embed;
 	be->embed_backward = cpu_embed_backward;

@@ -413,12 +413,15 @@ prepare_batch(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 	return rc;
 }
 
-/* y[rows, out] = x[rows, in] W^T + b, W [out, in] as in nn.Linear. */
+/*
+ * y[rows, out] = x[rows, in] W^T + b, W [out, in] as in nn.Linear: the bias
+ * is the GEMM's initial C (beta 1), one pass instead of a zeroing and an add.
+ */
 static void
 linear(TfBackend *be, float *y, const float *x, const float *w, const float *bias, int rows, int in, int out)
 {
-	be->gemm(be, false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
-	be->add_bias(be, y, bias, rows, out);
+	be->bias_rows(be, y, bias, rows, out);
+	be->gemm(be, false, true, rows, out, in, 1.0f, x, in, w, in, 1.0f, y, out);
 }
 
 /*

@@ -212,7 +212,7 @@ static void
 check_simple_ops(TfBackend *be)
 {
 	enum {R = 5, D = 4, V = 6};
-	float		e[V * D], out[R * D], w[R * D], de[V * D] = {0}, bias[D] = {0}, dbias[D] = {0}, pe[3 * D];
+	float		e[V * D], out[R * D], w[R * D], de[V * D] = {0}, dbias[D] = {0}, pe[3 * D];
 	float		x[R * D], y[R * D], dx[R * D];
 	int32_t		ids[R] = {1, 5, 1, 0, 3};
 	int			i,
@@ -238,7 +238,9 @@ check_simple_ops(TfBackend *be)
 			s += w[i * D + j];
 		CHECK(fabsf(dbias[j] - s) < 1e-5f, "bias gradient column %d", j);
 	}
-	be->add_bias(be, out, bias, R, D);
+	be->bias_rows(be, out, dbias, R, D);
+	for (j = 0; j < D; j++)
+		CHECK(out[4 * D + j] == dbias[j], "bias_rows column %d", j);
 	fill(x, R * D);
 	be->relu(be, y, x, R * D);
 	be->relu_backward(be, dx, w, x, R * D);
