@@ -307,9 +307,11 @@ cpu_layernorm(TfBackend *be, float *out, float *mean, float *rstd, const float *
 					rs;
 		int			j;
 
+#pragma omp simd reduction(+:s)
 		for (j = 0; j < d; j++)
 			s += xr[j];
 		m = (float) (s / d);
+#pragma omp simd reduction(+:ss)
 		for (j = 0; j < d; j++)
 		{
 			double		t = xr[j] - m;
@@ -317,6 +319,7 @@ cpu_layernorm(TfBackend *be, float *out, float *mean, float *rstd, const float *
 			ss += t * t;
 		}
 		rs = (float) (1.0 / sqrt(ss / d + eps));
+#pragma omp simd
 		for (j = 0; j < d; j++)
 			o[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
 		mean[r] = m;
@@ -347,6 +350,7 @@ cpu_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, co
 						b;
 			int			j;
 
+#pragma omp simd reduction(+:sum_dxhat, sum_dxhat_xhat)
 			for (j = 0; j < d; j++)
 			{
 				float		xhat = (xr[j] - mean[r]) * rstd[r];
@@ -357,6 +361,7 @@ cpu_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, co
 			}
 			a = (float) (sum_dxhat / d);
 			b = (float) (sum_dxhat_xhat / d);
+#pragma omp simd
 			for (j = 0; j < d; j++)
 			{
 				float		xhat = (xr[j] - mean[r]) * rstd[r];
@@ -613,6 +618,7 @@ cpu_cross_entropy_backward(TfBackend *be, float *logits, const float *lse, const
 			memset(x, 0, (size_t) vocab * sizeof(float));
 			continue;
 		}
+#pragma omp simd
 		for (j = 0; j < vocab; j++)
 			x[j] = grad_scale * (fast_expf(x[j] - l) - smooth);
 		x[labels[r]] -= grad_scale * (1.0f - label_smoothing);
