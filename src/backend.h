@@ -15,16 +15,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Geometry of one multi-head attention call. */
+/*
+ * Geometry of one multi-head attention call over sentences of different
+ * lengths, packed without padding: sentence b's queries are rows
+ * q_start[b] .. q_start[b+1]-1, its keys rows k_start[b] .. k_start[b+1]-1,
+ * and its probabilities [heads, q len, k len] start at p_start[b]. The
+ * arrays are backend memory with batch + 1 entries.
+ */
 typedef struct TfAttentionShape
 {
 	int			batch;
 	int			num_heads;
 	int			head_dim;		/* d_k = d_v = d_model / num_heads */
-	int			q_len;			/* queries per sentence */
-	int			k_len;			/* keys per sentence */
+	const int32_t *q_start;
+	const int32_t *k_start;
+	const int64_t *p_start;
 	bool		causal;			/* query i sees keys 0..i only */
-	const uint8_t *key_pad;		/* [batch, k_len], 1 = padding (masked) */
 	float		dropout;		/* on the probabilities */
 	uint64_t	seed;
 	uint64_t	stream;
@@ -59,12 +65,6 @@ struct TfBackend
 						 float alpha, const float *a, int lda, const float *b, int ldb,
 						 float beta, float *c, int ldc);
 
-	/* out[i, :] = in[rows[i], :] for i < n (rows of width d). */
-	void		(*gather_rows) (TfBackend *be, float *out, const float *in, const int32_t *rows, int n, int d);
-
-	/* out[rows[i], :] = in[i, :] for i < n; other rows of out are left alone. */
-	void		(*scatter_rows) (TfBackend *be, float *out, const float *in, const int32_t *rows, int n, int d);
-
 	/* out[r, :] = bias for every row r (out [rows, cols]): the C of a GEMM with beta 1. */
 	void		(*bias_rows) (TfBackend *be, float *out, const float *bias, int rows, int cols);
 
@@ -72,11 +72,11 @@ struct TfBackend
 	void		(*bias_backward) (TfBackend *be, float *dbias, const float *dout, int rows, int cols);
 
 	/*
-	 * out[i, :] = E[ids[i], :] * scale + pe[i mod seq_len, :]. out [rows, d],
-	 * E [vocab, d], pe [>= seq_len, d] (tf_positional_encoding).
+	 * out[i, :] = E[ids[i], :] * scale + pe[positions[i], :]. out [rows, d],
+	 * E [vocab, d], pe [max position + 1, d] (tf_positional_encoding).
 	 */
-	void		(*embed) (TfBackend *be, float *out, const int32_t *ids, const float *embedding,
-						  const float *pe, int rows, int seq_len, int d, float scale);
+	void		(*embed) (TfBackend *be, float *out, const int32_t *ids, const int32_t *positions,
+						  const float *embedding, const float *pe, int rows, int d, float scale);
 
 	/* dE[ids[i], :] += scale * dout[i, :]. */
 	void		(*embed_backward) (TfBackend *be, float *dembedding, const float *dout,
@@ -108,10 +108,10 @@ struct TfBackend
 
 	/*
 	 * Scaled dot-product attention (paper eq. 1) for all heads:
-	 * ctx = Drop(softmax(Q K^T / sqrt(d_k) + mask)) V. q [batch*q_len, ldq],
-	 * k and v [batch*k_len, ldk] with head h in columns h*d_k .. (h+1)*d_k;
-	 * ctx [batch*q_len, num_heads*d_k]. probs [batch, heads, q_len, k_len]
-	 * keeps the softmax (before dropout) for the backward.
+	 * ctx = Drop(softmax(Q K^T / sqrt(d_k) + mask)) V, within each sentence.
+	 * q [query rows, ldq], k and v [key rows, ldk] with head h in columns
+	 * h*d_k .. (h+1)*d_k; ctx [query rows, num_heads*d_k]. probs keeps the
+	 * softmax (before dropout) for the backward, at shape->p_start.
 	 */
 	void		(*attention) (TfBackend *be, float *ctx, float *probs, const float *q, int ldq,
 							  const float *k, const float *v, int ldk, const TfAttentionShape *shape);

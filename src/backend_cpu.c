@@ -109,26 +109,6 @@ cpu_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float a
 }
 
 static void
-cpu_gather_rows(TfBackend *be, float *out, const float *in, const int32_t *rows, int n, int d)
-{
-	int			i;
-
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (i = 0; i < n; i++)
-		memcpy(out + (size_t) i * d, in + (size_t) rows[i] * d, (size_t) d * sizeof(float));
-}
-
-static void
-cpu_scatter_rows(TfBackend *be, float *out, const float *in, const int32_t *rows, int n, int d)
-{
-	int			i;
-
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (i = 0; i < n; i++)
-		memcpy(out + (size_t) rows[i] * d, in + (size_t) i * d, (size_t) d * sizeof(float));
-}
-
-static void
 cpu_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols)
 {
 	int			r;
@@ -177,8 +157,8 @@ tf_positional_encoding(float *pe, int positions, int d)
 }
 
 static void
-cpu_embed(TfBackend *be, float *out, const int32_t *ids, const float *embedding, const float *pe,
-		  int rows, int seq_len, int d, float scale)
+cpu_embed(TfBackend *be, float *out, const int32_t *ids, const int32_t *positions,
+		  const float *embedding, const float *pe, int rows, int d, float scale)
 {
 	int			r;
 
@@ -186,7 +166,7 @@ cpu_embed(TfBackend *be, float *out, const int32_t *ids, const float *embedding,
 	for (r = 0; r < rows; r++)
 	{
 		const float *e = embedding + (size_t) ids[r] * d;
-		const float *p = pe + (size_t) (r % seq_len) * d;
+		const float *p = pe + (size_t) positions[r] * d;
 		float	   *o = out + (size_t) r * d;
 		int			j;
 
@@ -423,11 +403,29 @@ kept(const TfAttentionShape *sh, size_t e)
 	return sh->dropout <= 0.0f || tf_random_uniform(sh->seed, sh->stream, e) >= sh->dropout;
 }
 
-/* True when key j is masked for query i of sentence b. */
-static inline bool
-masked(const TfAttentionShape *sh, int b, int i, int j)
+/* One (sentence, head) pair of an attention call. */
+typedef struct AttnPair
 {
-	return (sh->causal && j > i) || (sh->key_pad != NULL && sh->key_pad[(size_t) b * sh->k_len + j]);
+	int			lq,
+				lk;				/* query and key counts */
+	size_t		q_row,
+				k_row;			/* first query / key row */
+	size_t		p_off;			/* first probability of this head */
+} AttnPair;
+
+static inline AttnPair
+attn_pair(const TfAttentionShape *sh, int pair)
+{
+	int			b = pair / sh->num_heads;
+	int			h = pair % sh->num_heads;
+	AttnPair	a;
+
+	a.q_row = (size_t) sh->q_start[b];
+	a.k_row = (size_t) sh->k_start[b];
+	a.lq = sh->q_start[b + 1] - sh->q_start[b];
+	a.lk = sh->k_start[b + 1] - sh->k_start[b];
+	a.p_off = (size_t) sh->p_start[b] + (size_t) h * a.lq * a.lk;
+	return a;
 }
 
 static void
@@ -436,46 +434,54 @@ cpu_attention(TfBackend *be, float *ctx, float *probs, const float *q, int ldq,
 {
 	CpuState   *st = be->state;
 	int			pairs = sh->batch * sh->num_heads;
-	int			d = sh->num_heads * sh->head_dim;
-	float		scale = 1.0f / sqrtf((float) sh->head_dim);
-	size_t		plane = (size_t) sh->q_len * sh->k_len;
+	int			dk = sh->head_dim;
+	int			d = sh->num_heads * dk;
+	float		scale = 1.0f / sqrtf((float) dk);
 	int			pair;
 
 #pragma omp parallel for num_threads(st->threads) schedule(static)
 	for (pair = 0; pair < pairs; pair++)
 	{
-		int			b = pair / sh->num_heads;
+		AttnPair	a = attn_pair(sh, pair);
 		int			h = pair % sh->num_heads;
-		const float *qb = q + (size_t) b * sh->q_len * ldq + h * sh->head_dim;
-		const float *kb = k + (size_t) b * sh->k_len * ldk + h * sh->head_dim;
-		const float *vb = v + (size_t) b * sh->k_len * ldk + h * sh->head_dim;
-		float	   *p = probs + (size_t) pair * plane;
+		const float *qb = q + a.q_row * ldq + h * dk;
+		const float *kb = k + a.k_row * ldk + h * dk;
+		const float *vb = v + a.k_row * ldk + h * dk;
+		float	   *cb = ctx + a.q_row * d + h * dk;
+		float	   *p = probs + a.p_off;
 		float	   *pd = st->scratch + (size_t) omp_get_thread_num() * 2 * st->scratch_per_thread;
+		size_t		plane = (size_t) a.lq * a.lk;
 		int			i,
 					j;
 
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sh->q_len, sh->k_len, sh->head_dim,
-					scale, qb, ldq, kb, ldk, 0.0f, p, sh->k_len);
-		for (i = 0; i < sh->q_len; i++)
+		if (a.lq == 0)
+			continue;
+		if (a.lk == 0)
 		{
-			float	   *row = p + (size_t) i * sh->k_len;
+			for (i = 0; i < a.lq; i++)
+				memset(cb + (size_t) i * d, 0, dk * sizeof(float));
+			continue;
+		}
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a.lq, a.lk, dk,
+					scale, qb, ldq, kb, ldk, 0.0f, p, a.lk);
+		for (i = 0; i < a.lq; i++)
+		{
+			float	   *row = p + (size_t) i * a.lk;
+			int			visible = sh->causal && i + 1 < a.lk ? i + 1 : a.lk;
 			float		mx = -INFINITY;
 			double		sum = 0.0;
 
-			for (j = 0; j < sh->k_len; j++)
+			for (j = 0; j < visible; j++)
+				mx = row[j] > mx ? row[j] : mx;
+			for (j = 0; j < visible; j++)
 			{
-				if (masked(sh, b, i, j))
-					row[j] = -INFINITY;
-				else if (row[j] > mx)
-					mx = row[j];
-			}
-			for (j = 0; j < sh->k_len; j++)
-			{
-				row[j] = row[j] == -INFINITY ? 0.0f : expf(row[j] - mx);
+				row[j] = expf(row[j] - mx);
 				sum += row[j];
 			}
-			for (j = 0; j < sh->k_len; j++)
-				row[j] = sum > 0.0 ? (float) (row[j] / sum) : 0.0f;
+			for (j = 0; j < visible; j++)
+				row[j] = (float) (row[j] / sum);
+			for (j = visible; j < a.lk; j++)
+				row[j] = 0.0f;
 		}
 		if (sh->dropout > 0.0f)
 		{
@@ -483,11 +489,10 @@ cpu_attention(TfBackend *be, float *ctx, float *probs, const float *q, int ldq,
 			float		keep_scale = 1.0f / (1.0f - sh->dropout);
 
 			for (e = 0; e < plane; e++)
-				pd[e] = kept(sh, pair * plane + e) ? p[e] * keep_scale : 0.0f;
+				pd[e] = kept(sh, a.p_off + e) ? p[e] * keep_scale : 0.0f;
 		}
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sh->q_len, sh->head_dim, sh->k_len,
-					1.0f, sh->dropout > 0.0f ? pd : p, sh->k_len, vb, ldk, 0.0f,
-					ctx + (size_t) b * sh->q_len * d + h * sh->head_dim, d);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a.lq, dk, a.lk,
+					1.0f, sh->dropout > 0.0f ? pd : p, a.lk, vb, ldk, 0.0f, cb, d);
 	}
 }
 
@@ -498,55 +503,72 @@ cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const flo
 {
 	CpuState   *st = be->state;
 	int			pairs = sh->batch * sh->num_heads;
-	int			d = sh->num_heads * sh->head_dim;
-	float		scale = 1.0f / sqrtf((float) sh->head_dim);
-	size_t		plane = (size_t) sh->q_len * sh->k_len;
+	int			hd = sh->head_dim;
+	int			d = sh->num_heads * hd;
+	float		scale = 1.0f / sqrtf((float) hd);
+	float		keep_scale = sh->dropout > 0.0f ? 1.0f / (1.0f - sh->dropout) : 1.0f;
 	int			pair;
 
 #pragma omp parallel for num_threads(st->threads) schedule(static)
 	for (pair = 0; pair < pairs; pair++)
 	{
-		int			b = pair / sh->num_heads;
+		AttnPair	a = attn_pair(sh, pair);
 		int			h = pair % sh->num_heads;
-		size_t		qoff = (size_t) b * sh->q_len * ldq + h * sh->head_dim;
-		size_t		koff = (size_t) b * sh->k_len * ldk + h * sh->head_dim;
-		const float *dc = dctx + (size_t) b * sh->q_len * d + h * sh->head_dim;
-		const float *p = probs + (size_t) pair * plane;
+		size_t		qoff = a.q_row * ldq + h * hd;
+		size_t		koff = a.k_row * ldk + h * hd;
+		const float *dc = dctx + a.q_row * d + h * hd;
+		const float *p = probs + a.p_off;
 		float	   *pd = st->scratch + (size_t) omp_get_thread_num() * 2 * st->scratch_per_thread;
 		float	   *dp = pd + st->scratch_per_thread;
-		float		keep_scale = sh->dropout > 0.0f ? 1.0f / (1.0f - sh->dropout) : 1.0f;
+		size_t		plane = (size_t) a.lq * a.lk;
 		int			i,
 					j;
 		size_t		e;
 
+		if (a.lk == 0)
+		{
+			for (i = 0; i < a.lq; i++)
+				memset(dq + qoff + (size_t) i * ldq, 0, hd * sizeof(float));
+			continue;
+		}
+		if (a.lq == 0)
+		{
+			for (j = 0; j < a.lk; j++)
+			{
+				memset(dk + koff + (size_t) j * ldk, 0, hd * sizeof(float));
+				memset(dv + koff + (size_t) j * ldk, 0, hd * sizeof(float));
+			}
+			continue;
+		}
 		/* the dropped-out probabilities, recomputed from the generator */
 		for (e = 0; e < plane; e++)
-			pd[e] = kept(sh, pair * plane + e) ? p[e] * keep_scale : 0.0f;
+			pd[e] = kept(sh, a.p_off + e) ? p[e] * keep_scale : 0.0f;
 		/* dV = Pd^T dctx */
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, sh->k_len, sh->head_dim, sh->q_len,
-					1.0f, pd, sh->k_len, dc, d, 0.0f, dv + koff, ldk);
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a.lk, hd, a.lq,
+					1.0f, pd, a.lk, dc, d, 0.0f, dv + koff, ldk);
 		/* dPd = dctx V^T, then through the dropout mask */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sh->q_len, sh->k_len, sh->head_dim,
-					1.0f, dc, d, v + koff, ldk, 0.0f, dp, sh->k_len);
-		for (e = 0; e < plane; e++)
-			dp[e] = kept(sh, pair * plane + e) ? dp[e] * keep_scale : 0.0f;
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a.lq, a.lk, hd,
+					1.0f, dc, d, v + koff, ldk, 0.0f, dp, a.lk);
+		if (sh->dropout > 0.0f)
+			for (e = 0; e < plane; e++)
+				dp[e] = kept(sh, a.p_off + e) ? dp[e] * keep_scale : 0.0f;
 		/* softmax backward: dS = P * (dP - sum(dP * P)), times the 1/sqrt(d_k) scale */
-		for (i = 0; i < sh->q_len; i++)
+		for (i = 0; i < a.lq; i++)
 		{
-			const float *prow = p + (size_t) i * sh->k_len;
-			float	   *drow = dp + (size_t) i * sh->k_len;
+			const float *prow = p + (size_t) i * a.lk;
+			float	   *drow = dp + (size_t) i * a.lk;
 			double		dot = 0.0;
 
-			for (j = 0; j < sh->k_len; j++)
+			for (j = 0; j < a.lk; j++)
 				dot += (double) drow[j] * prow[j];
-			for (j = 0; j < sh->k_len; j++)
+			for (j = 0; j < a.lk; j++)
 				drow[j] = prow[j] * (drow[j] - (float) dot) * scale;
 		}
 		/* dQ = dS K, dK = dS^T Q */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sh->q_len, sh->head_dim, sh->k_len,
-					1.0f, dp, sh->k_len, k + koff, ldk, 0.0f, dq + qoff, ldq);
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, sh->k_len, sh->head_dim, sh->q_len,
-					1.0f, dp, sh->k_len, q + qoff, ldq, 0.0f, dk + koff, ldk);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a.lq, hd, a.lk,
+					1.0f, dp, a.lk, k + koff, ldk, 0.0f, dq + qoff, ldq);
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a.lk, hd, a.lq,
+					1.0f, dp, a.lk, q + qoff, ldq, 0.0f, dk + koff, ldk);
 	}
 }
 
@@ -719,8 +741,6 @@ tf_backend_cpu_create(int threads)
 	be->copy = cpu_copy_floats;
 	be->reserve = cpu_reserve;
 	be->gemm = cpu_gemm;
-	be->gather_rows = cpu_gather_rows;
-	be->scatter_rows = cpu_scatter_rows;
 	be->bias_rows = cpu_bias_rows;
 	be->bias_backward = cpu_bias_backward;
 	be->embed = cpu_embed;

@@ -6,7 +6,8 @@
  *
  * Parameters, gradients and both Adam moments are four allocations with the
  * same layout; named views (Hugging Face MarianMT names) point into them.
- * Activations live in one arena sized from the batch shape; it only grows.
+ * Activations live in one arena sized from the batch; it only grows. Batches
+ * are packed without padding (batch.c): no layer computes on padding.
  */
 #include "model.h"
 
@@ -217,10 +218,12 @@ tf_model_free(TfModel *m)
 		m->be->free(m->be, m->adam_v);
 		m->be->free(m->be, m->pe);
 		m->be->free(m->be, m->arena);
-		m->be->free(m->be, m->ids);
-		m->be->free(m->be, m->pads);
+		m->be->free(m->be, m->idx);
+		m->be->free(m->be, m->pstart);
 		tf_backend_cpu_free(m->be);
 	}
+	free(m->lay.ints);
+	free(m->lay.longs);
 	free(m->entries);
 	free(m->layer_off);
 	free(m->acts);
@@ -250,18 +253,19 @@ take(float *base, size_t *used, size_t n)
 }
 
 /*
- * Carves the activations of a [B, S, T] batch out of `base` (NULL: only
- * count) and returns the floats needed.
+ * Carves the activations of the current batch layout out of `base` (NULL:
+ * only count) and returns the floats needed.
  */
 static size_t
-layout_activations(TfModel *m, float *base, int B, int S, int T)
+layout_activations(TfModel *m, float *base)
 {
 	const TfConfig *c = &m->config;
+	const BatchLayout *lay = &m->lay;
+	const int64_t *P = lay->longs;	/* enc, dec, cross probability offsets */
 	size_t		d = c->d_model,
-				F = c->d_ff,
-				H = c->num_heads;
-	size_t		Ns = (size_t) B * S,
-				Nt = (size_t) B * T,
+				F = c->d_ff;
+	size_t		Ns = lay->Ns,
+				Nt = lay->Nt,
 				N = Ns > Nt ? Ns : Nt;
 	size_t		used = 0;
 	int			l;
@@ -274,7 +278,6 @@ layout_activations(TfModel *m, float *base, int B, int S, int T)
 		LayerActs  *a = &m->acts[l];
 		bool		dec = l >= c->num_encoder_layers;
 		size_t		rows = dec ? Nt : Ns;
-		size_t		len = dec ? (size_t) T : (size_t) S;
 
 		if (l == c->num_encoder_layers)
 		{
@@ -283,7 +286,7 @@ layout_activations(TfModel *m, float *base, int B, int S, int T)
 		}
 		a->x = x;
 		a->qkv = take(base, &used, rows * 3 * d);
-		a->probs = take(base, &used, (size_t) B * H * len * len);
+		a->probs = take(base, &used, (size_t) (dec ? P[2 * (lay->B + 1) - 1] : P[lay->B]));
 		a->ctx = take(base, &used, rows * d);
 		a->r_self = take(base, &used, rows * d);
 		a->mean_self = take(base, &used, rows);
@@ -293,7 +296,7 @@ layout_activations(TfModel *m, float *base, int B, int S, int T)
 		{
 			a->q_cross = take(base, &used, rows * d);
 			a->kv_cross = take(base, &used, Ns * 2 * d);
-			a->probs_cross = take(base, &used, (size_t) B * H * T * S);
+			a->probs_cross = take(base, &used, (size_t) P[3 * (lay->B + 1) - 1]);
 			a->ctx_cross = take(base, &used, rows * d);
 			a->r_cross = take(base, &used, rows * d);
 			a->mean_cross = take(base, &used, rows);
@@ -308,7 +311,6 @@ layout_activations(TfModel *m, float *base, int B, int S, int T)
 		a->out = take(base, &used, rows * d);
 		x = a->out;
 	}
-	m->dec_rows = take(base, &used, Nt * d);
 	m->logits = take(base, &used, Nt * c->vocab_size);
 	m->lse = take(base, &used, Nt);
 	m->tmp = take(base, &used, N * d);
@@ -322,14 +324,14 @@ layout_activations(TfModel *m, float *base, int B, int S, int T)
 	return used;
 }
 
-/* Makes the arena fit a [B, S, T] batch; grows only. */
+/* Makes the arena and the index buffers fit the current batch layout (they only grow), and uploads the layout. */
 static int
-ensure_arena(TfModel *m, int B, int S, int T, char *err, size_t errlen)
+ensure_arena(TfModel *m, char *err, size_t errlen)
 {
-	size_t		need = layout_activations(m, NULL, B, S, T);
-	size_t		ids = (size_t) B * S + 4 * (size_t) B * T;
-	size_t		pads = (size_t) B * S + (size_t) B * T;
-	size_t		plane = (size_t) (S > T ? S : T) * (S > T ? S : T);
+	const BatchLayout *lay = &m->lay;
+	size_t		need = layout_activations(m, NULL);
+	size_t		longs = 3 * (size_t) (lay->B + 1);
+	int			longest = lay->max_src > lay->max_tgt ? lay->max_src : lay->max_tgt;
 
 	if (need > m->arena_floats)
 	{
@@ -337,81 +339,39 @@ ensure_arena(TfModel *m, int B, int S, int T, char *err, size_t errlen)
 		m->arena = m->be->alloc(m->be, need * sizeof(float));
 		m->arena_floats = m->arena != NULL ? need : 0;
 	}
-	if (ids > m->ids_capacity)
+	if (lay->ints_used > m->idx_capacity)
 	{
-		m->be->free(m->be, m->ids);
-		m->be->free(m->be, m->pads);
-		m->ids = m->be->alloc(m->be, ids * sizeof(int32_t));
-		m->pads = m->be->alloc(m->be, pads);
-		m->ids_capacity = m->ids != NULL && m->pads != NULL ? ids : 0;
+		m->be->free(m->be, m->idx);
+		m->idx = m->be->alloc(m->be, lay->ints_used * sizeof(int32_t));
+		m->idx_capacity = m->idx != NULL ? lay->ints_used : 0;
 	}
-	if (m->arena == NULL || m->ids == NULL || m->pads == NULL || !m->be->reserve(m->be, plane))
+	if (longs > m->pstart_capacity)
 	{
-		snprintf(err, errlen, "out of memory for activations of a batch of %d x %d/%d tokens (%zu MB)",
-				 B, S, T, need * sizeof(float) >> 20);
-		m->arena_floats = 0;
-		m->ids_capacity = 0;
+		m->be->free(m->be, m->pstart);
+		m->pstart = m->be->alloc(m->be, longs * sizeof(int64_t));
+		m->pstart_capacity = m->pstart != NULL ? longs : 0;
+	}
+	if (m->arena == NULL || m->idx == NULL || m->pstart == NULL ||
+		!m->be->reserve(m->be, (size_t) longest * longest))
+	{
+		snprintf(err, errlen, "out of memory for the activations of %d source and %d target tokens (%zu MB)",
+				 lay->Ns, lay->Nt, need * sizeof(float) >> 20);
 		return TF_ERROR;
 	}
-	layout_activations(m, m->arena, B, S, T);
+	layout_activations(m, m->arena);
+	m->be->upload(m->be, m->idx, lay->ints, lay->ints_used * sizeof(int32_t));
+	m->be->upload(m->be, m->pstart, lay->longs, longs * sizeof(int64_t));
 	return TF_OK;
 }
 
-/*
- * Checks ids, builds the padding masks and the list of target rows with a
- * real (non-pad) label on the host, and uploads all of it.
- */
-static int
-prepare_batch(TfModel *m, const TfBatch *b, char *err, size_t errlen)
-{
-	const TfConfig *c = &m->config;
-	size_t		ns = (size_t) b->batch_size * b->src_len;
-	size_t		nt = (size_t) b->batch_size * b->tgt_len;
-	uint8_t    *pads = malloc(ns + nt);
-	int32_t    *rows = malloc(2 * nt * sizeof(int32_t));
-	size_t		i;
-	int			rc = TF_OK;
-
-	if (pads == NULL || rows == NULL)
-	{
-		free(pads);
-		free(rows);
-		snprintf(err, errlen, "out of memory");
-		return TF_ERROR;
-	}
-	m->label_rows = 0;
-	for (i = 0; i < ns + nt && rc == TF_OK; i++)
-	{
-		int32_t		id = i < ns ? b->src[i] : b->tgt_in[i - ns];
-		int32_t		label = i < ns ? c->pad_id : b->labels[i - ns];
-
-		if (id < 0 || id >= c->vocab_size || label < 0 || label >= c->vocab_size)
-		{
-			snprintf(err, errlen, "%s id %d at position %zu is out of range [0, %d)",
-					 i < ns ? "source" : (id < 0 || id >= c->vocab_size ? "target" : "label"),
-					 id < 0 || id >= c->vocab_size ? id : label, i < ns ? i : i - ns, c->vocab_size);
-			rc = TF_ERROR;
-		}
-		pads[i] = id == c->pad_id;
-		if (i >= ns && label != c->pad_id)
-		{
-			rows[m->label_rows] = (int32_t) (i - ns);
-			rows[nt + m->label_rows] = label;
-			m->label_rows++;
-		}
-	}
-	if (rc == TF_OK)
-	{
-		m->be->upload(m->be, m->ids, b->src, ns * sizeof(int32_t));
-		m->be->upload(m->be, m->ids + ns, b->tgt_in, nt * sizeof(int32_t));
-		m->be->upload(m->be, m->ids + ns + nt, rows, m->label_rows * sizeof(int32_t));
-		m->be->upload(m->be, m->ids + ns + 2 * nt, rows + nt, m->label_rows * sizeof(int32_t));
-		m->be->upload(m->be, m->pads, pads, ns + nt);
-	}
-	free(pads);
-	free(rows);
-	return rc;
-}
+/* Device pointers into the uploaded layout (see BatchLayout). */
+#define SRC_START(m) ((m)->idx)
+#define TGT_START(m) ((m)->idx + (m)->lay.B + 1)
+#define SRC_IDS(m) (TGT_START(m) + (m)->lay.B + 1)
+#define TGT_IDS(m) (SRC_IDS(m) + (m)->lay.Ns)
+#define LABELS(m) (TGT_IDS(m) + (m)->lay.Nt)
+#define SRC_POS(m) (LABELS(m) + (m)->lay.Nt)
+#define TGT_POS(m) (SRC_POS(m) + (m)->lay.Ns)
 
 /*
  * y[rows, out] = x[rows, in] W^T + b, W [out, in] as in nn.Linear: the bias
@@ -437,20 +397,29 @@ linear_backward(TfBackend *be, float *dx, float dx_beta, float *dw, float *db, c
 	be->gemm(be, false, false, rows, in, out, 1.0f, dy, out, w, in, dx_beta, dx, in);
 }
 
+/* Which attention of a layer. */
+typedef enum
+{
+	ATTN_ENCODER,
+	ATTN_DECODER_SELF,
+	ATTN_CROSS
+} AttnKind;
+
 /* Attention geometry for one call. */
 static TfAttentionShape
-attn_shape(const TfModel *m, int q_len, int k_len, bool causal, const uint8_t *key_pad, float p, uint32_t site)
+attn_shape(const TfModel *m, AttnKind kind, uint32_t site)
 {
 	TfAttentionShape s;
+	int			B1 = m->lay.B + 1;
 
-	s.batch = m->B;
+	s.batch = m->lay.B;
 	s.num_heads = m->config.num_heads;
 	s.head_dim = m->config.d_model / m->config.num_heads;
-	s.q_len = q_len;
-	s.k_len = k_len;
-	s.causal = causal;
-	s.key_pad = key_pad;
-	s.dropout = p;
+	s.q_start = kind == ATTN_ENCODER ? SRC_START(m) : TGT_START(m);
+	s.k_start = kind == ATTN_DECODER_SELF ? TGT_START(m) : SRC_START(m);
+	s.p_start = m->pstart + (kind == ATTN_ENCODER ? 0 : kind == ATTN_DECODER_SELF ? B1 : 2 * B1);
+	s.causal = kind == ATTN_DECODER_SELF;
+	s.dropout = m->p_attention;
 	s.seed = m->seed;
 	s.stream = tf_dropout_stream(m->forwards, site);
 	return s;
@@ -470,7 +439,7 @@ residual_norm(TfModel *m, float *out, float *mean, float *rstd, float *r, const 
 				  m->config.layer_norm_eps);
 }
 
-/* One encoder (cross == false) or decoder layer forward. */
+/* One encoder or decoder layer forward. */
 static void
 layer_forward(TfModel *m, int l)
 {
@@ -481,16 +450,14 @@ layer_forward(TfModel *m, int l)
 	bool		dec = l >= c->num_encoder_layers;
 	int			d = c->d_model,
 				F = c->d_ff;
-	int			len = dec ? m->T : m->S;
-	int			rows = m->B * len;
+	int			rows = dec ? m->lay.Nt : m->lay.Ns;
 	uint32_t	site = dec ? SITE_DEC_LAYER(l - c->num_encoder_layers) : SITE_ENC_LAYER(l);
-	const uint8_t *self_pad = dec ? m->pads + (size_t) m->B * m->S : m->pads;
 	TfAttentionShape sh;
 	const float *P = m->params;
 
 	/* self-attention */
 	linear(be, a->qkv, a->x, P + o->self.w_qkv, P + o->self.b_qkv, rows, d, 3 * d);
-	sh = attn_shape(m, len, len, dec, self_pad, m->p_attention, site + SITE_SELF_PROBS);
+	sh = attn_shape(m, dec ? ATTN_DECODER_SELF : ATTN_ENCODER, site + SITE_SELF_PROBS);
 	be->attention(be, a->ctx, a->probs, a->qkv, 3 * d, a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
 	linear(be, m->tmp, a->ctx, P + o->self.w_out, P + o->self.b_out, rows, d, d);
 	residual_norm(m, a->ln_self, a->mean_self, a->rstd_self, a->r_self, a->x, m->tmp,
@@ -499,12 +466,11 @@ layer_forward(TfModel *m, int l)
 	if (dec)
 	{
 		const float *enc_out = m->acts[c->num_encoder_layers - 1].out;
-		int			src_rows = m->B * m->S;
 
 		linear(be, a->q_cross, a->ln_self, P + o->cross.w_qkv, P + o->cross.b_qkv, rows, d, d);
 		linear(be, a->kv_cross, enc_out, P + o->cross.w_qkv + (size_t) d * d, P + o->cross.b_qkv + d,
-			   src_rows, d, 2 * d);
-		sh = attn_shape(m, m->T, m->S, false, m->pads, m->p_attention, site + SITE_CROSS_PROBS);
+			   m->lay.Ns, d, 2 * d);
+		sh = attn_shape(m, ATTN_CROSS, site + SITE_CROSS_PROBS);
 		be->attention(be, a->ctx_cross, a->probs_cross, a->q_cross, d, a->kv_cross, a->kv_cross + d,
 					  2 * d, &sh);
 		linear(be, m->tmp, a->ctx_cross, P + o->cross.w_out, P + o->cross.b_out, rows, d, d);
@@ -535,35 +501,10 @@ tf_model_forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, 
 	float		emb_scale = sqrtf((float) d);
 	int			l;
 	int			layers = c->num_encoder_layers + c->num_decoder_layers;
-	int32_t    *src,
-			   *tgt,
-			   *rows,
-			   *labels;
 
 	m->have_forward = false;
-	if (b->batch_size < 1 || b->src_len < 1 || b->tgt_len < 1)
-	{
-		snprintf(err, errlen, "empty batch: batch_size %d, src_len %d, tgt_len %d",
-				 b->batch_size, b->src_len, b->tgt_len);
+	if (tf_batch_layout(m, b, err, errlen) != TF_OK || ensure_arena(m, err, errlen) != TF_OK)
 		return TF_ERROR;
-	}
-	if (b->src_len > c->max_positions || b->tgt_len > c->max_positions)
-	{
-		snprintf(err, errlen, "sequence length %d exceeds max_positions %d",
-				 b->src_len > b->tgt_len ? b->src_len : b->tgt_len, c->max_positions);
-		return TF_ERROR;
-	}
-	if (ensure_arena(m, b->batch_size, b->src_len, b->tgt_len, err, errlen) != TF_OK)
-		return TF_ERROR;
-	m->B = b->batch_size;
-	m->S = b->src_len;
-	m->T = b->tgt_len;
-	if (prepare_batch(m, b, err, errlen) != TF_OK)
-		return TF_ERROR;
-	src = m->ids;
-	tgt = m->ids + (size_t) m->B * m->S;
-	rows = tgt + (size_t) m->B * m->T;
-	labels = rows + (size_t) m->B * m->T;
 	if (training)
 		m->forwards++;
 	m->training = training;
@@ -571,26 +512,24 @@ tf_model_forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, 
 	m->p_attention = training ? c->attention_dropout : 0.0f;
 	m->p_relu = training ? c->relu_dropout : 0.0f;
 
-	/* embeddings * sqrt(d) + positions, then dropout (section 3.4, 5.4) */
-	be->embed(be, m->enc_x0, src, m->params + m->off_embedding, m->pe, m->B * m->S, m->S, d, emb_scale);
-	be->dropout(be, m->enc_x0, m->enc_x0, (size_t) m->B * m->S * d, m->p_dropout, m->seed,
+	/* embeddings * sqrt(d) + positions, then dropout (sections 3.4, 3.5, 5.4) */
+	be->embed(be, m->enc_x0, SRC_IDS(m), SRC_POS(m), m->params + m->off_embedding, m->pe,
+			  m->lay.Ns, d, emb_scale);
+	be->dropout(be, m->enc_x0, m->enc_x0, (size_t) m->lay.Ns * d, m->p_dropout, m->seed,
 				tf_dropout_stream(m->forwards, SITE_ENC_EMBED));
-	be->embed(be, m->dec_x0, tgt, m->params + m->off_embedding, m->pe, m->B * m->T, m->T, d, emb_scale);
-	be->dropout(be, m->dec_x0, m->dec_x0, (size_t) m->B * m->T * d, m->p_dropout, m->seed,
+	be->embed(be, m->dec_x0, TGT_IDS(m), TGT_POS(m), m->params + m->off_embedding, m->pe,
+			  m->lay.Nt, d, emb_scale);
+	be->dropout(be, m->dec_x0, m->dec_x0, (size_t) m->lay.Nt * d, m->p_dropout, m->seed,
 				tf_dropout_stream(m->forwards, SITE_DEC_EMBED));
 	for (l = 0; l < layers; l++)
 		layer_forward(m, l);
 
-	/*
-	 * logits through the shared embedding (section 3.4), only for the rows
-	 * with a real label: padding costs no output-layer work
-	 */
-	be->gather_rows(be, m->dec_rows, m->acts[layers - 1].out, rows, m->label_rows, d);
-	be->gemm(be, false, true, m->label_rows, c->vocab_size, d, 1.0f, m->dec_rows, d,
+	/* logits through the shared embedding (section 3.4) and the label-smoothed loss */
+	be->gemm(be, false, true, m->lay.Nt, c->vocab_size, d, 1.0f, m->acts[layers - 1].out, d,
 			 m->params + m->off_embedding, d, 0.0f, m->logits, c->vocab_size);
 	*loss_sum = 0.0;
 	*tokens = 0;
-	be->cross_entropy(be, m->lse, m->logits, labels, m->label_rows, c->vocab_size, c->pad_id,
+	be->cross_entropy(be, m->lse, m->logits, LABELS(m), m->lay.Nt, c->vocab_size, c->pad_id,
 					  c->label_smoothing, loss_sum, tokens);
 	m->have_forward = true;
 	return TF_OK;
@@ -630,10 +569,8 @@ layer_backward(TfModel *m, int l)
 	bool		dec = l >= c->num_encoder_layers;
 	int			d = c->d_model,
 				F = c->d_ff;
-	int			len = dec ? m->T : m->S;
-	int			rows = m->B * len;
+	int			rows = dec ? m->lay.Nt : m->lay.Ns;
 	uint32_t	site = dec ? SITE_DEC_LAYER(l - c->num_encoder_layers) : SITE_ENC_LAYER(l);
-	const uint8_t *self_pad = dec ? m->pads + (size_t) m->B * m->S : m->pads;
 	const float *P = m->params;
 	float	   *G = m->grads;
 	const float *ffn_in = dec ? a->ln_cross : a->ln_self;
@@ -651,20 +588,19 @@ layer_backward(TfModel *m, int l)
 	if (dec)
 	{
 		const float *enc_out = m->acts[c->num_encoder_layers - 1].out;
-		int			src_rows = m->B * m->S;
 
 		/* g_a = d(r_cross) = d(ln_self) so far; tmp = d(cross out_proj output) */
 		residual_norm_backward(m, m->g_a, m->tmp, m->g_b, a->r_cross, a->mean_cross, a->rstd_cross,
 							   o->ln_cross_g, o->ln_cross_b, rows, site + SITE_CROSS_OUT);
 		linear_backward(be, m->g_ctx, 0.0f, G + o->cross.w_out, G + o->cross.b_out, m->tmp,
 						a->ctx_cross, P + o->cross.w_out, rows, d, d);
-		sh = attn_shape(m, m->T, m->S, false, m->pads, m->p_attention, site + SITE_CROSS_PROBS);
+		sh = attn_shape(m, ATTN_CROSS, site + SITE_CROSS_PROBS);
 		be->attention_backward(be, m->g_qkv, m->g_kv, m->g_kv + d, m->g_ctx, a->probs_cross,
 							   a->q_cross, d, a->kv_cross, a->kv_cross + d, 2 * d, &sh);
 		linear_backward(be, m->g_a, 1.0f, G + o->cross.w_qkv, G + o->cross.b_qkv, m->g_qkv,
 						a->ln_self, P + o->cross.w_qkv, rows, d, d);
 		linear_backward(be, m->g_enc, 1.0f, G + o->cross.w_qkv + (size_t) d * d, G + o->cross.b_qkv + d,
-						m->g_kv, enc_out, P + o->cross.w_qkv + (size_t) d * d, src_rows, d, 2 * d);
+						m->g_kv, enc_out, P + o->cross.w_qkv + (size_t) d * d, m->lay.Ns, d, 2 * d);
 		/* move d(ln_self) to g_b for the self-attention block */
 		be->copy(be, m->g_b, m->g_a, (size_t) rows * d);
 	}
@@ -674,7 +610,7 @@ layer_backward(TfModel *m, int l)
 						   o->ln_self_g, o->ln_self_b, rows, site + SITE_SELF_OUT);
 	linear_backward(be, m->g_ctx, 0.0f, G + o->self.w_out, G + o->self.b_out, m->tmp, a->ctx,
 					P + o->self.w_out, rows, d, d);
-	sh = attn_shape(m, len, len, dec, self_pad, m->p_attention, site + SITE_SELF_PROBS);
+	sh = attn_shape(m, dec ? ATTN_DECODER_SELF : ATTN_ENCODER, site + SITE_SELF_PROBS);
 	be->attention_backward(be, m->g_qkv, m->g_qkv + d, m->g_qkv + 2 * d, m->g_ctx, a->probs,
 						   a->qkv, 3 * d, a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
 	linear_backward(be, m->g_a, 1.0f, G + o->self.w_qkv, G + o->self.b_qkv, m->g_qkv, a->x,
@@ -689,12 +625,9 @@ tf_model_backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	int			d = c->d_model;
 	int			layers = c->num_encoder_layers + c->num_decoder_layers;
 	float		emb_scale = sqrtf((float) d);
+	int			Ns = m->lay.Ns,
+				Nt = m->lay.Nt;
 	int			l;
-	int32_t    *src = m->ids;
-	int32_t    *tgt = m->ids + (size_t) m->B * m->S;
-	int32_t    *rows = tgt + (size_t) m->B * m->T;
-	int32_t    *labels = rows + (size_t) m->B * m->T;
-	int			Nt = m->B * m->T;
 
 	if (!m->have_forward)
 	{
@@ -703,29 +636,27 @@ tf_model_backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	}
 	m->have_forward = false;
 
-	/* logits become grad_scale * d(loss_sum)/d(logits); back to the label rows, zero elsewhere */
-	be->cross_entropy_backward(be, m->logits, m->lse, labels, m->label_rows, c->vocab_size, c->pad_id,
+	/* logits become grad_scale * d(loss_sum)/d(logits) */
+	be->cross_entropy_backward(be, m->logits, m->lse, LABELS(m), Nt, c->vocab_size, c->pad_id,
 							   c->label_smoothing, grad_scale);
-	be->gemm(be, true, false, c->vocab_size, d, m->label_rows, 1.0f, m->logits, c->vocab_size,
-			 m->dec_rows, d, 1.0f, m->grads + m->off_embedding, d);
-	be->gemm(be, false, false, m->label_rows, d, c->vocab_size, 1.0f, m->logits, c->vocab_size,
-			 m->params + m->off_embedding, d, 0.0f, m->tmp, d);
-	be->zero(be, m->g_a, (size_t) Nt * d);
-	be->scatter_rows(be, m->g_a, m->tmp, rows, m->label_rows, d);
+	be->gemm(be, true, false, c->vocab_size, d, Nt, 1.0f, m->logits, c->vocab_size,
+			 m->acts[layers - 1].out, d, 1.0f, m->grads + m->off_embedding, d);
+	be->gemm(be, false, false, Nt, d, c->vocab_size, 1.0f, m->logits, c->vocab_size,
+			 m->params + m->off_embedding, d, 0.0f, m->g_a, d);
 
-	be->zero(be, m->g_enc, (size_t) m->B * m->S * d);
+	be->zero(be, m->g_enc, (size_t) Ns * d);
 	for (l = layers - 1; l >= c->num_encoder_layers; l--)
 		layer_backward(m, l);
 	be->dropout(be, m->g_a, m->g_a, (size_t) Nt * d, m->p_dropout, m->seed,
 				tf_dropout_stream(m->forwards, SITE_DEC_EMBED));
-	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, tgt, Nt, d, emb_scale);
+	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, TGT_IDS(m), Nt, d, emb_scale);
 
-	be->copy(be, m->g_a, m->g_enc, (size_t) m->B * m->S * d);
+	be->copy(be, m->g_a, m->g_enc, (size_t) Ns * d);
 	for (l = c->num_encoder_layers - 1; l >= 0; l--)
 		layer_backward(m, l);
-	be->dropout(be, m->g_a, m->g_a, (size_t) m->B * m->S * d, m->p_dropout, m->seed,
+	be->dropout(be, m->g_a, m->g_a, (size_t) Ns * d, m->p_dropout, m->seed,
 				tf_dropout_stream(m->forwards, SITE_ENC_EMBED));
-	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, src, m->B * m->S, d, emb_scale);
+	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, SRC_IDS(m), Ns, d, emb_scale);
 	return TF_OK;
 }
 

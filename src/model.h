@@ -50,15 +50,15 @@ typedef struct LayerActs
 {
 	float	   *x;				/* layer input [rows, d] */
 	float	   *qkv;			/* [rows, 3d] */
-	float	   *probs;			/* [B, H, len, len] softmax */
+	float	   *probs;			/* per sentence [H, len, len] softmax, back to back */
 	float	   *ctx;			/* [rows, d] */
 	float	   *r_self,
 			   *mean_self,
 			   *rstd_self,
 			   *ln_self;		/* residual sum, LayerNorm stats and output */
 	float	   *q_cross;		/* [rows, d] (decoder) */
-	float	   *kv_cross;		/* [B * S, 2d] (decoder) */
-	float	   *probs_cross;	/* [B, H, T, S] (decoder) */
+	float	   *kv_cross;		/* [Ns, 2d] (decoder) */
+	float	   *probs_cross;	/* per sentence [H, tgt len, src len] (decoder) */
 	float	   *ctx_cross;
 	float	   *r_cross,
 			   *mean_cross,
@@ -71,6 +71,30 @@ typedef struct LayerActs
 			   *rstd_ffn;
 	float	   *out;			/* layer output [rows, d] */
 } LayerActs;
+
+/*
+ * The padding-free layout of the current batch (batch.c). Host staging:
+ * ints = src_start [B+1], tgt_start [B+1], src ids [Ns], tgt ids [Nt],
+ * labels [Nt], src positions [Ns], tgt positions [Nt]; longs = offsets of
+ * the encoder self, decoder self and cross attention probabilities
+ * [3 x (B+1)]. The model keeps a device copy of both with the same layout.
+ */
+typedef struct BatchLayout
+{
+	int			B;
+	int			Ns,
+				Nt;				/* real source / target tokens */
+	int			max_src,
+				max_tgt;		/* longest sentence of each side */
+	int32_t    *ints;
+	size_t		ints_used,
+				ints_capacity;
+	int64_t    *longs;
+	size_t		longs_capacity;
+} BatchLayout;
+
+/* Checks a padded batch and builds m->lay; TF_ERROR with a message naming the problem. */
+int			tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen);
 
 struct TfModel
 {
@@ -91,21 +115,18 @@ struct TfModel
 			   *adam_v;
 	float	   *pe;				/* positional encoding [max_positions, d_model] */
 
-	/* activation arena for the current batch shape */
-	int			B,
-				S,
-				T;
+	/* the current batch, and the arena of its activations */
+	BatchLayout lay;
+	int32_t    *idx;			/* device copy of lay.ints */
+	int64_t    *pstart;			/* device copy of lay.longs */
+	size_t		idx_capacity,
+				pstart_capacity;
 	float	   *arena;
 	size_t		arena_floats;
-	int32_t    *ids;			/* src [B*S], tgt_in [B*T], label rows [B*T], their labels [B*T] */
-	int			label_rows;		/* target positions with a real label */
-	uint8_t    *pads;			/* src [B*S], tgt_in [B*T]: 1 = pad */
-	size_t		ids_capacity;
 	LayerActs  *acts;
 	float	   *enc_x0,
 			   *dec_x0,
-			   *dec_rows,		/* decoder output at the label rows [label_rows, d] */
-			   *logits,			/* [label_rows, vocab] */
+			   *logits,			/* [Nt, vocab] */
 			   *lse,			/* log-sum-exp of each logits row */
 			   *tmp;
 	float	   *g_a,

@@ -49,7 +49,11 @@ void		tf_config_small(TfConfig *config, int vocab_size);
 /* TF_OK, or TF_ERROR with a message naming the first invalid field. */
 int			tf_config_validate(const TfConfig *config, char *err, size_t errlen);
 
-/* A padded batch of sentence pairs (host memory, int32 ids). */
+/*
+ * A padded batch of sentence pairs (host memory, int32 ids). Padding (pad_id)
+ * must come after a row's tokens, and labels must be padded exactly where
+ * tgt_in is. The engine packs the sentences without their padding.
+ */
 typedef struct TfBatch
 {
 	int			batch_size;
@@ -106,8 +110,9 @@ size_t		tf_model_num_parameters(const TfModel *model);
  * summed label-smoothed cross-entropy over non-pad labels to *loss_sum
  * (nats) and their number to *tokens, so the mean is loss_sum / tokens.
  * The logits stay available through tf_model_logits until the backward.
- * Errors: ids out of [0, vocab_size), lengths over max_positions, empty
- * batch, no memory.
+ * Errors: ids out of [0, vocab_size), sentences longer than max_positions,
+ * padding inside a sentence, labels not aligned with tgt_in, an empty batch,
+ * no memory.
  */
 int			tf_model_forward(TfModel *model, const TfBatch *batch, bool training,
 							 double *loss_sum, int64_t *tokens, char *err, size_t errlen);

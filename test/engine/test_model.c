@@ -500,7 +500,10 @@ check_bad_input(void)
 	CHECK(tf_model_backward(m, 1.0f, err, sizeof(err)) == TF_ERROR, "backward without forward accepted");
 	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR &&
 		  strstr(err, "max_positions") != NULL, "length 8 > max_positions 6 accepted: %s", err);
-	b.src_len = b.tgt_len = 6;
+	tf_model_free(m);
+
+	c.max_positions = 64;
+	m = tf_model_create(&c, 1, 1, err, sizeof(err));
 	src[5] = 64;
 	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR && strstr(err, "64") != NULL,
 		  "source id 64 of vocab 64 accepted: %s", err);
@@ -512,11 +515,20 @@ check_bad_input(void)
 	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR && strstr(err, "1000") != NULL,
 		  "label 1000 accepted: %s", err);
 	lab[2] = 5;
+	src[8 + 2] = 0;				/* padding inside sentence 1's source */
+	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR && strstr(err, "padding") != NULL,
+		  "padding inside a sentence accepted: %s", err);
+	src[8 + 2] = 5;
+	lab[3 * 8 + 5] = 7;			/* a label where sentence 3's target input is padding */
+	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR && strstr(err, "labels") != NULL,
+		  "labels not aligned with the target accepted: %s", err);
+	lab[3 * 8 + 5] = 0;
 	b.batch_size = 0;
 	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR && strstr(err, "empty") != NULL,
 		  "an empty batch accepted: %s", err);
 	b.batch_size = 4;
 	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_OK, "a fixed batch failed: %s", err);
+	CHECK(tokens == 8 + 7 + 6 + 5, "%lld target tokens, expected 26", (long long) tokens);
 	tf_model_free(m);
 }
 

@@ -135,36 +135,63 @@ attn_loss(void *arg)
 	AttnCtx    *c = arg;
 
 	c->be->attention(c->be, c->ctx, c->probs, c->q, c->ldq, c->k, c->v, c->ldk, &c->sh);
-	return dot(c->w, c->ctx, (size_t) c->sh.batch * c->sh.q_len * c->sh.num_heads * c->sh.head_dim);
+	return dot(c->w, c->ctx, (size_t) c->sh.q_start[c->sh.batch] * c->sh.num_heads * c->sh.head_dim);
 }
 
 static void
-check_attention(TfBackend *be, bool causal, float dropout)
+check_attention(TfBackend *be, bool causal, bool cross, float dropout)
 {
-	enum {B = 2, H = 2, DK = 3, LQ = 4, LK = 4, D = H * DK};
-	float		q[B * LQ * D], k[B * LK * D], v[B * LK * D], w[B * LQ * D], ctx[B * LQ * D];
-	float		probs[B * H * LQ * LK], dq[B * LQ * D], dk[B * LK * D], dv[B * LK * D];
-	uint8_t		pad[B * LK] = {0, 0, 0, 0, 0, 0, 1, 1};
-	AttnCtx		c = {be, q, k, v, w, ctx, probs, {B, H, DK, LQ, LK, causal, pad, dropout, 5, 77}, D, D};
+	enum {B = 2, H = 2, DK = 3, D = H * DK, MAXQ = 4, MAXK = 4};
+	/* sentence 0: 4 queries, 4 keys; sentence 1: 3 queries, 2 keys (cross) or 3 (self) */
+	int32_t		q_start[B + 1] = {0, 4, 7};
+	int32_t		k_start[B + 1] = {0, 4, cross ? 6 : 7};
+	int64_t		p_start[B + 1] = {0, H * 4 * 4, H * 4 * 4 + H * 3 * (cross ? 2 : 3)};
+	float		q[7 * D], k[7 * D], v[7 * D], w[7 * D], ctx[7 * D];
+	float		probs[H * 4 * 4 + H * 3 * 3], dq[7 * D], dk[7 * D], dv[7 * D];
+	int			nk = k_start[B];
+	AttnCtx		c = {be, q, k, v, w, ctx, probs, {B, H, DK, q_start, k_start, p_start, causal, dropout, 5, 77}, D, D};
 	char		what[64];
 
-	be->reserve(be, LQ * LK);
+	be->reserve(be, MAXQ * MAXK);
 	fill(q, sizeof(q) / 4);
 	fill(k, sizeof(k) / 4);
 	fill(v, sizeof(v) / 4);
 	fill(w, sizeof(w) / 4);
 	attn_loss(&c);
 	be->attention_backward(be, dq, dk, dv, w, probs, q, D, k, v, D, &c.sh);
-	snprintf(what, sizeof(what), "attention%s dropout %.1f dq", causal ? " causal" : "", dropout);
-	fd_check(what, q, dq, sizeof(q) / 4, attn_loss, &c);
+	snprintf(what, sizeof(what), "attention%s%s dropout %.1f dq", causal ? " causal" : "",
+			 cross ? " cross" : "", dropout);
+	fd_check(what, q, dq, 7 * D, attn_loss, &c);
 	what[strlen(what) - 1] = 'k';
-	fd_check(what, k, dk, sizeof(k) / 4, attn_loss, &c);
+	fd_check(what, k, dk, (size_t) nk * D, attn_loss, &c);
 	what[strlen(what) - 1] = 'v';
-	fd_check(what, v, dv, sizeof(v) / 4, attn_loss, &c);
-	/* masked keys get no probability and padded keys no gradient */
-	CHECK(probs[1] == 0.0f || !causal, "causal mask leaks: query 0 sees key 1 (%g)", probs[1]);
-	CHECK(probs[(size_t) (1 * H) * LQ * LK + 2] == 0.0f, "padding mask leaks (%g)", probs[(size_t) (1 * H) * LQ * LK + 2]);
-	CHECK(dk[(1 * LK + 2) * D] == 0.0f && dv[(1 * LK + 3) * D + 1] == 0.0f, "padded keys receive gradient");
+	fd_check(what, v, dv, (size_t) nk * D, attn_loss, &c);
+	/* a causal query sees no later key; every probability row sums to 1 */
+	CHECK(!causal || probs[1] == 0.0f, "causal mask leaks: query 0 sees key 1 (%g)", probs[1]);
+	{
+		int			r,
+					j;
+		int64_t		total = p_start[B];
+		int			rows_checked = 0;
+
+		for (r = 0; r < B; r++)
+		{
+			int			lq = q_start[r + 1] - q_start[r],
+						lk = k_start[r + 1] - k_start[r],
+						row;
+
+			for (row = 0; row < H * lq; row++)
+			{
+				double		sum = 0.0;
+
+				for (j = 0; j < lk; j++)
+					sum += probs[p_start[r] + (int64_t) row * lk + j];
+				CHECK(fabs(sum - 1.0) < 1e-5, "probability row %d of sentence %d sums to %g", row, r, sum);
+				rows_checked++;
+			}
+		}
+		CHECK(rows_checked == H * 7 && total > 0, "checked %d probability rows", rows_checked);
+	}
 }
 
 /* ---- label-smoothed cross-entropy ---- */
@@ -213,6 +240,7 @@ check_simple_ops(TfBackend *be)
 {
 	enum {R = 5, D = 4, V = 6};
 	float		e[V * D], out[R * D], w[R * D], de[V * D] = {0}, dbias[D] = {0}, pe[3 * D];
+	int32_t		pos[R] = {0, 1, 2, 0, 1};
 	float		x[R * D], y[R * D], dx[R * D];
 	int32_t		ids[R] = {1, 5, 1, 0, 3};
 	int			i,
@@ -222,7 +250,7 @@ check_simple_ops(TfBackend *be)
 	fill(e, V * D);
 	fill(w, R * D);
 	tf_positional_encoding(pe, 3, D);
-	be->embed(be, out, ids, e, pe, R, 3, D, 2.0f);
+	be->embed(be, out, ids, pos, e, pe, R, D, 2.0f);
 	CHECK(fabsf(out[3 * D + 1] - (e[0 * D + 1] * 2.0f + 1.0f)) < 1e-6f,
 		  "position 0 column 1 should add cos(0) = 1");
 	be->embed_backward(be, de, w, ids, R, D, 2.0f);
@@ -273,9 +301,11 @@ test_ops(const char *fixtures)
 
 	(void) fixtures;
 	check_layernorm(be);
-	check_attention(be, false, 0.0f);
-	check_attention(be, true, 0.0f);
-	check_attention(be, true, 0.3f);
+	check_attention(be, false, false, 0.0f);
+	check_attention(be, true, false, 0.0f);
+	check_attention(be, true, false, 0.3f);
+	check_attention(be, false, true, 0.0f);
+	check_attention(be, false, true, 0.3f);
 	check_cross_entropy(be);
 	check_simple_ops(be);
 	tf_backend_cpu_free(be);

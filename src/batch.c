@@ -1,0 +1,173 @@
+/*
+ * batch.c - turns a padded TfBatch into the engine's padding-free layout:
+ * the real tokens of all sentences back to back, each with its position,
+ * the first row of every sentence, and where every sentence's attention
+ * probabilities start. No layer computes anything for padding.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model.h"
+
+/* Length of row r of ids [rows, len] before its padding; -1 when padding is followed by a token. */
+static int
+row_length(const int32_t *ids, int len, int pad_id)
+{
+	int			n = 0,
+				t;
+
+	while (n < len && ids[n] != pad_id)
+		n++;
+	for (t = n; t < len; t++)
+		if (ids[t] != pad_id)
+			return -1;
+	return n;
+}
+
+/* Grows the host staging buffers to hold `ints` int32 and `longs` int64 values. */
+static int
+grow_staging(BatchLayout *lay, size_t ints, size_t longs)
+{
+	if (ints > lay->ints_capacity)
+	{
+		int32_t    *p = realloc(lay->ints, ints * sizeof(int32_t));
+
+		if (p == NULL)
+			return TF_ERROR;
+		lay->ints = p;
+		lay->ints_capacity = ints;
+	}
+	if (longs > lay->longs_capacity)
+	{
+		int64_t    *p = realloc(lay->longs, longs * sizeof(int64_t));
+
+		if (p == NULL)
+			return TF_ERROR;
+		lay->longs = p;
+		lay->longs_capacity = longs;
+	}
+	return TF_OK;
+}
+
+int
+tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen)
+{
+	const TfConfig *c = &m->config;
+	BatchLayout *lay = &m->lay;
+	int			B = b->batch_size;
+	int			H = c->num_heads;
+	int			r,
+				t;
+	int32_t    *src_ids,
+			   *tgt_ids,
+			   *labels,
+			   *src_pos,
+			   *tgt_pos,
+			   *src_start,
+			   *tgt_start;
+	int64_t    *enc_p,
+			   *dec_p,
+			   *cross_p;
+
+	if (B < 1 || b->src_len < 1 || b->tgt_len < 1)
+	{
+		snprintf(err, errlen, "empty batch: batch_size %d, src_len %d, tgt_len %d",
+				 B, b->src_len, b->tgt_len);
+		return TF_ERROR;
+	}
+	if (grow_staging(lay, 2 * (size_t) B * b->src_len + 3 * (size_t) B * b->tgt_len + 2 * (size_t) (B + 1),
+					 3 * (size_t) (B + 1)) != TF_OK)
+	{
+		snprintf(err, errlen, "out of memory for a batch of %d sentences", B);
+		return TF_ERROR;
+	}
+
+	/* lengths, checks, and the per-sentence offsets */
+	src_start = lay->ints;
+	tgt_start = src_start + B + 1;
+	enc_p = lay->longs;
+	dec_p = enc_p + B + 1;
+	cross_p = dec_p + B + 1;
+	src_start[0] = tgt_start[0] = 0;
+	enc_p[0] = dec_p[0] = cross_p[0] = 0;
+	lay->max_src = lay->max_tgt = 0;
+	for (r = 0; r < B; r++)
+	{
+		int			ls = row_length(b->src + (size_t) r * b->src_len, b->src_len, c->pad_id);
+		int			lt = row_length(b->tgt_in + (size_t) r * b->tgt_len, b->tgt_len, c->pad_id);
+		int			ll = row_length(b->labels + (size_t) r * b->tgt_len, b->tgt_len, c->pad_id);
+
+		if (ls < 0 || lt < 0 || ll < 0)
+		{
+			snprintf(err, errlen, "sentence %d has padding before a token in its %s", r,
+					 ls < 0 ? "source" : lt < 0 ? "target input" : "labels");
+			return TF_ERROR;
+		}
+		if (ll != lt)
+		{
+			snprintf(err, errlen, "sentence %d has %d target inputs but %d labels", r, lt, ll);
+			return TF_ERROR;
+		}
+		if (ls > c->max_positions || lt > c->max_positions)
+		{
+			snprintf(err, errlen, "sentence %d has length %d, over max_positions %d", r,
+					 ls > lt ? ls : lt, c->max_positions);
+			return TF_ERROR;
+		}
+		src_start[r + 1] = src_start[r] + ls;
+		tgt_start[r + 1] = tgt_start[r] + lt;
+		enc_p[r + 1] = enc_p[r] + (int64_t) H * ls * ls;
+		dec_p[r + 1] = dec_p[r] + (int64_t) H * lt * lt;
+		cross_p[r + 1] = cross_p[r] + (int64_t) H * lt * ls;
+		lay->max_src = ls > lay->max_src ? ls : lay->max_src;
+		lay->max_tgt = lt > lay->max_tgt ? lt : lay->max_tgt;
+	}
+	lay->B = B;
+	lay->Ns = src_start[B];
+	lay->Nt = tgt_start[B];
+	if (lay->Ns == 0 || lay->Nt == 0)
+	{
+		snprintf(err, errlen, "empty batch: no %s tokens", lay->Ns == 0 ? "source" : "target");
+		return TF_ERROR;
+	}
+
+	/* the tokens, back to back, with their positions */
+	src_ids = tgt_start + B + 1;
+	tgt_ids = src_ids + lay->Ns;
+	labels = tgt_ids + lay->Nt;
+	src_pos = labels + lay->Nt;
+	tgt_pos = src_pos + lay->Ns;
+	for (r = 0; r < B; r++)
+	{
+		for (t = 0; t < src_start[r + 1] - src_start[r]; t++)
+		{
+			int32_t		id = b->src[(size_t) r * b->src_len + t];
+
+			if (id < 0 || id >= c->vocab_size)
+			{
+				snprintf(err, errlen, "source id %d of sentence %d is out of range [0, %d)", id, r, c->vocab_size);
+				return TF_ERROR;
+			}
+			src_ids[src_start[r] + t] = id;
+			src_pos[src_start[r] + t] = t;
+		}
+		for (t = 0; t < tgt_start[r + 1] - tgt_start[r]; t++)
+		{
+			int32_t		id = b->tgt_in[(size_t) r * b->tgt_len + t];
+			int32_t		label = b->labels[(size_t) r * b->tgt_len + t];
+
+			if (id < 0 || id >= c->vocab_size || label < 0 || label >= c->vocab_size)
+			{
+				snprintf(err, errlen, "%s id %d of sentence %d is out of range [0, %d)",
+						 id < 0 || id >= c->vocab_size ? "target" : "label",
+						 id < 0 || id >= c->vocab_size ? id : label, r, c->vocab_size);
+				return TF_ERROR;
+			}
+			tgt_ids[tgt_start[r] + t] = id;
+			labels[tgt_start[r] + t] = label;
+			tgt_pos[tgt_start[r] + t] = t;
+		}
+	}
+	lay->ints_used = (size_t) (tgt_pos + lay->Nt - lay->ints);
+	return TF_OK;
+}
