@@ -51,9 +51,9 @@ struct TfBackend
 	void		(*copy) (TfBackend *be, float *dst, const float *src, size_t n);
 
 	/*
-	 * Reserves working memory for attention over [q_len, k_len] planes of
-	 * up to `plane` elements; false when out of memory. Called before
-	 * attention or attention_backward on a larger shape.
+	 * Reserves working memory for attention planes [queries, keys] of up to
+	 * `plane` elements (the longest sentence squared); false when out of
+	 * memory. Called before attention or attention_backward on longer sentences.
 	 */
 	bool		(*reserve) (TfBackend *be, size_t plane);
 

@@ -379,7 +379,7 @@ cpu_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, co
 	}
 }
 
-/* Grows the attention scratch to two [q_len, k_len] matrices per thread; false when out of memory. */
+/* Grows the attention scratch to two planes of `per_thread` floats per thread; false when out of memory. */
 static bool
 cpu_reserve(TfBackend *be, size_t per_thread)
 {

@@ -127,7 +127,7 @@ int			tf_model_backward(TfModel *model, float grad_scale, char *err, size_t errl
 /*
  * Logits of the last forward, for the target positions whose label is not
  * padding, in batch order: [non-pad labels, vocab_size] (backend memory,
- * host memory on the CPU backend). Padding costs no output-layer work.
+ * host memory on the CPU backend).
  */
 const float *tf_model_logits(const TfModel *model);
 
