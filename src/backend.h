@@ -84,10 +84,15 @@ struct TfBackend
 
 	/*
 	 * out = x * keep / (1 - p), keep = uniform(seed, stream, i) >= p; with
-	 * p = 0 a copy. out may equal x. The backward applies the same mask.
+	 * p = 0 a copy. out may equal x. When keep_mask is not NULL it receives
+	 * the mask (1 = kept) for dropout_backward.
 	 */
 	void		(*dropout) (TfBackend *be, float *out, const float *x, size_t n, float p,
-							uint64_t seed, uint64_t stream);
+							uint64_t seed, uint64_t stream, uint8_t *keep_mask);
+
+	/* dx = dout * keep / (1 - p) with the mask of the forward (dx may equal dout). */
+	void		(*dropout_backward) (TfBackend *be, float *dx, const float *dout, size_t n, float p,
+									 const uint8_t *keep_mask);
 
 	/* out = a + b (n elements; out may equal a or b). */
 	void		(*add) (TfBackend *be, float *out, const float *a, const float *b, size_t n);
@@ -125,18 +130,20 @@ struct TfBackend
 	/*
 	 * Label-smoothed cross-entropy (PyTorch's definition, q = (1 - eps) onehot
 	 * + eps / V) of logits [rows, vocab] against labels; rows whose label is
-	 * pad_id are ignored. Writes each row's log-sum-exp to lse [rows], adds
-	 * the summed loss to *loss_sum and the counted rows to *tokens.
+	 * pad_id are ignored. Adds the summed loss to *loss_sum and the counted
+	 * rows to *tokens. With inv_sum != NULL (training) each logit is replaced
+	 * by exp(logit - row max) and inv_sum [rows] receives 1 / the row's sum
+	 * of those, for cross_entropy_backward; otherwise the logits are kept.
 	 */
-	void		(*cross_entropy) (TfBackend *be, float *lse, const float *logits, const int32_t *labels,
+	void		(*cross_entropy) (TfBackend *be, float *logits, float *inv_sum, const int32_t *labels,
 								  int rows, int vocab, int pad_id, float label_smoothing,
 								  double *loss_sum, int64_t *tokens);
 
 	/*
-	 * Replaces logits by grad_scale * d(loss)/d(logits) = grad_scale *
-	 * (softmax - q), zero on ignored rows, using the lse of cross_entropy.
+	 * Turns what cross_entropy(inv_sum) left into grad_scale * dloss/dlogits
+	 * = grad_scale * (softmax - q), zero on ignored rows.
 	 */
-	void		(*cross_entropy_backward) (TfBackend *be, float *logits, const float *lse,
+	void		(*cross_entropy_backward) (TfBackend *be, float *logits, const float *inv_sum,
 										   const int32_t *labels, int rows, int vocab, int pad_id,
 										   float label_smoothing, float grad_scale);
 

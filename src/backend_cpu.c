@@ -203,7 +203,8 @@ cpu_embed_backward(TfBackend *be, float *dembedding, const float *dout, const in
 }
 
 static void
-cpu_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t stream)
+cpu_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t stream,
+			uint8_t *keep_mask)
 {
 	long		full = (long) (n / 4);
 	float		keep_scale = 1.0f / (1.0f - p);
@@ -231,13 +232,38 @@ cpu_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64
 		for (k = 0; k < 4; k++)
 		{
 			size_t		e = (size_t) blk * 4 + k;
-			float		u = (float) (w[k] >> 8) * (1.0f / 16777216.0f);
+			bool		keep = (float) (w[k] >> 8) * (1.0f / 16777216.0f) >= p;
 
-			out[e] = u >= p ? x[e] * keep_scale : 0.0f;
+			out[e] = keep ? x[e] * keep_scale : 0.0f;
+			if (keep_mask != NULL)
+				keep_mask[e] = keep;
 		}
 	}
 	for (i = (size_t) full * 4; i < n; i++)
-		out[i] = tf_random_uniform(seed, stream, i) >= p ? x[i] * keep_scale : 0.0f;
+	{
+		bool		keep = tf_random_uniform(seed, stream, i) >= p;
+
+		out[i] = keep ? x[i] * keep_scale : 0.0f;
+		if (keep_mask != NULL)
+			keep_mask[i] = keep;
+	}
+}
+
+static void
+cpu_dropout_backward(TfBackend *be, float *dx, const float *dout, size_t n, float p, const uint8_t *keep_mask)
+{
+	float		keep_scale = 1.0f / (1.0f - p);
+	long		i;
+
+	if (p <= 0.0f)
+	{
+		if (dx != dout)
+			memcpy(dx, dout, n * sizeof(float));
+		return;
+	}
+#pragma omp parallel for simd num_threads(nthreads(be)) schedule(static)
+	for (i = 0; i < (long) n; i++)
+		dx[i] = keep_mask[i] ? dout[i] * keep_scale : 0.0f;
 }
 
 static void
@@ -573,7 +599,7 @@ cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const flo
 }
 
 static void
-cpu_cross_entropy(TfBackend *be, float *lse, const float *logits, const int32_t *labels, int rows,
+cpu_cross_entropy(TfBackend *be, float *logits, float *inv_sum, const int32_t *labels, int rows,
 				  int vocab, int pad_id, float label_smoothing, double *loss_sum, int64_t *tokens)
 {
 	CpuState   *st = be->state;
@@ -588,28 +614,47 @@ cpu_cross_entropy(TfBackend *be, float *lse, const float *logits, const int32_t 
 #pragma omp for schedule(static)
 		for (r = 0; r < rows; r++)
 		{
-			const float *x = logits + (size_t) r * vocab;
+			float	   *x = logits + (size_t) r * vocab;
 			float		mx = -INFINITY;
 			float		sum = 0.0f,
-						sum_x = 0.0f;
+						sum_x = 0.0f,
+						label_logit;
 			int			j;
 
 			if (labels[r] == pad_id)
 			{
-				lse[r] = 0.0f;
+				if (inv_sum != NULL)
+					inv_sum[r] = 0.0f;
 				continue;
 			}
+			label_logit = x[labels[r]];
 #pragma omp simd reduction(max:mx)
 			for (j = 0; j < vocab; j++)
 				mx = x[j] > mx ? x[j] : mx;
-#pragma omp simd reduction(+:sum, sum_x)
-			for (j = 0; j < vocab; j++)
+			if (inv_sum != NULL)
 			{
-				sum += fast_expf(x[j] - mx);
-				sum_x += x[j];
+				/* keep exp(x - max) for the backward: one exp per logit in all */
+#pragma omp simd reduction(+:sum, sum_x)
+				for (j = 0; j < vocab; j++)
+				{
+					float		e = fast_expf(x[j] - mx);
+
+					sum_x += x[j];
+					x[j] = e;
+					sum += e;
+				}
+				inv_sum[r] = 1.0f / sum;
 			}
-			lse[r] = mx + logf(sum);
-			local += (double) lse[r] - (1.0 - label_smoothing) * x[labels[r]] -
+			else
+			{
+#pragma omp simd reduction(+:sum, sum_x)
+				for (j = 0; j < vocab; j++)
+				{
+					sum += fast_expf(x[j] - mx);
+					sum_x += x[j];
+				}
+			}
+			local += (double) mx + log((double) sum) - (1.0 - label_smoothing) * label_logit -
 				(double) label_smoothing * sum_x / vocab;
 		}
 		st->partials[omp_get_thread_num()] = local;
@@ -622,17 +667,17 @@ cpu_cross_entropy(TfBackend *be, float *lse, const float *logits, const int32_t 
 }
 
 static void
-cpu_cross_entropy_backward(TfBackend *be, float *logits, const float *lse, const int32_t *labels,
+cpu_cross_entropy_backward(TfBackend *be, float *logits, const float *inv_sum, const int32_t *labels,
 						   int rows, int vocab, int pad_id, float label_smoothing, float grad_scale)
 {
-	float		smooth = label_smoothing / vocab;
+	float		smooth = grad_scale * label_smoothing / vocab;
 	int			r;
 
 #pragma omp parallel for num_threads(nthreads(be)) schedule(static)
 	for (r = 0; r < rows; r++)
 	{
 		float	   *x = logits + (size_t) r * vocab;
-		float		l = lse[r];
+		float		scale = grad_scale * inv_sum[r];
 		int			j;
 
 		if (labels[r] == pad_id)
@@ -642,7 +687,7 @@ cpu_cross_entropy_backward(TfBackend *be, float *logits, const float *lse, const
 		}
 #pragma omp simd
 		for (j = 0; j < vocab; j++)
-			x[j] = grad_scale * (fast_expf(x[j] - l) - smooth);
+			x[j] = x[j] * scale - smooth;
 		x[labels[r]] -= grad_scale * (1.0f - label_smoothing);
 	}
 }
@@ -746,6 +791,7 @@ tf_backend_cpu_create(int threads)
 	be->embed = cpu_embed;
 	be->embed_backward = cpu_embed_backward;
 	be->dropout = cpu_dropout;
+	be->dropout_backward = cpu_dropout_backward;
 	be->add = cpu_add;
 	be->relu = cpu_relu;
 	be->relu_backward = cpu_relu_backward;

@@ -218,6 +218,7 @@ tf_model_free(TfModel *m)
 		m->be->free(m->be, m->adam_v);
 		m->be->free(m->be, m->pe);
 		m->be->free(m->be, m->arena);
+		m->be->free(m->be, m->mask_arena);
 		m->be->free(m->be, m->idx);
 		m->be->free(m->be, m->pstart);
 		tf_backend_cpu_free(m->be);
@@ -312,7 +313,7 @@ layout_activations(TfModel *m, float *base)
 		x = a->out;
 	}
 	m->logits = take(base, &used, Nt * c->vocab_size);
-	m->lse = take(base, &used, Nt);
+	m->inv_sum = take(base, &used, Nt);
 	m->tmp = take(base, &used, N * d);
 	m->g_a = take(base, &used, N * d);
 	m->g_b = take(base, &used, N * d);
@@ -324,12 +325,55 @@ layout_activations(TfModel *m, float *base)
 	return used;
 }
 
+/* Bump allocation of dropout masks (bytes), as take(). */
+static uint8_t *
+take_mask(uint8_t *base, size_t *used, size_t n)
+{
+	uint8_t    *p = base != NULL ? base + *used : NULL;
+
+	*used += n;
+	return p;
+}
+
+/*
+ * Carves the dropout masks of the current batch out of `base` (NULL: only
+ * count) and returns the bytes needed: one per element of every dropout
+ * site, written by the forward and read by the backward.
+ */
+static size_t
+layout_masks(TfModel *m, uint8_t *base)
+{
+	const TfConfig *c = &m->config;
+	size_t		d = c->d_model,
+				F = c->d_ff,
+				Ns = m->lay.Ns,
+				Nt = m->lay.Nt;
+	size_t		used = 0;
+	int			l;
+
+	m->keep_enc_embed = take_mask(base, &used, Ns * d);
+	m->keep_dec_embed = take_mask(base, &used, Nt * d);
+	for (l = 0; l < c->num_encoder_layers + c->num_decoder_layers; l++)
+	{
+		LayerActs  *a = &m->acts[l];
+		bool		dec = l >= c->num_encoder_layers;
+		size_t		rows = dec ? Nt : Ns;
+
+		a->keep_self = take_mask(base, &used, rows * d);
+		a->keep_cross = dec ? take_mask(base, &used, rows * d) : NULL;
+		a->keep_ffn = take_mask(base, &used, rows * d);
+		a->keep_relu = take_mask(base, &used, rows * F);
+	}
+	return used;
+}
+
 /* Makes the arena and the index buffers fit the current batch layout (they only grow), and uploads the layout. */
 static int
 ensure_arena(TfModel *m, char *err, size_t errlen)
 {
 	const BatchLayout *lay = &m->lay;
 	size_t		need = layout_activations(m, NULL);
+	size_t		masks = layout_masks(m, NULL);
 	size_t		longs = 3 * (size_t) (lay->B + 1);
 	int			longest = lay->max_src > lay->max_tgt ? lay->max_src : lay->max_tgt;
 
@@ -351,7 +395,13 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 		m->pstart = m->be->alloc(m->be, longs * sizeof(int64_t));
 		m->pstart_capacity = m->pstart != NULL ? longs : 0;
 	}
-	if (m->arena == NULL || m->idx == NULL || m->pstart == NULL ||
+	if (masks > m->mask_bytes)
+	{
+		m->be->free(m->be, m->mask_arena);
+		m->mask_arena = m->be->alloc(m->be, masks);
+		m->mask_bytes = m->mask_arena != NULL ? masks : 0;
+	}
+	if (m->arena == NULL || m->idx == NULL || m->pstart == NULL || m->mask_arena == NULL ||
 		!m->be->reserve(m->be, (size_t) longest * longest))
 	{
 		snprintf(err, errlen, "out of memory for the activations of %d source and %d target tokens (%zu MB)",
@@ -359,6 +409,7 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 		return TF_ERROR;
 	}
 	layout_activations(m, m->arena);
+	layout_masks(m, m->mask_arena);
 	m->be->upload(m->be, m->idx, lay->ints, lay->ints_used * sizeof(int32_t));
 	m->be->upload(m->be, m->pstart, lay->longs, longs * sizeof(int64_t));
 	return TF_OK;
@@ -428,12 +479,12 @@ attn_shape(const TfModel *m, AttnKind kind, uint32_t site)
 /* Residual sub-layer output: r = x + Drop(y) (y is overwritten), then LayerNorm. */
 static void
 residual_norm(TfModel *m, float *out, float *mean, float *rstd, float *r, const float *x, float *y,
-			  size_t gamma, size_t beta, int rows, uint32_t site)
+			  size_t gamma, size_t beta, int rows, uint32_t site, uint8_t *keep)
 {
 	TfBackend  *be = m->be;
 	int			d = m->config.d_model;
 
-	be->dropout(be, y, y, (size_t) rows * d, m->p_dropout, m->seed, tf_dropout_stream(m->forwards, site));
+	be->dropout(be, y, y, (size_t) rows * d, m->p_dropout, m->seed, tf_dropout_stream(m->forwards, site), keep);
 	be->add(be, r, x, y, (size_t) rows * d);
 	be->layernorm(be, out, mean, rstd, r, m->params + gamma, m->params + beta, rows, d,
 				  m->config.layer_norm_eps);
@@ -461,7 +512,7 @@ layer_forward(TfModel *m, int l)
 	be->attention(be, a->ctx, a->probs, a->qkv, 3 * d, a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
 	linear(be, m->tmp, a->ctx, P + o->self.w_out, P + o->self.b_out, rows, d, d);
 	residual_norm(m, a->ln_self, a->mean_self, a->rstd_self, a->r_self, a->x, m->tmp,
-				  o->ln_self_g, o->ln_self_b, rows, site + SITE_SELF_OUT);
+				  o->ln_self_g, o->ln_self_b, rows, site + SITE_SELF_OUT, a->keep_self);
 	/* encoder-decoder attention: queries from the decoder, keys and values from the encoder output */
 	if (dec)
 	{
@@ -475,7 +526,7 @@ layer_forward(TfModel *m, int l)
 					  2 * d, &sh);
 		linear(be, m->tmp, a->ctx_cross, P + o->cross.w_out, P + o->cross.b_out, rows, d, d);
 		residual_norm(m, a->ln_cross, a->mean_cross, a->rstd_cross, a->r_cross, a->ln_self, m->tmp,
-					  o->ln_cross_g, o->ln_cross_b, rows, site + SITE_CROSS_OUT);
+					  o->ln_cross_g, o->ln_cross_b, rows, site + SITE_CROSS_OUT, a->keep_cross);
 	}
 	/* position-wise feed-forward network (eq. 2) */
 	{
@@ -484,10 +535,10 @@ layer_forward(TfModel *m, int l)
 		linear(be, a->f1, ffn_in, P + o->w1, P + o->b1, rows, d, F);
 		be->relu(be, a->h, a->f1, (size_t) rows * F);
 		be->dropout(be, a->h, a->h, (size_t) rows * F, m->p_relu, m->seed,
-					tf_dropout_stream(m->forwards, site + SITE_RELU));
+					tf_dropout_stream(m->forwards, site + SITE_RELU), a->keep_relu);
 		linear(be, m->tmp, a->h, P + o->w2, P + o->b2, rows, F, d);
 		residual_norm(m, a->out, a->mean_ffn, a->rstd_ffn, a->r_ffn, ffn_in, m->tmp,
-					  o->ln_ffn_g, o->ln_ffn_b, rows, site + SITE_FFN_OUT);
+					  o->ln_ffn_g, o->ln_ffn_b, rows, site + SITE_FFN_OUT, a->keep_ffn);
 	}
 }
 
@@ -516,11 +567,11 @@ tf_model_forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, 
 	be->embed(be, m->enc_x0, SRC_IDS(m), SRC_POS(m), m->params + m->off_embedding, m->pe,
 			  m->lay.Ns, d, emb_scale);
 	be->dropout(be, m->enc_x0, m->enc_x0, (size_t) m->lay.Ns * d, m->p_dropout, m->seed,
-				tf_dropout_stream(m->forwards, SITE_ENC_EMBED));
+				tf_dropout_stream(m->forwards, SITE_ENC_EMBED), m->keep_enc_embed);
 	be->embed(be, m->dec_x0, TGT_IDS(m), TGT_POS(m), m->params + m->off_embedding, m->pe,
 			  m->lay.Nt, d, emb_scale);
 	be->dropout(be, m->dec_x0, m->dec_x0, (size_t) m->lay.Nt * d, m->p_dropout, m->seed,
-				tf_dropout_stream(m->forwards, SITE_DEC_EMBED));
+				tf_dropout_stream(m->forwards, SITE_DEC_EMBED), m->keep_dec_embed);
 	for (l = 0; l < layers; l++)
 		layer_forward(m, l);
 
@@ -529,8 +580,8 @@ tf_model_forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, 
 			 m->params + m->off_embedding, d, 0.0f, m->logits, c->vocab_size);
 	*loss_sum = 0.0;
 	*tokens = 0;
-	be->cross_entropy(be, m->lse, m->logits, LABELS(m), m->lay.Nt, c->vocab_size, c->pad_id,
-					  c->label_smoothing, loss_sum, tokens);
+	be->cross_entropy(be, m->logits, training ? m->inv_sum : NULL, LABELS(m), m->lay.Nt, c->vocab_size,
+					  c->pad_id, c->label_smoothing, loss_sum, tokens);
 	m->have_forward = true;
 	return TF_OK;
 }
@@ -544,14 +595,15 @@ tf_model_logits(const TfModel *m)
 /* Backward of residual_norm: from d(out) in dout to d(r) in dr and d(y) (pre-dropout) in dy. */
 static void
 residual_norm_backward(TfModel *m, float *dr, float *dy, const float *dout, const float *r,
-					   const float *mean, const float *rstd, size_t gamma, size_t beta, int rows, uint32_t site)
+					   const float *mean, const float *rstd, size_t gamma, size_t beta, int rows,
+					   const uint8_t *keep)
 {
 	TfBackend  *be = m->be;
 	int			d = m->config.d_model;
 
 	be->layernorm_backward(be, dr, m->grads + gamma, m->grads + beta, dout, r, mean, rstd,
 						   m->params + gamma, rows, d);
-	be->dropout(be, dy, dr, (size_t) rows * d, m->p_dropout, m->seed, tf_dropout_stream(m->forwards, site));
+	be->dropout_backward(be, dy, dr, (size_t) rows * d, m->p_dropout, keep);
 }
 
 /*
@@ -578,10 +630,9 @@ layer_backward(TfModel *m, int l)
 
 	/* feed-forward: g_b = d(r_ffn) = d(ffn_in) so far; tmp = d(fc2 output) */
 	residual_norm_backward(m, m->g_b, m->tmp, m->g_a, a->r_ffn, a->mean_ffn, a->rstd_ffn,
-						   o->ln_ffn_g, o->ln_ffn_b, rows, site + SITE_FFN_OUT);
+						   o->ln_ffn_g, o->ln_ffn_b, rows, a->keep_ffn);
 	linear_backward(be, m->g_h, 0.0f, G + o->w2, G + o->b2, m->tmp, a->h, P + o->w2, rows, F, d);
-	be->dropout(be, m->g_h, m->g_h, (size_t) rows * F, m->p_relu, m->seed,
-				tf_dropout_stream(m->forwards, site + SITE_RELU));
+	be->dropout_backward(be, m->g_h, m->g_h, (size_t) rows * F, m->p_relu, a->keep_relu);
 	be->relu_backward(be, m->g_h, m->g_h, a->f1, (size_t) rows * F);
 	linear_backward(be, m->g_b, 1.0f, G + o->w1, G + o->b1, m->g_h, ffn_in, P + o->w1, rows, d, F);
 
@@ -591,7 +642,7 @@ layer_backward(TfModel *m, int l)
 
 		/* g_a = d(r_cross) = d(ln_self) so far; tmp = d(cross out_proj output) */
 		residual_norm_backward(m, m->g_a, m->tmp, m->g_b, a->r_cross, a->mean_cross, a->rstd_cross,
-							   o->ln_cross_g, o->ln_cross_b, rows, site + SITE_CROSS_OUT);
+							   o->ln_cross_g, o->ln_cross_b, rows, a->keep_cross);
 		linear_backward(be, m->g_ctx, 0.0f, G + o->cross.w_out, G + o->cross.b_out, m->tmp,
 						a->ctx_cross, P + o->cross.w_out, rows, d, d);
 		sh = attn_shape(m, ATTN_CROSS, site + SITE_CROSS_PROBS);
@@ -607,7 +658,7 @@ layer_backward(TfModel *m, int l)
 
 	/* self-attention: g_a = d(r_self) = d(x) so far; tmp = d(self out_proj output) */
 	residual_norm_backward(m, m->g_a, m->tmp, m->g_b, a->r_self, a->mean_self, a->rstd_self,
-						   o->ln_self_g, o->ln_self_b, rows, site + SITE_SELF_OUT);
+						   o->ln_self_g, o->ln_self_b, rows, a->keep_self);
 	linear_backward(be, m->g_ctx, 0.0f, G + o->self.w_out, G + o->self.b_out, m->tmp, a->ctx,
 					P + o->self.w_out, rows, d, d);
 	sh = attn_shape(m, dec ? ATTN_DECODER_SELF : ATTN_ENCODER, site + SITE_SELF_PROBS);
@@ -629,15 +680,15 @@ tf_model_backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 				Nt = m->lay.Nt;
 	int			l;
 
-	if (!m->have_forward)
+	if (!m->have_forward || !m->training)
 	{
-		snprintf(err, errlen, "backward needs a forward pass first");
+		snprintf(err, errlen, "backward needs a forward pass with training = true first");
 		return TF_ERROR;
 	}
 	m->have_forward = false;
 
 	/* logits become grad_scale * d(loss_sum)/d(logits) */
-	be->cross_entropy_backward(be, m->logits, m->lse, LABELS(m), Nt, c->vocab_size, c->pad_id,
+	be->cross_entropy_backward(be, m->logits, m->inv_sum, LABELS(m), Nt, c->vocab_size, c->pad_id,
 							   c->label_smoothing, grad_scale);
 	be->gemm(be, true, false, c->vocab_size, d, Nt, 1.0f, m->logits, c->vocab_size,
 			 m->acts[layers - 1].out, d, 1.0f, m->grads + m->off_embedding, d);
@@ -647,15 +698,13 @@ tf_model_backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	be->zero(be, m->g_enc, (size_t) Ns * d);
 	for (l = layers - 1; l >= c->num_encoder_layers; l--)
 		layer_backward(m, l);
-	be->dropout(be, m->g_a, m->g_a, (size_t) Nt * d, m->p_dropout, m->seed,
-				tf_dropout_stream(m->forwards, SITE_DEC_EMBED));
+	be->dropout_backward(be, m->g_a, m->g_a, (size_t) Nt * d, m->p_dropout, m->keep_dec_embed);
 	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, TGT_IDS(m), Nt, d, emb_scale);
 
 	be->copy(be, m->g_a, m->g_enc, (size_t) Ns * d);
 	for (l = c->num_encoder_layers - 1; l >= 0; l--)
 		layer_backward(m, l);
-	be->dropout(be, m->g_a, m->g_a, (size_t) Ns * d, m->p_dropout, m->seed,
-				tf_dropout_stream(m->forwards, SITE_ENC_EMBED));
+	be->dropout_backward(be, m->g_a, m->g_a, (size_t) Ns * d, m->p_dropout, m->keep_enc_embed);
 	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, SRC_IDS(m), Ns, d, emb_scale);
 	return TF_OK;
 }

@@ -70,6 +70,10 @@ typedef struct LayerActs
 			   *mean_ffn,
 			   *rstd_ffn;
 	float	   *out;			/* layer output [rows, d] */
+	uint8_t    *keep_self,
+			   *keep_cross,
+			   *keep_ffn,
+			   *keep_relu;		/* dropout masks of the sub-layer outputs and the FFN hidden layer */
 } LayerActs;
 
 /*
@@ -123,11 +127,15 @@ struct TfModel
 				pstart_capacity;
 	float	   *arena;
 	size_t		arena_floats;
+	uint8_t    *mask_arena;		/* dropout masks kept for the backward */
+	size_t		mask_bytes;
+	uint8_t    *keep_enc_embed,
+			   *keep_dec_embed;
 	LayerActs  *acts;
 	float	   *enc_x0,
 			   *dec_x0,
 			   *logits,			/* [Nt, vocab] */
-			   *lse,			/* log-sum-exp of each logits row */
+			   *inv_sum,		/* 1 / sum of exp(logit - max) of each row (training) */
 			   *tmp;
 	float	   *g_a,
 			   *g_b,

@@ -109,7 +109,8 @@ size_t		tf_model_num_parameters(const TfModel *model);
  * true applies dropout (masks from seed, step, site and index). Writes the
  * summed label-smoothed cross-entropy over non-pad labels to *loss_sum
  * (nats) and their number to *tokens, so the mean is loss_sum / tokens.
- * The logits stay available through tf_model_logits until the backward.
+ * After a forward with training = false the logits are available through
+ * tf_model_logits.
  * Errors: ids out of [0, vocab_size), sentences longer than max_positions,
  * padding inside a sentence, labels not aligned with tgt_in, an empty batch,
  * no memory.
@@ -118,16 +119,17 @@ int			tf_model_forward(TfModel *model, const TfBatch *batch, bool training,
 							 double *loss_sum, int64_t *tokens, char *err, size_t errlen);
 
 /*
- * Backward pass of the last forward: adds grad_scale * d(loss_sum)/d(params)
+ * Backward pass of the last (training) forward: adds grad_scale * d(loss_sum)/d(params)
  * to the gradients (so several batches accumulate). For the mean loss of one
  * batch, grad_scale = 1 / tokens.
  */
 int			tf_model_backward(TfModel *model, float grad_scale, char *err, size_t errlen);
 
 /*
- * Logits of the last forward, for the target positions whose label is not
- * padding, in batch order: [non-pad labels, vocab_size] (backend memory,
- * host memory on the CPU backend).
+ * Logits of the last forward with training = false, for the target
+ * positions whose label is not padding, in batch order: [non-pad labels,
+ * vocab_size] (backend memory, host memory on the CPU backend). A training
+ * forward keeps what its backward needs there instead.
  */
 const float *tf_model_logits(const TfModel *model);
 

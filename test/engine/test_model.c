@@ -188,7 +188,7 @@ check_against_pytorch(const Fixture *fx)
 
 	if (m == NULL)
 		return;
-	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_OK, "forward: %s", err);
+	CHECK(tf_model_forward(m, &b, false, &loss, &tokens, err, sizeof(err)) == TF_OK, "forward: %s", err);
 	{
 		/* the engine keeps the logits of the non-pad label rows only */
 		const float *ref = fixture_get(fx, "logits")->data;
@@ -208,6 +208,10 @@ check_against_pytorch(const Fixture *fx)
 	}
 	CHECK(fabs(loss / tokens - *(float *) fixture_get(fx, "loss")->data) < 1e-5 * fabs(loss / tokens),
 		  "loss %.7f, PyTorch %.7f", loss / tokens, *(float *) fixture_get(fx, "loss")->data);
+	CHECK(tf_model_backward(m, 1.0f, err, sizeof(err)) == TF_ERROR, "backward after an evaluation forward accepted");
+	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_OK, "forward: %s", err);
+	CHECK(fabs(loss / tokens - *(float *) fixture_get(fx, "loss")->data) < 1e-5 * fabs(loss / tokens),
+		  "training loss %.7f, PyTorch %.7f", loss / tokens, *(float *) fixture_get(fx, "loss")->data);
 	CHECK(tf_model_backward(m, (float) (1.0 / tokens), err, sizeof(err)) == TF_OK, "backward: %s", err);
 	tf_model_tensors(m, &tensors, &n, err, sizeof(err));
 	for (i = 0; i < n; i++)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "rng.h"
 #include "check.h"
 
 #define FD_H 1e-3f
@@ -212,7 +213,7 @@ ce_loss(void *arg)
 	double		loss = 0.0;
 	int64_t		tokens = 0;
 
-	c->be->cross_entropy(c->be, c->scratch, c->logits, c->labels, c->rows, c->vocab, 0, 0.1f, &loss, &tokens);
+	c->be->cross_entropy(c->be, c->logits, NULL, c->labels, c->rows, c->vocab, 0, 0.1f, &loss, &tokens);
 	return loss;
 }
 
@@ -228,7 +229,7 @@ check_cross_entropy(TfBackend *be)
 
 	fill(logits, R * V);
 	memcpy(grad, logits, sizeof(grad));
-	be->cross_entropy(be, scratch, logits, labels, R, V, 0, 0.1f, &loss, &tokens);
+	be->cross_entropy(be, grad, scratch, labels, R, V, 0, 0.1f, &loss, &tokens);
 	be->cross_entropy_backward(be, grad, scratch, labels, R, V, 0, 0.1f, 1.0f);
 	CHECK(tokens == 3, "pad label counted: %lld tokens", (long long) tokens);
 	fd_check("cross_entropy dlogits", logits, grad, R * V, ce_loss, &c);
@@ -282,12 +283,16 @@ check_simple_ops(TfBackend *be)
 
 		for (i = 0; i < 4000; i++)
 			big[i] = 1.0f;
-		be->dropout(be, dropped, big, 4000, 0.25f, 9, 3);
-		be->dropout(be, back, big, 4000, 0.25f, 9, 3);
+		static uint8_t mask[4000];
+
+		be->dropout(be, dropped, big, 4000, 0.25f, 9, 3, mask);
+		be->dropout_backward(be, back, big, 4000, 0.25f, mask);
 		for (i = 0; i < 4000; i++)
 		{
 			kept += dropped[i] != 0.0f;
-			CHECK(dropped[i] == back[i] && (dropped[i] == 0.0f || fabsf(dropped[i] - 1.0f / 0.75f) < 1e-6f),
+			CHECK(dropped[i] == back[i] && (dropped[i] == 0.0f || fabsf(dropped[i] - 1.0f / 0.75f) < 1e-6f) &&
+				  mask[i] == (dropped[i] != 0.0f) &&
+				  (dropped[i] != 0.0f) == (tf_random_uniform(9, 3, (uint64_t) i) >= 0.25f),
 				  "dropout element %d", i);
 		}
 		CHECK(kept > 2850 && kept < 3150, "dropout 0.25 kept %d of 4000", kept);
