@@ -5,7 +5,9 @@
  * take is backend memory (host memory for "cpu", device memory for "cuda"),
  * so the model never touches tensor data element by element and never
  * copies between host and device behind the caller's back. All matrices are
- * row-major. Operations named *_backward ADD into parameter gradients
+ * row-major. Callers run the operations with every signal blocked
+ * (tf_block_signals, as the tf_model_* entry points do), so that threads a
+ * backend starts inherit that mask. Operations named *_backward ADD into parameter gradients
  * (dW, dgamma, dbias, dE) and WRITE input gradients unless stated.
  */
 #ifndef ATTENTION_BACKEND_H

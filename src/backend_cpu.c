@@ -6,6 +6,8 @@
  * per-column-block) parts summed in a fixed order, so a run is bitwise
  * repeatable for a given thread count.
  */
+#define _DEFAULT_SOURCE			/* MAP_ANONYMOUS */
+#define _POSIX_C_SOURCE 200809L
 #include "backend.h"
 
 #include <cblas.h>
@@ -15,6 +17,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "rng.h"
 
@@ -64,18 +67,36 @@ nthreads(TfBackend *be)
 	return ((CpuState *) be->state)->threads;
 }
 
+/*
+ * Zeroed memory straight from mmap (a 64-byte header keeps the size), so
+ * that a freed arena goes back to the system whatever malloc's tuning.
+ */
+#define ALLOC_HEADER 64
+
 static void *
 cpu_alloc(TfBackend *be, size_t bytes)
 {
+	size_t		total = bytes + ALLOC_HEADER;
+	char	   *p;
+
 	(void) be;
-	return calloc(1, bytes > 0 ? bytes : 1);
+	p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	*(size_t *) p = total;
+	return p + ALLOC_HEADER;
 }
 
 static void
 cpu_free(TfBackend *be, void *ptr)
 {
+	char	   *p;
+
 	(void) be;
-	free(ptr);
+	if (ptr == NULL)
+		return;
+	p = (char *) ptr - ALLOC_HEADER;
+	munmap(p, *(size_t *) p);
 }
 
 static void

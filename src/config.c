@@ -62,21 +62,30 @@ bad(char *err, size_t errlen, const char *field, const char *rule)
 	return TF_ERROR;
 }
 
+/*
+ * Upper bounds keep every size computation inside int (GEMM dimensions) and
+ * the dropout sites of the layers apart (model.c).
+ */
+#define MAX_LAYERS 64
+#define MAX_WIDTH 65536
+#define MAX_VOCAB (1 << 24)
+#define MAX_POSITIONS 65536
+
 int
 tf_config_validate(const TfConfig *c, char *err, size_t errlen)
 {
-	if (c->num_encoder_layers < 1)
-		return bad(err, errlen, "num_encoder_layers", "must be at least 1");
-	if (c->num_decoder_layers < 1)
-		return bad(err, errlen, "num_decoder_layers", "must be at least 1");
-	if (c->d_model < 2 || c->d_model % 2 != 0)
-		return bad(err, errlen, "d_model", "must be a positive even number");
+	if (c->num_encoder_layers < 1 || c->num_encoder_layers > MAX_LAYERS)
+		return bad(err, errlen, "num_encoder_layers", "must be between 1 and 64");
+	if (c->num_decoder_layers < 1 || c->num_decoder_layers > MAX_LAYERS)
+		return bad(err, errlen, "num_decoder_layers", "must be between 1 and 64");
+	if (c->d_model < 2 || c->d_model % 2 != 0 || c->d_model > MAX_WIDTH)
+		return bad(err, errlen, "d_model", "must be an even number between 2 and 65536");
 	if (c->num_heads < 1)
 		return bad(err, errlen, "num_heads", "must be at least 1");
 	if (c->d_model % c->num_heads != 0)
 		return bad(err, errlen, "d_model", "must be divisible by num_heads");
-	if (c->d_ff < 1)
-		return bad(err, errlen, "d_ff", "must be at least 1");
+	if (c->d_ff < 1 || c->d_ff > MAX_WIDTH)
+		return bad(err, errlen, "d_ff", "must be between 1 and 65536");
 	if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
 		return bad(err, errlen, "dropout", "must be in [0, 1)");
 	if (!(c->attention_dropout >= 0.0f && c->attention_dropout < 1.0f))
@@ -85,10 +94,10 @@ tf_config_validate(const TfConfig *c, char *err, size_t errlen)
 		return bad(err, errlen, "relu_dropout", "must be in [0, 1)");
 	if (!(c->label_smoothing >= 0.0f && c->label_smoothing < 1.0f))
 		return bad(err, errlen, "label_smoothing", "must be in [0, 1)");
-	if (c->vocab_size < 4)
-		return bad(err, errlen, "vocab_size", "must be at least 4");
-	if (c->max_positions < 1)
-		return bad(err, errlen, "max_positions", "must be at least 1");
+	if (c->vocab_size < 4 || c->vocab_size > MAX_VOCAB)
+		return bad(err, errlen, "vocab_size", "must be between 4 and 16777216");
+	if (c->max_positions < 1 || c->max_positions > MAX_POSITIONS)
+		return bad(err, errlen, "max_positions", "must be between 1 and 65536");
 	if (!(c->layer_norm_eps > 0.0f))
 		return bad(err, errlen, "layer_norm_eps", "must be positive");
 	if (c->pad_id < 0 || c->pad_id >= c->vocab_size)

@@ -9,9 +9,11 @@
  * Activations live in one arena sized from the batch; it only grows. Batches
  * are packed without padding (batch.c): no layer computes on padding.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "model.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,8 +379,10 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 	size_t		longs = 3 * (size_t) (lay->B + 1);
 	int			longest = lay->max_src > lay->max_tgt ? lay->max_src : lay->max_tgt;
 
+	/* grow with a quarter of headroom: batch shapes vary from step to step */
 	if (need > m->arena_floats)
 	{
+		need += need / 4;
 		m->be->free(m->be, m->arena);
 		m->arena = m->be->alloc(m->be, need * sizeof(float));
 		m->arena_floats = m->arena != NULL ? need : 0;
@@ -397,6 +401,7 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 	}
 	if (masks > m->mask_bytes)
 	{
+		masks += masks / 4;
 		m->be->free(m->be, m->mask_arena);
 		m->mask_arena = m->be->alloc(m->be, masks);
 		m->mask_bytes = m->mask_arena != NULL ? masks : 0;
@@ -542,9 +547,54 @@ layer_forward(TfModel *m, int l)
 	}
 }
 
+void
+tf_block_signals(sigset_t *old)
+{
+	sigset_t	all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, old);
+}
+
+void
+tf_restore_signals(const sigset_t *old)
+{
+	pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+static int	forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *tokens,
+					char *err, size_t errlen);
+static int	backward(TfModel *m, float grad_scale, char *err, size_t errlen);
+
 int
 tf_model_forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *tokens,
 				 char *err, size_t errlen)
+{
+	sigset_t	old;
+	int			rc;
+
+	tf_block_signals(&old);
+	rc = forward(m, b, training, loss_sum, tokens, err, errlen);
+	tf_restore_signals(&old);
+	return rc;
+}
+
+int
+tf_model_backward(TfModel *m, float grad_scale, char *err, size_t errlen)
+{
+	sigset_t	old;
+	int			rc;
+
+	tf_block_signals(&old);
+	rc = backward(m, grad_scale, err, errlen);
+	tf_restore_signals(&old);
+	return rc;
+}
+
+/* The forward pass (tf_model_forward without the signal mask). */
+static int
+forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *tokens,
+		char *err, size_t errlen)
 {
 	TfBackend  *be = m->be;
 	const TfConfig *c = &m->config;
@@ -668,8 +718,9 @@ layer_backward(TfModel *m, int l)
 					P + o->self.w_qkv, rows, d, 3 * d);
 }
 
-int
-tf_model_backward(TfModel *m, float grad_scale, char *err, size_t errlen)
+/* The backward pass (tf_model_backward without the signal mask). */
+static int
+backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 {
 	TfBackend  *be = m->be;
 	const TfConfig *c = &m->config;

@@ -3,7 +3,9 @@
  * eq. 3), global gradient-norm clipping, and gradient accumulation (the
  * gradients of several backward passes add up until a step).
  */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 
 #include "model.h"
@@ -28,19 +30,49 @@ tf_learning_rate(const TfOptimizer *opt, int d_model, int64_t step)
 	return opt->learning_rate_scale / sqrt((double) d_model) * fmin(1.0 / sqrt(s), s * pow(warm, -1.5));
 }
 
+/* TF_OK, or TF_ERROR naming the first invalid optimizer setting. */
+static int
+check_optimizer(const TfOptimizer *opt, char *err, size_t errlen)
+{
+	const char *bad = NULL;
+
+	if (!(opt->beta1 >= 0.0f && opt->beta1 < 1.0f))
+		bad = "beta1 must be in [0, 1)";
+	else if (!(opt->beta2 >= 0.0f && opt->beta2 < 1.0f))
+		bad = "beta2 must be in [0, 1)";
+	else if (!(opt->epsilon >= 0.0f && isfinite(opt->epsilon)))
+		bad = "epsilon must be a finite number >= 0";
+	else if (opt->warmup_steps < 1)
+		bad = "warmup_steps must be at least 1";
+	else if (!(opt->learning_rate_scale > 0.0f && isfinite(opt->learning_rate_scale)))
+		bad = "learning_rate_scale must be a finite number > 0";
+	else if (!(opt->clip_norm >= 0.0f && isfinite(opt->clip_norm)))
+		bad = "clip_norm must be a finite number >= 0";
+	if (bad == NULL)
+		return TF_OK;
+	snprintf(err, errlen, "invalid optimizer setting: %s", bad);
+	return TF_ERROR;
+}
+
 int
 tf_model_step(TfModel *m, const TfOptimizer *opt, double *learning_rate, double *grad_norm,
 			  char *err, size_t errlen)
 {
 	TfBackend  *be = m->be;
-	double		norm = sqrt(be->sum_squares(be, m->grads, m->num_params));
+	double		norm;
 	double		lr;
 	int64_t		t = m->step + 1;
+	sigset_t	old;
 
+	if (check_optimizer(opt, err, errlen) != TF_OK)
+		return TF_ERROR;
+	tf_block_signals(&old);
+	norm = sqrt(be->sum_squares(be, m->grads, m->num_params));
 	if (!isfinite(norm))
 	{
 		snprintf(err, errlen, "gradient norm is not finite at step %lld; step skipped", (long long) t);
 		tf_model_zero_grad(m);
+		tf_restore_signals(&old);
 		return TF_ERROR;
 	}
 	/* torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above */
@@ -52,6 +84,7 @@ tf_model_step(TfModel *m, const TfOptimizer *opt, double *learning_rate, double 
 			 (float) (1.0 - pow(opt->beta1, (double) t)), (float) (1.0 - pow(opt->beta2, (double) t)));
 	m->step = t;
 	tf_model_zero_grad(m);
+	tf_restore_signals(&old);
 	*learning_rate = lr;
 	*grad_norm = norm;
 	return TF_OK;

@@ -51,7 +51,7 @@ float		tf_random_uniform(uint64_t seed, uint64_t stream, uint64_t index);
 /* Standard normal (Box-Muller on words 2*index and 2*index+1). */
 float		tf_random_normal(uint64_t seed, uint64_t stream, uint64_t index);
 
-/* Stream of a dropout site at an optimizer step: (step << 32) | site. */
+/* Stream of a dropout site in training forward number `step`: (step << 32) | site. */
 uint64_t	tf_dropout_stream(int64_t step, uint32_t site);
 
 #endif

@@ -123,6 +123,16 @@ tf_model_load(TfModel *m, const TfTensor *in, int count, char *err, size_t errle
 			snprintf(err, errlen, "tensor \"%s\" does not belong to this model", in[i].name);
 			rc = TF_ERROR;
 		}
+		else if (find_tensor(in, count, in[i].name) != i)
+		{
+			snprintf(err, errlen, "tensor \"%s\" is given twice", in[i].name);
+			rc = TF_ERROR;
+		}
+	if (rc == TF_OK)
+	{
+		m->have_forward = false;
+		tf_model_zero_grad(m);
+	}
 	for (i = 0; i < n && rc == TF_OK; i++)
 	{
 		const TfTensor *src = &in[find_tensor(in, count, mine[i].name)];

@@ -79,7 +79,7 @@ typedef struct TfTensor
 	TfDtype		dtype;
 	int			ndim;			/* 0 for a scalar */
 	int64_t		shape[TF_MAX_DIMS];
-	void	   *data;			/* host memory */
+	void	   *data;			/* see tf_model_tensors and tf_model_load */
 	size_t		bytes;
 } TfTensor;
 
@@ -156,7 +156,9 @@ double		tf_learning_rate(const TfOptimizer *opt, int d_model, int64_t step);
 /*
  * One Adam step over the accumulated gradients (step counter + 1), after
  * optional clipping of their global L2 norm; zeroes the gradients. Writes
- * the learning rate used and the gradient norm before clipping.
+ * the learning rate used and the gradient norm before clipping. Errors: an
+ * invalid setting (nothing changes), or a non-finite gradient norm (the
+ * step is skipped, the gradients are zeroed, the message says so).
  */
 int			tf_model_step(TfModel *model, const TfOptimizer *opt, double *learning_rate,
 						  double *grad_norm, char *err, size_t errlen);
@@ -168,18 +170,19 @@ int64_t		tf_model_steps(const TfModel *model);
  * The model's state as named tensors: every parameter under its Hugging
  * Face MarianMT name, "optimizer.exp_avg.<name>" and
  * "optimizer.exp_avg_sq.<name>" for Adam's moments, and the int64 scalars
- * "optimizer.step" and "rng.seed". The tensors point into the model's
- * memory (valid until it is freed); *count receives their number. The
- * array itself is malloc'd; free it with free().
+ * "optimizer.step", "rng.seed" and "rng.counter" (training forwards, which
+ * key the dropout masks). The tensors point into the model's memory
+ * (backend memory for the float tensors; valid until the model is freed);
+ * *count receives their number. The array is malloc'd; free it with free().
  */
 int			tf_model_tensors(TfModel *model, TfTensor **tensors, int *count,
 							 char *err, size_t errlen);
 
 /*
- * Loads state from named tensors (e.g. read back from a checkpoint): every
- * tensor of tf_model_tensors must be present with the same dtype and shape;
- * a missing, extra or mismatched tensor is refused with its name and nothing
- * is changed.
+ * Loads state from named tensors in host memory (e.g. read back from a
+ * checkpoint): exactly the tensors of tf_model_tensors, each once, with the
+ * same dtype and shape; a missing, extra, repeated or mismatched tensor is
+ * refused with its name and nothing is changed. Gradients are zeroed.
  */
 int			tf_model_load(TfModel *model, const TfTensor *tensors, int count,
 						  char *err, size_t errlen);

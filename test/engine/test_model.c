@@ -5,10 +5,13 @@
  * trip, and bad input.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "model.h"
@@ -465,12 +468,62 @@ check_determinism(void)
 	tensors[1].dtype = TF_FLOAT32;
 	CHECK(tf_model_load(m3, tensors, n - 1, err, sizeof(err)) == TF_ERROR && strstr(err, "missing") != NULL,
 		  "a missing tensor was not refused: %s", err);
+	{
+		TfTensor   *more = malloc((n + 1) * sizeof(TfTensor));
+
+		memcpy(more, tensors, n * sizeof(TfTensor));
+		more[n] = tensors[0];
+		CHECK(tf_model_load(m3, more, n + 1, err, sizeof(err)) == TF_ERROR && strstr(err, "twice") != NULL,
+			  "a repeated tensor was not refused: %s", err);
+		free(more);
+	}
 	for (i = 0; i < n; i++)
 		free(tensors[i].data);
 	free(tensors);
 	tf_model_free(m1);
 	tf_model_free(m2);
 	tf_model_free(m3);
+}
+
+/*
+ * Every thread but the main one (OpenMP's and OpenBLAS's, started by the
+ * engine) has SIGINT, SIGTERM, SIGUSR1 and SIGALRM blocked: PostgreSQL's
+ * handlers must only run on the backend's own thread.
+ */
+static void
+check_thread_signal_masks(void)
+{
+	DIR		   *dir = opendir("/proc/self/task");
+	struct dirent *e;
+	int			others = 0;
+
+	CHECK(dir != NULL, "cannot list /proc/self/task");
+	if (dir == NULL)
+		return;
+	while ((e = readdir(dir)) != NULL)
+	{
+		char		path[300],
+					line[256];
+		FILE	   *f;
+		unsigned long long blocked = 0;
+		unsigned long long want = (1ULL << (SIGINT - 1)) | (1ULL << (SIGTERM - 1)) |
+			(1ULL << (SIGUSR1 - 1)) | (1ULL << (SIGALRM - 1));
+
+		if (e->d_name[0] == '.' || atoi(e->d_name) == (int) getpid())
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status", e->d_name);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		while (fgets(line, sizeof(line), f) != NULL)
+			if (strncmp(line, "SigBlk:", 7) == 0)
+				blocked = strtoull(line + 7, NULL, 16);
+		fclose(f);
+		CHECK((blocked & want) == want, "thread %s does not block signals (SigBlk %llx)", e->d_name, blocked);
+		others++;
+	}
+	closedir(dir);
+	CHECK(others >= 1, "no engine threads found (%d)", others);
+	printf("  signal masks: %d engine threads, all blocking PostgreSQL's signals\n", others);
 }
 
 /* Bad input: a status and a message, never a crash. */
@@ -533,6 +586,20 @@ check_bad_input(void)
 	b.batch_size = 4;
 	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_OK, "a fixed batch failed: %s", err);
 	CHECK(tokens == 8 + 7 + 6 + 5, "%lld target tokens, expected 26", (long long) tokens);
+	{
+		TfOptimizer opt;
+		double		lr,
+					norm;
+
+		tf_optimizer_default(&opt);
+		opt.beta1 = 1.0f;
+		CHECK(tf_model_step(m, &opt, &lr, &norm, err, sizeof(err)) == TF_ERROR && strstr(err, "beta1") != NULL,
+			  "beta1 = 1 accepted: %s", err);
+		CHECK(tf_model_steps(m) == 0, "a refused step counted");
+	}
+	c.num_encoder_layers = 1000;
+	CHECK(tf_config_validate(&c, err, sizeof(err)) == TF_ERROR && strstr(err, "num_encoder_layers") != NULL,
+		  "1000 encoder layers accepted: %s", err);
 	tf_model_free(m);
 }
 
@@ -550,6 +617,7 @@ test_model(const char *fixtures)
 		check_model_gradient(&fx);
 	}
 	check_determinism();
+	check_thread_signal_masks();
 	check_bad_input();
 	while (fx.n > 0)
 		free(fx.t[--fx.n].data);
