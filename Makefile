@@ -67,7 +67,7 @@ endif
 # engine sources; it also runs on the GPU machine.
 # The Transformer engine (not yet linked into attention.so: the SQL functions
 # that use it come with the translation and training issues).
-ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tensors.c src/backend_cpu.c
+ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tensors.c src/score.c src/decode.c src/backend_cpu.c
 # OpenBLAS's OpenMP build: its threads are OpenMP's, which the engine starts
 # with every signal blocked.
 OPENBLAS_DIR = /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp

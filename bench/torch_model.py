@@ -41,6 +41,7 @@ class Attention(nn.Module):
         if causal:
             mask = mask | torch.triu(torch.ones(lq, lk, dtype=torch.bool), 1)
         probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+        self.probs = probs.detach()  # [batch, heads, queries, keys], for attention inspection
         probs = F.dropout(probs, self.dropout, self.training)
         return self.out_proj((probs @ v).transpose(1, 2).reshape(b, lq, d))
 

@@ -22,7 +22,8 @@
  * lengths, packed without padding: sentence b's queries are rows
  * q_start[b] .. q_start[b+1]-1, its keys rows k_start[b] .. k_start[b+1]-1,
  * and its probabilities [heads, q len, k len] start at p_start[b]. The
- * arrays are backend memory with batch + 1 entries.
+ * arrays are backend memory with batch + 1 entries (k_start: batch entries
+ * when k_len is given).
  */
 typedef struct TfAttentionShape
 {
@@ -36,6 +37,9 @@ typedef struct TfAttentionShape
 	float		dropout;		/* on the probabilities */
 	uint64_t	seed;
 	uint64_t	stream;
+	const int32_t *k_len;		/* NULL, or [batch] key counts: sentence b's keys are
+								 * rows k_start[b] .. k_start[b] + k_len[b] - 1 (incremental
+								 * decoding, where rows of one source share its keys) */
 } TfAttentionShape;
 
 typedef struct TfBackend TfBackend;
@@ -162,6 +166,24 @@ struct TfBackend
 	 */
 	void		(*adam) (TfBackend *be, float *params, const float *grads, float *m, float *v,
 						 size_t n, float lr, float beta1, float beta2, float eps, float bc1, float bc2);
+
+	/*
+	 * Strided row gather: dst[i * dst_stride + j] = src[rows[i] * src_stride + j]
+	 * for i < n, j < count; rows NULL means rows[i] = i. rows is backend
+	 * memory; dst and src must not overlap. Beam reordering of key/value
+	 * caches and writes into them.
+	 */
+	void		(*gather) (TfBackend *be, float *dst, size_t dst_stride, const float *src,
+						   size_t src_stride, const int32_t *rows, int n, size_t count);
+
+	/*
+	 * Per row of logits [rows, vocab]: the k largest log-probabilities
+	 * (log_softmax) in descending order, ties by ascending id, into
+	 * top_logp and top_id [rows, k], and the log-probability of eos_id into
+	 * eos_logp [rows]. Outputs are backend memory. Beam search.
+	 */
+	void		(*log_softmax_topk) (TfBackend *be, const float *logits, int rows, int vocab, int k,
+									 float *top_logp, int32_t *top_id, int eos_id, float *eos_logp);
 
 	/* Backend state (threads, handles); owned by the backend. */
 	void	   *state;

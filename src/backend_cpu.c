@@ -470,7 +470,7 @@ attn_pair(const TfAttentionShape *sh, int pair)
 	a.q_row = (size_t) sh->q_start[b];
 	a.k_row = (size_t) sh->k_start[b];
 	a.lq = sh->q_start[b + 1] - sh->q_start[b];
-	a.lk = sh->k_start[b + 1] - sh->k_start[b];
+	a.lk = sh->k_len != NULL ? sh->k_len[b] : sh->k_start[b + 1] - sh->k_start[b];
 	a.p_off = (size_t) sh->p_start[b] + (size_t) h * a.lq * a.lk;
 	return a;
 }
@@ -782,6 +782,64 @@ start_threads(int threads)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+static void
+cpu_gather(TfBackend *be, float *dst, size_t dst_stride, const float *src, size_t src_stride,
+		   const int32_t *rows, int n, size_t count)
+{
+	int			i;
+
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static) if (n * count > 65536)
+	for (i = 0; i < n; i++)
+		memcpy(dst + (size_t) i * dst_stride,
+			   src + (size_t) (rows != NULL ? rows[i] : i) * src_stride, count * sizeof(float));
+}
+
+static void
+cpu_log_softmax_topk(TfBackend *be, const float *logits, int rows, int vocab, int k,
+					 float *top_logp, int32_t *top_id, int eos_id, float *eos_logp)
+{
+	int			r;
+
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (r = 0; r < rows; r++)
+	{
+		const float *x = logits + (size_t) r * vocab;
+		float	   *tv = top_logp + (size_t) r * k;
+		int32_t    *ti = top_id + (size_t) r * k;
+		float		mx = -INFINITY;
+		float		sum = 0.0f;
+		float		lse;
+		int			filled = 0;
+		int			j;
+
+		for (j = 0; j < vocab; j++)
+			mx = x[j] > mx ? x[j] : mx;
+		for (j = 0; j < vocab; j++)
+			sum += fast_expf(x[j] - mx);
+		lse = mx + logf(sum);
+		/* insertion into a descending list; an equal value keeps the smaller id first */
+		for (j = 0; j < vocab; j++)
+		{
+			int			p;
+
+			if (filled == k && x[j] <= tv[k - 1])
+				continue;
+			p = filled < k ? filled++ : k - 1;
+			while (p > 0 && tv[p - 1] < x[j])
+			{
+				tv[p] = tv[p - 1];
+				ti[p] = ti[p - 1];
+				p--;
+			}
+			tv[p] = x[j];
+			ti[p] = j;
+		}
+		for (j = 0; j < k; j++)
+			tv[j] -= lse;
+		eos_logp[r] = x[eos_id] - lse;
+	}
+}
+
 TfBackend *
 tf_backend_cpu_create(int threads)
 {
@@ -825,6 +883,8 @@ tf_backend_cpu_create(int threads)
 	be->sum_squares = cpu_sum_squares;
 	be->scale = cpu_scale;
 	be->adam = cpu_adam;
+	be->gather = cpu_gather;
+	be->log_softmax_topk = cpu_log_softmax_topk;
 	start_threads(threads);
 	return be;
 }

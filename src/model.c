@@ -159,8 +159,9 @@ init_parameters(const TfModel *m, float *host)
 	}
 }
 
-TfModel *
-tf_model_create(const TfConfig *config, uint64_t seed, int threads, char *err, size_t errlen)
+/* tf_model_create (train: with gradients and Adam moments) and tf_model_create_inference. */
+static TfModel *
+create(const TfConfig *config, uint64_t seed, int threads, bool train, char *err, size_t errlen)
 {
 	TfModel    *m;
 	int			layers;
@@ -182,20 +183,26 @@ tf_model_create(const TfConfig *config, uint64_t seed, int threads, char *err, s
 	m->seed = seed;
 	layout_parameters(m);
 	m->params = m->be->alloc(m->be, m->num_params * sizeof(float));
-	m->grads = m->be->alloc(m->be, m->num_params * sizeof(float));
-	m->adam_m = m->be->alloc(m->be, m->num_params * sizeof(float));
-	m->adam_v = m->be->alloc(m->be, m->num_params * sizeof(float));
+	if (train)
+	{
+		m->grads = m->be->alloc(m->be, m->num_params * sizeof(float));
+		m->adam_m = m->be->alloc(m->be, m->num_params * sizeof(float));
+		m->adam_v = m->be->alloc(m->be, m->num_params * sizeof(float));
+	}
 	m->pe = m->be->alloc(m->be, (size_t) config->max_positions * config->d_model * sizeof(float));
 	host = calloc(m->num_params > (size_t) config->max_positions * config->d_model
 				  ? m->num_params : (size_t) config->max_positions * config->d_model, sizeof(float));
-	if (m->params == NULL || m->grads == NULL || m->adam_m == NULL || m->adam_v == NULL ||
-		m->pe == NULL || host == NULL)
+	if (m->params == NULL || m->pe == NULL || host == NULL ||
+		(train && (m->grads == NULL || m->adam_m == NULL || m->adam_v == NULL)))
 	{
 		free(host);
 		goto oom;
 	}
-	init_parameters(m, host);
-	m->be->upload(m->be, m->params, host, m->num_params * sizeof(float));
+	if (train)
+	{
+		init_parameters(m, host);
+		m->be->upload(m->be, m->params, host, m->num_params * sizeof(float));
+	}
 	tf_positional_encoding(host, config->max_positions, config->d_model);
 	m->be->upload(m->be, m->pe, host, (size_t) config->max_positions * config->d_model * sizeof(float));
 	free(host);
@@ -205,6 +212,18 @@ oom:
 	snprintf(err, errlen, "out of memory creating a model of %s", m != NULL ? "this size" : "any size");
 	tf_model_free(m);
 	return NULL;
+}
+
+TfModel *
+tf_model_create(const TfConfig *config, uint64_t seed, int threads, char *err, size_t errlen)
+{
+	return create(config, seed, threads, true, err, errlen);
+}
+
+TfModel *
+tf_model_create_inference(const TfConfig *config, int threads, char *err, size_t errlen)
+{
+	return create(config, 0, threads, false, err, errlen);
 }
 
 void
@@ -223,6 +242,9 @@ tf_model_free(TfModel *m)
 		m->be->free(m->be, m->mask_arena);
 		m->be->free(m->be, m->idx);
 		m->be->free(m->be, m->pstart);
+		m->be->free(m->be, m->dec_arena);
+		m->be->free(m->be, m->dec_idx);
+		m->be->free(m->be, m->dec_pstart);
 		tf_backend_cpu_free(m->be);
 	}
 	free(m->lay.ints);
@@ -420,21 +442,12 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 	return TF_OK;
 }
 
-/* Device pointers into the uploaded layout (see BatchLayout). */
-#define SRC_START(m) ((m)->idx)
-#define TGT_START(m) ((m)->idx + (m)->lay.B + 1)
-#define SRC_IDS(m) (TGT_START(m) + (m)->lay.B + 1)
-#define TGT_IDS(m) (SRC_IDS(m) + (m)->lay.Ns)
-#define LABELS(m) (TGT_IDS(m) + (m)->lay.Nt)
-#define SRC_POS(m) (LABELS(m) + (m)->lay.Nt)
-#define TGT_POS(m) (SRC_POS(m) + (m)->lay.Ns)
-
 /*
  * y[rows, out] = x[rows, in] W^T + b, W [out, in] as in nn.Linear: the bias
  * is the GEMM's initial C (beta 1), one pass instead of a zeroing and an add.
  */
-static void
-linear(TfBackend *be, float *y, const float *x, const float *w, const float *bias, int rows, int in, int out)
+void
+tf_linear(TfBackend *be, float *y, const float *x, const float *w, const float *bias, int rows, int in, int out)
 {
 	be->bias_rows(be, y, bias, rows, out);
 	be->gemm(be, false, true, rows, out, in, 1.0f, x, in, w, in, 1.0f, y, out);
@@ -512,10 +525,10 @@ layer_forward(TfModel *m, int l)
 	const float *P = m->params;
 
 	/* self-attention */
-	linear(be, a->qkv, a->x, P + o->self.w_qkv, P + o->self.b_qkv, rows, d, 3 * d);
+	tf_linear(be, a->qkv, a->x, P + o->self.w_qkv, P + o->self.b_qkv, rows, d, 3 * d);
 	sh = attn_shape(m, dec ? ATTN_DECODER_SELF : ATTN_ENCODER, site + SITE_SELF_PROBS);
 	be->attention(be, a->ctx, a->probs, a->qkv, 3 * d, a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
-	linear(be, m->tmp, a->ctx, P + o->self.w_out, P + o->self.b_out, rows, d, d);
+	tf_linear(be, m->tmp, a->ctx, P + o->self.w_out, P + o->self.b_out, rows, d, d);
 	residual_norm(m, a->ln_self, a->mean_self, a->rstd_self, a->r_self, a->x, m->tmp,
 				  o->ln_self_g, o->ln_self_b, rows, site + SITE_SELF_OUT, a->keep_self);
 	/* encoder-decoder attention: queries from the decoder, keys and values from the encoder output */
@@ -523,13 +536,13 @@ layer_forward(TfModel *m, int l)
 	{
 		const float *enc_out = m->acts[c->num_encoder_layers - 1].out;
 
-		linear(be, a->q_cross, a->ln_self, P + o->cross.w_qkv, P + o->cross.b_qkv, rows, d, d);
-		linear(be, a->kv_cross, enc_out, P + o->cross.w_qkv + (size_t) d * d, P + o->cross.b_qkv + d,
+		tf_linear(be, a->q_cross, a->ln_self, P + o->cross.w_qkv, P + o->cross.b_qkv, rows, d, d);
+		tf_linear(be, a->kv_cross, enc_out, P + o->cross.w_qkv + (size_t) d * d, P + o->cross.b_qkv + d,
 			   m->lay.Ns, d, 2 * d);
 		sh = attn_shape(m, ATTN_CROSS, site + SITE_CROSS_PROBS);
 		be->attention(be, a->ctx_cross, a->probs_cross, a->q_cross, d, a->kv_cross, a->kv_cross + d,
 					  2 * d, &sh);
-		linear(be, m->tmp, a->ctx_cross, P + o->cross.w_out, P + o->cross.b_out, rows, d, d);
+		tf_linear(be, m->tmp, a->ctx_cross, P + o->cross.w_out, P + o->cross.b_out, rows, d, d);
 		residual_norm(m, a->ln_cross, a->mean_cross, a->rstd_cross, a->r_cross, a->ln_self, m->tmp,
 					  o->ln_cross_g, o->ln_cross_b, rows, site + SITE_CROSS_OUT, a->keep_cross);
 	}
@@ -537,11 +550,11 @@ layer_forward(TfModel *m, int l)
 	{
 		const float *ffn_in = dec ? a->ln_cross : a->ln_self;
 
-		linear(be, a->f1, ffn_in, P + o->w1, P + o->b1, rows, d, F);
+		tf_linear(be, a->f1, ffn_in, P + o->w1, P + o->b1, rows, d, F);
 		be->relu(be, a->h, a->f1, (size_t) rows * F);
 		be->dropout(be, a->h, a->h, (size_t) rows * F, m->p_relu, m->seed,
 					tf_dropout_stream(m->forwards, site + SITE_RELU), a->keep_relu);
-		linear(be, m->tmp, a->h, P + o->w2, P + o->b2, rows, F, d);
+		tf_linear(be, m->tmp, a->h, P + o->w2, P + o->b2, rows, F, d);
 		residual_norm(m, a->out, a->mean_ffn, a->rstd_ffn, a->r_ffn, ffn_in, m->tmp,
 					  o->ln_ffn_g, o->ln_ffn_b, rows, site + SITE_FFN_OUT, a->keep_ffn);
 	}
@@ -731,6 +744,11 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 				Nt = m->lay.Nt;
 	int			l;
 
+	if (m->grads == NULL)
+	{
+		snprintf(err, errlen, "this model was created for inference: it has no gradients");
+		return TF_ERROR;
+	}
 	if (!m->have_forward || !m->training)
 	{
 		snprintf(err, errlen, "backward needs a forward pass with training = true first");
@@ -763,7 +781,8 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 void
 tf_model_zero_grad(TfModel *m)
 {
-	m->be->zero(m->be, m->grads, m->num_params);
+	if (m->grads != NULL)
+		m->be->zero(m->be, m->grads, m->num_params);
 }
 
 /* The entry of parameter `name`, or NULL. */
@@ -783,7 +802,7 @@ tf_model_grad(TfModel *m, const char *name, size_t *count)
 {
 	const ParamEntry *e = find_entry(m, name);
 
-	if (e == NULL)
+	if (e == NULL || m->grads == NULL)
 		return NULL;
 	*count = e->count;
 	return m->grads + e->offset;

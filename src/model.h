@@ -108,6 +108,21 @@ typedef struct BatchLayout
 	size_t		longs_capacity;
 } BatchLayout;
 
+/* Device pointers into the uploaded layout (see BatchLayout). */
+#define SRC_START(m) ((m)->idx)
+#define TGT_START(m) ((m)->idx + (m)->lay.B + 1)
+#define SRC_IDS(m) (TGT_START(m) + (m)->lay.B + 1)
+#define TGT_IDS(m) (SRC_IDS(m) + (m)->lay.Ns)
+#define LABELS(m) (TGT_IDS(m) + (m)->lay.Nt)
+#define SRC_POS(m) (LABELS(m) + (m)->lay.Nt)
+#define TGT_POS(m) (SRC_POS(m) + (m)->lay.Ns)
+
+/*
+ * y[rows, out] = x[rows, in] W^T + b with W [out, in] as in nn.Linear (model.c).
+ */
+void		tf_linear(TfBackend *be, float *y, const float *x, const float *w, const float *bias,
+					  int rows, int in, int out);
+
 /* Checks a padded batch and builds m->lay; TF_ERROR with a message naming the problem. */
 int			tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen);
 
@@ -155,6 +170,14 @@ struct TfModel
 			   *g_h,
 			   *g_kv,
 			   *g_enc;			/* backward scratch */
+	/* beam search state (decode.c), grown as needed */
+	float	   *dec_arena;
+	size_t		dec_arena_floats;
+	int32_t    *dec_idx;
+	size_t		dec_idx_capacity;
+	int64_t    *dec_pstart;
+	size_t		dec_pstart_capacity;
+
 	bool		have_forward;
 	bool		training;
 	float		p_dropout,

@@ -66,6 +66,11 @@ tf_model_step(TfModel *m, const TfOptimizer *opt, double *learning_rate, double 
 
 	if (check_optimizer(opt, err, errlen) != TF_OK)
 		return TF_ERROR;
+	if (m->grads == NULL)
+	{
+		snprintf(err, errlen, "this model was created for inference: it has no optimizer state");
+		return TF_ERROR;
+	}
 	tf_block_signals(&old);
 	norm = sqrt(be->sum_squares(be, m->grads, m->num_params));
 	if (!isfinite(norm))

@@ -42,7 +42,8 @@ int64_tensor(TfTensor *t, const char *name, void *data)
 int
 tf_model_tensors(TfModel *m, TfTensor **tensors, int *count, char *err, size_t errlen)
 {
-	int			n = 3 * m->num_entries + EXTRA_TENSORS;
+	bool		train = m->grads != NULL;
+	int			n = train ? 3 * m->num_entries + EXTRA_TENSORS : m->num_entries;
 	TfTensor   *t = calloc(n, sizeof(TfTensor));
 	int			i;
 
@@ -56,12 +57,17 @@ tf_model_tensors(TfModel *m, TfTensor **tensors, int *count, char *err, size_t e
 		const ParamEntry *e = &m->entries[i];
 
 		float_tensor(&t[i], "", e, m->params + e->offset);
+		if (!train)
+			continue;
 		float_tensor(&t[m->num_entries + i], "optimizer.exp_avg.", e, m->adam_m + e->offset);
 		float_tensor(&t[2 * m->num_entries + i], "optimizer.exp_avg_sq.", e, m->adam_v + e->offset);
 	}
-	int64_tensor(&t[n - 3], STEP_TENSOR, &m->step);
-	int64_tensor(&t[n - 2], SEED_TENSOR, &m->seed);
-	int64_tensor(&t[n - 1], COUNTER_TENSOR, &m->forwards);
+	if (train)
+	{
+		int64_tensor(&t[n - 3], STEP_TENSOR, &m->step);
+		int64_tensor(&t[n - 2], SEED_TENSOR, &m->seed);
+		int64_tensor(&t[n - 1], COUNTER_TENSOR, &m->forwards);
+	}
 	*tensors = t;
 	*count = n;
 	return TF_OK;

@@ -95,6 +95,14 @@ typedef struct TfModel TfModel;
 TfModel    *tf_model_create(const TfConfig *config, uint64_t seed, int threads,
 							char *err, size_t errlen);
 
+/*
+ * Creates a model for inference only: parameters (zero until tf_model_load)
+ * without gradients or optimizer state, a quarter of a training model's
+ * memory. tf_model_tensors and tf_model_load then cover the parameters
+ * only; backward and step are refused. Errors as tf_model_create.
+ */
+TfModel    *tf_model_create_inference(const TfConfig *config, int threads, char *err, size_t errlen);
+
 /* Frees a model and everything it allocated (NULL is allowed). */
 void		tf_model_free(TfModel *model);
 
@@ -192,5 +200,81 @@ float	   *tf_model_grad(TfModel *model, const char *name, size_t *count);
 
 /* The model's pointer to parameter `name`, or NULL. */
 float	   *tf_model_param(TfModel *model, const char *name, size_t *count);
+
+/*
+ * Log-probability of each target given its source (natural log, nats):
+ * the sum over the labels (target ids + EOS) of log softmax(logits), no
+ * dropout and no label smoothing (teacher forcing, one forward pass).
+ * log_prob [batch_size]. Errors as tf_model_forward. Afterwards the
+ * attention probabilities are available through tf_model_attention.
+ */
+int			tf_model_score(TfModel *model, const TfBatch *batch, double *log_prob,
+						   char *err, size_t errlen);
+
+/* The attention of a layer (tf_model_attention). */
+typedef enum TfAttentionKind
+{
+	TF_ENCODER_SELF,
+	TF_DECODER_SELF,
+	TF_CROSS
+} TfAttentionKind;
+
+/*
+ * Attention probabilities of the last forward or score for sentence
+ * `sentence` of its batch: [num_heads, queries, keys] (query rows sum to
+ * 1; decoder self-attention is causal) copied into out (host memory; NULL
+ * only reports the sizes). queries and keys receive the sentence's
+ * lengths. Errors: no forward yet, layer or sentence out of range.
+ */
+int			tf_model_attention(const TfModel *model, TfAttentionKind kind, int layer, int sentence,
+							   float *out, int *queries, int *keys, char *err, size_t errlen);
+
+/* Beam search settings (DESIGN.md section 2; Wu et al. 2016 for the length penalty). */
+typedef struct TfDecodeOptions
+{
+	int			beam_size;		/* 4; 1 = greedy; 1 .. 64 */
+	int			nbest;			/* hypotheses returned per sentence, 1 .. beam_size */
+	float		length_penalty; /* alpha >= 0 in lp(Y) = ((5 + |Y|) / 6)^alpha; 0.6 */
+	int			max_length_offset;	/* output tokens <= source tokens + offset; 50 */
+	int			bos_id;
+	int			eos_id;
+	/* polled between decoding steps; true stops the search with TF_ERROR */
+	bool		(*interrupted) (void *arg);
+	void	   *interrupt_arg;
+} TfDecodeOptions;
+
+/* Beam 4, one hypothesis, alpha 0.6, offset 50, BOS 2, EOS 3, no interrupt callback. */
+void		tf_decode_options_default(TfDecodeOptions *opt);
+
+/* One translation hypothesis. */
+typedef struct TfHypothesis
+{
+	int32_t    *tokens;			/* output ids without BOS and EOS (malloc'd) */
+	int			length;			/* number of tokens */
+	double		log_prob;		/* sum of the log-probabilities of tokens and EOS (nats) */
+	double		score;			/* log_prob / lp(length + 1): what the search ranks by */
+	bool		finished;		/* ended by EOS (false: stopped at the length limit) */
+} TfHypothesis;
+
+/*
+ * Beam search (batched over sentences x beams, incremental decoding with a
+ * key/value cache per decoder layer; encoder keys and values computed once
+ * per source). src [batch, src_len]: each row a source's ids followed by
+ * EOS, then padding. Every step a sentence's live hypotheses are extended
+ * by the best `live` candidates of all their continuations; candidates
+ * ending in EOS are finished and leave the beam, so the beam shrinks (as
+ * Marian's). A sentence stops when its beam is empty, at its length limit
+ * (min(source tokens + max_length_offset, max_positions - 1) output tokens,
+ * where EOS is forced), or early once nbest hypotheses are finished and no
+ * live one can beat the nbest-th. out [batch, nbest] receives the best
+ * hypotheses of each sentence in descending score; free the tokens with
+ * tf_hypotheses_free. Errors: invalid options, bad ids, no memory,
+ * interrupted (nothing is returned then).
+ */
+int			tf_model_translate(TfModel *model, const int32_t *src, int batch, int src_len,
+							   const TfDecodeOptions *opt, TfHypothesis *out, char *err, size_t errlen);
+
+/* Frees the tokens of n hypotheses (from tf_model_translate). */
+void		tf_hypotheses_free(TfHypothesis *hyps, int n);
 
 #endif

@@ -27,5 +27,6 @@ void		test_bleu(const char *fixtures);
 void		test_spm(const char *fixtures);
 void		test_ops(const char *fixtures);
 void		test_model(const char *fixtures);
+void		test_decode(const char *fixtures);
 
 #endif

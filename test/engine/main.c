@@ -21,7 +21,7 @@ int
 main(int argc, char **argv)
 {
 	const Suite suites[] = {{"bleu", test_bleu}, {"sentencepiece", test_spm}, {"ops", test_ops},
-	{"model", test_model}};
+	{"model", test_model}, {"decode", test_decode}};
 	const char *fixtures = argc > 1 ? argv[1] : "test/fixtures";
 	size_t		i;
 

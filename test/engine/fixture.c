@@ -1,0 +1,147 @@
+/*
+ * fixture.c - reading the engine tests' PyTorch reference fixtures.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "fixture.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+/* Reads a fixture file (format: make_model_fixture.py); false when unreadable. */
+bool
+fixture_read(const char *path, Fixture *fx)
+{
+	FILE	   *f = fopen(path, "rb");
+	char		magic[8];
+	int			cap = 256;
+
+	fx->n = 0;
+	fx->t = calloc(cap, sizeof(FixTensor));
+	if (f == NULL || fread(magic, 1, 8, f) != 8 || memcmp(magic, "ATTFIX1\n", 8) != 0)
+	{
+		if (f)
+			fclose(f);
+		return false;
+	}
+	for (;;)
+	{
+		uint32_t	len,
+					dtype,
+					ndim,
+					dim;
+		FixTensor  *t;
+		uint32_t	i;
+
+		if (fread(&len, 4, 1, f) != 1)
+			break;
+		if (fx->n == cap)
+			fx->t = realloc(fx->t, (cap *= 2) * sizeof(FixTensor));
+		t = &fx->t[fx->n++];
+		if (len >= sizeof(t->name) || fread(t->name, 1, len, f) != len ||
+			fread(&dtype, 4, 1, f) != 1 || fread(&ndim, 4, 1, f) != 1)
+			return false;
+		t->name[len] = '\0';
+		t->dtype = (int) dtype;
+		t->count = 1;
+		for (i = 0; i < ndim; i++)
+		{
+			if (fread(&dim, 4, 1, f) != 1)
+				return false;
+			t->count *= dim;
+		}
+		t->data = malloc(t->count * 4);
+		if (fread(t->data, 4, t->count, f) != t->count)
+			return false;
+	}
+	fclose(f);
+	return true;
+}
+
+const FixTensor *
+fixture_get(const Fixture *fx, const char *name)
+{
+	int			i;
+
+	for (i = 0; i < fx->n; i++)
+		if (strcmp(fx->t[i].name, name) == 0)
+			return &fx->t[i];
+	return NULL;
+}
+
+/*
+ * max |a - b| / max(max |b|, 1e-2): the normwise relative error of a against
+ * reference b, absolute below 1e-2.
+ */
+double
+rel_error(const float *a, const float *b, size_t n)
+{
+	double		num = 0.0,
+				den = 1e-2;
+	size_t		i;
+
+	for (i = 0; i < n; i++)
+	{
+		num = fmax(num, fabs((double) a[i] - b[i]));
+		den = fmax(den, fabs((double) b[i]));
+	}
+	return den > 0.0 ? num / den : num;
+}
+
+/* Loads the fixture's parameters (zero optimizer state) into a new model. */
+TfModel *
+fixture_model(const Fixture *fx, float dropout)
+{
+	const int32_t *cfg = fixture_get(fx, "config")->data;
+	TfConfig	c;
+	TfModel    *m;
+	TfTensor   *tensors;
+	int			n,
+				i;
+	char		err[TF_ERRLEN];
+	float	   *zeros;
+	int64_t		zero = 0,
+				seed = 1234;
+
+	tf_config_base(&c, cfg[0]);
+	c.d_model = cfg[1];
+	c.num_heads = cfg[2];
+	c.d_ff = cfg[3];
+	c.num_encoder_layers = cfg[4];
+	c.num_decoder_layers = cfg[5];
+	c.pad_id = cfg[6];
+	c.dropout = dropout;
+	c.max_positions = 64;
+	m = tf_model_create(&c, 1, 2, err, sizeof(err));
+	CHECK(m != NULL, "create: %s", err);
+	if (m == NULL || tf_model_tensors(m, &tensors, &n, err, sizeof(err)) != TF_OK)
+		return NULL;
+	zeros = calloc(tf_model_num_parameters(m), sizeof(float));
+	for (i = 0; i < n; i++)
+	{
+		const FixTensor *f = fixture_get(fx, tensors[i].name);
+
+		if (f != NULL)
+			tensors[i].data = f->data;
+		else if (tensors[i].dtype == TF_FLOAT32)
+			tensors[i].data = zeros;
+		else
+			tensors[i].data = strcmp(tensors[i].name, "rng.seed") == 0 ? &seed : &zero;
+	}
+	CHECK(tf_model_load(m, tensors, n, err, sizeof(err)) == TF_OK, "load fixture: %s", err);
+	free(tensors);
+	free(zeros);
+	return m;
+}
+
+void
+fixture_free(Fixture *fx)
+{
+	while (fx->n > 0)
+		free(fx->t[--fx->n].data);
+	free(fx->t);
+	fx->t = NULL;
+}

@@ -1,0 +1,46 @@
+/*
+ * fixture.h - the engine tests' PyTorch reference fixtures
+ * (the .bin files in test/fixtures, written by the make_..._fixture.py scripts there).
+ */
+#ifndef ATTENTION_FIXTURE_H
+#define ATTENTION_FIXTURE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "transformer.h"
+
+/* A tensor of the fixture file. */
+typedef struct FixTensor
+{
+	char		name[128];
+	int			dtype;			/* 0 float32, 1 int32 */
+	size_t		count;
+	void	   *data;
+} FixTensor;
+
+typedef struct Fixture
+{
+	FixTensor  *t;
+	int			n;
+} Fixture;
+
+/* Reads a fixture file (format: make_model_fixture.py); false when unreadable. */
+bool		fixture_read(const char *path, Fixture *fx);
+
+/* The tensor called name, or NULL. */
+const FixTensor *fixture_get(const Fixture *fx, const char *name);
+
+/* Frees what fixture_read allocated. */
+void		fixture_free(Fixture *fx);
+
+/* max |a - b| / max(max |b|, 1e-2): normwise relative error against reference b. */
+double		rel_error(const float *a, const float *b, size_t n);
+
+/*
+ * A new training model (dropout as given, max_positions 64, 2 threads) with
+ * the fixture's "config" and parameters, zero optimizer state.
+ */
+TfModel    *fixture_model(const Fixture *fx, float dropout);
+
+#endif

@@ -1,0 +1,313 @@
+/*
+ * test_decode.c - translation against the PyTorch reference search of
+ * test/fixtures/decode_fixture.bin (token ids, log-probabilities, scores,
+ * n-best lists), incremental decoding against full-prefix scoring,
+ * batching independence, scoring and attention probabilities, bad options.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "fixture.h"
+#include "transformer.h"
+
+/* An inference model with the decode fixture's configuration and parameters. */
+static TfModel *
+decode_model(const Fixture *fx)
+{
+	const int32_t *cfg = fixture_get(fx, "config")->data;
+	TfConfig	c;
+	TfModel    *m;
+	TfTensor   *tensors;
+	int			n,
+				i;
+	char		err[TF_ERRLEN];
+
+	tf_config_base(&c, cfg[0]);
+	c.d_model = cfg[1];
+	c.num_heads = cfg[2];
+	c.d_ff = cfg[3];
+	c.num_encoder_layers = cfg[4];
+	c.num_decoder_layers = cfg[5];
+	c.pad_id = cfg[6];
+	c.dropout = 0.0f;
+	c.max_positions = 64;
+	m = tf_model_create_inference(&c, 2, err, sizeof(err));
+	CHECK(m != NULL, "create: %s", err);
+	if (m == NULL || tf_model_tensors(m, &tensors, &n, err, sizeof(err)) != TF_OK)
+		return NULL;
+	/* the embedding, 16 tensors per encoder layer, 26 per decoder layer: parameters only */
+	CHECK(n == 1 + 16 * cfg[4] + 26 * cfg[5], "inference model lists %d tensors", n);
+	for (i = 0; i < n; i++)
+	{
+		const FixTensor *f = fixture_get(fx, tensors[i].name);
+
+		CHECK(f != NULL && f->count * 4 == tensors[i].bytes, "fixture lacks %s", tensors[i].name);
+		tensors[i].data = f != NULL ? f->data : NULL;
+	}
+	CHECK(tf_model_load(m, tensors, n, err, sizeof(err)) == TF_OK, "load: %s", err);
+	free(tensors);
+	return m;
+}
+
+/* True when |a - b| <= tol * max(1, |b|). */
+static bool
+close_to(double a, double b, double tol)
+{
+	return fabs(a - b) <= tol * fmax(1.0, fabs(b));
+}
+
+/* Compares hypotheses of sentences [first, first + count) with the reference of one case. */
+static int
+compare_case(const Fixture *fx, int c, const TfHypothesis *h, int first, int count, int nbest)
+{
+	char		name[64];
+	const FixTensor *tok,
+			   *lp,
+			   *sc,
+			   *le;
+	int			maxout,
+				bad = 0,
+				i,
+				j,
+				t;
+
+	snprintf(name, sizeof(name), "case%d.tokens", c);
+	tok = fixture_get(fx, name);
+	snprintf(name, sizeof(name), "case%d.log_prob", c);
+	lp = fixture_get(fx, name);
+	snprintf(name, sizeof(name), "case%d.score", c);
+	sc = fixture_get(fx, name);
+	snprintf(name, sizeof(name), "case%d.length_eos", c);
+	le = fixture_get(fx, name);
+	maxout = (int) (tok->count / lp->count);
+	for (i = 0; i < count; i++)
+		for (j = 0; j < nbest; j++)
+		{
+			const TfHypothesis *x = &h[i * nbest + j];
+			size_t		k = (size_t) (first + i) * nbest + j;
+			const int32_t *want = (const int32_t *) tok->data + k * maxout;
+			int			length = ((const int32_t *) le->data)[2 * k];
+			bool		eos = ((const int32_t *) le->data)[2 * k + 1] != 0;
+			bool		same = x->length == length && x->finished == eos;
+
+			for (t = 0; same && t < length; t++)
+				same = x->tokens[t] == want[t];
+			CHECK(same, "case %d sentence %d hypothesis %d: %d tokens (eos %d), PyTorch %d (eos %d)",
+				  c, first + i, j, x->length, x->finished, length, eos);
+			CHECK(close_to(x->log_prob, ((const float *) lp->data)[k], 1e-4) &&
+				  close_to(x->score, ((const float *) sc->data)[k], 1e-4),
+				  "case %d sentence %d hypothesis %d: log_prob %.6f score %.6f, PyTorch %.6f %.6f",
+				  c, first + i, j, x->log_prob, x->score, ((const float *) lp->data)[k],
+				  ((const float *) sc->data)[k]);
+			bad += !same;
+		}
+	return bad;
+}
+
+/* Every case of the fixture, batched and one sentence at a time; incremental = full-prefix scores. */
+static void
+check_search(const Fixture *fx, TfModel *m)
+{
+	const int32_t *cfg = fixture_get(fx, "config")->data;
+	const FixTensor *src = fixture_get(fx, "src");
+	int			B = 4,
+				L = (int) src->count / 4;
+	int			cases = cfg[9];
+	int			c,
+				checked = 0,
+				rescored = 0;
+	double		worst = 0.0;
+	char		err[TF_ERRLEN];
+
+	for (c = 0; c < cases; c++)
+	{
+		char		name[64];
+		const int32_t *o;
+		TfDecodeOptions opt;
+		TfHypothesis *h;
+		int			i,
+					j;
+
+		snprintf(name, sizeof(name), "case%d.options", c);
+		o = fixture_get(fx, name)->data;
+		tf_decode_options_default(&opt);
+		opt.beam_size = o[0];
+		opt.nbest = o[1];
+		opt.length_penalty = o[2] / 1000.0f;
+		opt.max_length_offset = o[3];
+		opt.bos_id = cfg[7];
+		opt.eos_id = cfg[8];
+		h = calloc((size_t) B * opt.nbest, sizeof(TfHypothesis));
+		CHECK(tf_model_translate(m, src->data, B, L, &opt, h, err, sizeof(err)) == TF_OK,
+			  "translate case %d: %s", c, err);
+		compare_case(fx, c, h, 0, B, opt.nbest);
+		checked += B * opt.nbest;
+
+		/* the log-probability of every hypothesis, recomputed over its whole prefix */
+		for (i = 0; i < B * opt.nbest; i++)
+		{
+			int			s = i / opt.nbest;
+			int			n = h[i].length + 1;
+			int32_t    *tgt = calloc(2 * (size_t) n, sizeof(int32_t));
+			TfBatch		b = {1, L, n, (const int32_t *) src->data + (size_t) s * L, tgt, tgt + n};
+			double		lp;
+
+			tgt[0] = opt.bos_id;
+			for (j = 0; j < h[i].length; j++)
+				tgt[1 + j] = tgt[n + j] = h[i].tokens[j];
+			tgt[n + n - 1] = opt.eos_id;
+			CHECK(tf_model_score(m, &b, &lp, err, sizeof(err)) == TF_OK, "score: %s", err);
+			CHECK(close_to(lp, h[i].log_prob, 1e-4), "case %d hypothesis %d: incremental %.6f, full prefix %.6f",
+				  c, i, h[i].log_prob, lp);
+			worst = fmax(worst, fabs(lp - h[i].log_prob));
+			rescored++;
+			free(tgt);
+		}
+		tf_hypotheses_free(h, B * opt.nbest);
+
+		/* one sentence at a time gives the same as the batch */
+		for (i = 0; i < B; i++)
+		{
+			CHECK(tf_model_translate(m, (const int32_t *) src->data + (size_t) i * L, 1, L, &opt, h,
+									 err, sizeof(err)) == TF_OK, "translate case %d sentence %d: %s", c, i, err);
+			compare_case(fx, c, h, i, 1, opt.nbest);
+			tf_hypotheses_free(h, opt.nbest);
+		}
+		free(h);
+	}
+	printf("  beam search: %d cases, %d hypotheses equal to PyTorch's; incremental vs full prefix: %d, worst |diff| %.2g\n",
+		   cases, checked, rescored, worst);
+}
+
+/* Log-probabilities and attention probabilities of teacher-forced pairs against PyTorch. */
+static void
+check_score_and_attention(const Fixture *fx, TfModel *m)
+{
+	const int32_t *cfg = fixture_get(fx, "config")->data;
+	const FixTensor *src = fixture_get(fx, "src");
+	const FixTensor *tgt_in = fixture_get(fx, "score.tgt_in");
+	const float *want = fixture_get(fx, "score.log_prob")->data;
+	TfBatch		b = {4, (int) src->count / 4, (int) tgt_in->count / 4, src->data, tgt_in->data,
+	fixture_get(fx, "score.labels")->data};
+	double		lp[4];
+	double		worst = 0.0;
+	char		err[TF_ERRLEN];
+	const char *kinds[] = {"encoder_self", "decoder_self", "cross"};
+	int			i,
+				k,
+				l,
+				planes = 0;
+
+	CHECK(tf_model_score(m, &b, lp, err, sizeof(err)) == TF_OK, "score: %s", err);
+	for (i = 0; i < 4; i++)
+		CHECK(close_to(lp[i], want[i], 1e-5), "sentence %d: log-probability %.6f, PyTorch %.6f", i, lp[i], want[i]);
+	for (i = 0; i < 4; i++)
+		for (k = 0; k < 3; k++)
+			for (l = 0; l < (k == 0 ? cfg[4] : cfg[5]); l++)
+			{
+				char		name[64];
+				const FixTensor *ref;
+				int			q,
+							n;
+				float	   *probs;
+
+				snprintf(name, sizeof(name), "attention.%d.%s.%d", i, kinds[k], l);
+				ref = fixture_get(fx, name);
+				CHECK(tf_model_attention(m, (TfAttentionKind) k, l, i, NULL, &q, &n, err, sizeof(err)) == TF_OK,
+					  "attention sizes: %s", err);
+				CHECK(ref != NULL && ref->count == (size_t) cfg[2] * q * n, "%s: %d x %d", name, q, n);
+				if (ref == NULL || ref->count != (size_t) cfg[2] * q * n)
+					continue;
+				probs = malloc(ref->count * sizeof(float));
+				tf_model_attention(m, (TfAttentionKind) k, l, i, probs, &q, &n, err, sizeof(err));
+				worst = fmax(worst, rel_error(probs, ref->data, ref->count));
+				CHECK(rel_error(probs, ref->data, ref->count) < 1e-5, "%s differs from PyTorch by %.2g", name,
+					  rel_error(probs, ref->data, ref->count));
+				planes++;
+				free(probs);
+			}
+	CHECK(tf_model_attention(m, TF_CROSS, cfg[5], 0, NULL, &k, &l, err, sizeof(err)) == TF_ERROR,
+		  "layer out of range accepted");
+	printf("  score: 4 log-probabilities; attention: %d planes, worst relative error %.2g\n", planes, worst);
+}
+
+/* Bad options, interruption, and an inference model refusing to train. */
+static bool
+always(void *arg)
+{
+	(*(int *) arg)++;
+	return true;
+}
+
+static void
+check_bad_options(const Fixture *fx, TfModel *m)
+{
+	const FixTensor *src = fixture_get(fx, "src");
+	int			L = (int) src->count / 4;
+	TfDecodeOptions opt;
+	TfHypothesis h[64];
+	char		err[TF_ERRLEN];
+	int32_t		empty[2] = {0, 0};
+	int			polls = 0;
+	struct
+	{
+		int			beam,
+					nbest;
+		float		alpha;
+		int			offset;
+		const char *word;
+	}			bad[] = {{0, 1, 0.6f, 50, "beam_size"}, {65, 1, 0.6f, 50, "beam_size"},
+	{4, 5, 0.6f, 50, "nbest"}, {4, 0, 0.6f, 50, "nbest"}, {4, 1, -1.0f, 50, "length_penalty"},
+	{4, 1, NAN, 50, "length_penalty"}, {4, 1, 0.6f, -1, "max_length_offset"}};
+	size_t		i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+	{
+		tf_decode_options_default(&opt);
+		opt.beam_size = bad[i].beam;
+		opt.nbest = bad[i].nbest;
+		opt.length_penalty = bad[i].alpha;
+		opt.max_length_offset = bad[i].offset;
+		CHECK(tf_model_translate(m, src->data, 4, L, &opt, h, err, sizeof(err)) == TF_ERROR &&
+			  strstr(err, bad[i].word) != NULL, "bad option %zu not refused by name: %s", i, err);
+	}
+	tf_decode_options_default(&opt);
+	CHECK(tf_model_translate(m, empty, 1, 2, &opt, h, err, sizeof(err)) == TF_ERROR &&
+		  strstr(err, "empty") != NULL, "empty source accepted: %s", err);
+	empty[0] = 99;
+	CHECK(tf_model_translate(m, empty, 1, 2, &opt, h, err, sizeof(err)) == TF_ERROR &&
+		  strstr(err, "99") != NULL, "out-of-range id accepted: %s", err);
+	CHECK(tf_model_translate(m, src->data, 0, L, &opt, h, err, sizeof(err)) == TF_ERROR, "empty batch accepted");
+	opt.interrupted = always;
+	opt.interrupt_arg = &polls;
+	CHECK(tf_model_translate(m, src->data, 4, L, &opt, h, err, sizeof(err)) == TF_ERROR &&
+		  strstr(err, "interrupted") != NULL && polls == 1, "interrupt not honoured (%d polls): %s", polls, err);
+	CHECK(tf_model_backward(m, 1.0f, err, sizeof(err)) == TF_ERROR && strstr(err, "inference") != NULL,
+		  "inference model ran a backward: %s", err);
+}
+
+void
+test_decode(const char *fixtures)
+{
+	char		path[4096];
+	Fixture		fx;
+	TfModel    *m;
+
+	snprintf(path, sizeof(path), "%s/decode_fixture.bin", fixtures);
+	CHECK(fixture_read(path, &fx), "cannot read %s", path);
+	if (fx.n == 0)
+		return;
+	m = decode_model(&fx);
+	if (m != NULL)
+	{
+		check_search(&fx, m);
+		check_score_and_attention(&fx, m);
+		check_bad_options(&fx, m);
+	}
+	tf_model_free(m);
+	fixture_free(&fx);
+}
