@@ -8,9 +8,12 @@ MODULE_big = attention
 # The engine (src/*.c, src/*.cc) is plain C11/C++ with no PostgreSQL headers;
 # the SQL glue lives in src/pg/.
 ENGINE_C = src/bleu.c
+ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tensors.c src/score.c \
+	src/decode.c src/backend_cpu.c
 ENGINE_CXX = src/spm.cc
-GLUE_C = src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/vocabulary.c
-OBJS = $(ENGINE_C:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o)
+GLUE_C = src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/vocabulary.c src/pg/model.c \
+	src/pg/translate.c
+OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o)
 
 DATA = $(wildcard sql/$(EXTENSION)--*.sql)
 REGRESS = builtin_translate corpus vocabulary bleu
@@ -19,7 +22,16 @@ REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 WARNINGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
 PG_CFLAGS = $(WARNINGS) -Isrc
 PG_CXXFLAGS = $(WARNINGS) -std=c++17 -Isrc
-SHLIB_LINK = -lsentencepiece_train -lsentencepiece -lstdc++ -lm
+# As pgvector does: tuned for the machine that builds it (the extension is built
+# where it is installed); OPTFLAGS= builds a generic binary.
+OPTFLAGS ?= -march=native
+
+# OpenBLAS's OpenMP build: its threads are OpenMP's, which the engine starts
+# with every signal blocked.
+OPENBLAS_DIR = /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp
+OPENBLAS_INC = /usr/include/$(shell gcc -print-multiarch)/openblas-openmp
+ENGINE_LIBS = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -fopenmp -lm
+SHLIB_LINK = -lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS)
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -29,6 +41,10 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 override with_llvm = no
 
 include $(PGXS)
+
+# The engine's objects inside attention.so: C11, optimised for this machine,
+# OpenMP, and OpenBLAS's headers.
+$(ENGINE_NN:.c=.o): override CFLAGS += -std=c11 -O3 $(OPTFLAGS) -fopenmp -isystem $(OPENBLAS_INC)
 
 # PostgreSQL's own headers are not -Wextra clean; treat them as system headers
 # so our code is held to -Wall -Wextra -Werror and theirs is not.
@@ -65,19 +81,8 @@ endif
 # ---------------------------------------------------------------------------
 # Engine unit tests: a standalone C program (no PostgreSQL) built with the
 # engine sources; it also runs on the GPU machine.
-# The Transformer engine (not yet linked into attention.so: the SQL functions
-# that use it come with the translation and training issues).
-ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tensors.c src/score.c src/decode.c src/backend_cpu.c
-# OpenBLAS's OpenMP build: its threads are OpenMP's, which the engine starts
-# with every signal blocked.
-OPENBLAS_DIR = /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp
-OPENBLAS_INC = /usr/include/$(shell gcc -print-multiarch)/openblas-openmp
-ENGINE_LIBS = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -fopenmp -lm
 ENGINE_TEST_SRCS = $(wildcard test/engine/*.c)
 ENGINE_TEST_BIN = test/engine/run_tests
-# As pgvector does: tuned for the machine that builds it (the extension is built
-# where it is installed); OPTFLAGS= builds a generic binary.
-OPTFLAGS ?= -march=native
 ENGINE_STD_CFLAGS = -std=c11 -O3 $(OPTFLAGS) -g -fopenmp $(WARNINGS) -Isrc -isystem $(OPENBLAS_INC)
 EXTRA_CLEAN += $(ENGINE_TEST_BIN) test/engine/spm.o test/engine/spm_asan.o
 

@@ -292,3 +292,132 @@ CREATE AGGREGATE corpus_bleu(hypothesis text, reference text) (
 );
 COMMENT ON AGGREGATE corpus_bleu(text, text) IS
 'Corpus BLEU (0-100) as sacrebleu.corpus_bleu computes it by default; rows with a NULL are skipped.';
+
+-----------------------------------------------------------------------------
+-- Models and checkpoints
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION create_model(name text, vocabulary text, config jsonb DEFAULT '{}')
+RETURNS integer
+AS 'MODULE_PATHNAME', 'attention_create_model'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION create_model(text, text, jsonb) IS
+'Creates a Transformer model over a vocabulary; config overrides the paper''s base model key by key (or names a preset: base, big, small) and is stored in full; returns the model id.';
+
+CREATE FUNCTION initialize_checkpoint(model text, seed bigint DEFAULT 0)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_initialize_checkpoint'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION initialize_checkpoint(text, bigint) IS
+'Writes a step-0 checkpoint of a model with the paper''s initialisation drawn from seed (one row per tensor); returns its id.';
+
+CREATE FUNCTION deploy(model text, checkpoint bigint DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    mid integer;
+    chosen bigint;
+BEGIN
+    IF model IS NULL THEN
+        RAISE EXCEPTION 'model must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT m.model_id INTO mid FROM attention.models m WHERE m.name = deploy.model;
+    IF mid IS NULL THEN
+        RAISE EXCEPTION 'model "%" does not exist', deploy.model USING ERRCODE = 'undefined_object';
+    END IF;
+    IF checkpoint IS NULL THEN
+        SELECT c.checkpoint_id INTO chosen FROM attention.checkpoints c
+         WHERE c.model_id = mid
+         ORDER BY c.averaged_from IS NOT NULL DESC, c.step DESC, c.checkpoint_id DESC LIMIT 1;
+        IF chosen IS NULL THEN
+            RAISE EXCEPTION 'model "%" has no checkpoints', deploy.model
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Train it with attention.train, or create one with attention.initialize_checkpoint.';
+        END IF;
+    ELSE
+        SELECT c.checkpoint_id INTO chosen FROM attention.checkpoints c
+         WHERE c.checkpoint_id = deploy.checkpoint AND c.model_id = mid;
+        IF chosen IS NULL THEN
+            RAISE EXCEPTION 'checkpoint % is not a checkpoint of model "%"', deploy.checkpoint, deploy.model
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    UPDATE attention.checkpoints SET deployed = false WHERE model_id = mid AND deployed AND checkpoint_id <> chosen;
+    UPDATE attention.checkpoints SET deployed = true WHERE checkpoint_id = chosen AND NOT deployed;
+    RETURN chosen;
+END
+$$;
+COMMENT ON FUNCTION deploy(text, bigint) IS
+'Makes a checkpoint the one translation uses for a model (NULL: the newest average, else the newest); returns its id.';
+
+-----------------------------------------------------------------------------
+-- Translation
+-----------------------------------------------------------------------------
+
+-- One argument: unqualified translate('...') resolves here (PostgreSQL's own
+-- translate takes three text arguments and is unaffected).
+CREATE FUNCTION translate(source text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'attention_translate_default'
+LANGUAGE C STABLE STRICT PARALLEL SAFE COST 100000;
+COMMENT ON FUNCTION translate(text) IS
+'Translates a text with the default model (attention.default_model, or the only deployed one) and beam attention.beam_size.';
+
+CREATE FUNCTION translate(source text, model text, beam_size integer DEFAULT 4,
+                          length_penalty double precision DEFAULT 0.6,
+                          max_length_offset integer DEFAULT 50)
+RETURNS text
+AS 'MODULE_PATHNAME', 'attention_translate'
+LANGUAGE C STABLE PARALLEL SAFE COST 100000;
+COMMENT ON FUNCTION translate(text, text, integer, double precision, integer) IS
+'Translates a text by beam search (beam_size 1 = greedy; length penalty ((5+len)/6)^alpha; at most source tokens + max_length_offset tokens); a NULL model means the default model.';
+
+CREATE FUNCTION translate(sources text[], model text DEFAULT NULL, beam_size integer DEFAULT 4,
+                          length_penalty double precision DEFAULT 0.6,
+                          max_length_offset integer DEFAULT 50)
+RETURNS text[]
+AS 'MODULE_PATHNAME', 'attention_translate_array'
+LANGUAGE C STABLE PARALLEL SAFE COST 1000000;
+COMMENT ON FUNCTION translate(text[], text, integer, double precision, integer) IS
+'Translates many texts in length-sorted batches; results in input order (NULL stays NULL).';
+
+CREATE FUNCTION translate_nbest(source text, model text DEFAULT NULL, n integer DEFAULT 4,
+                                beam_size integer DEFAULT 4,
+                                length_penalty double precision DEFAULT 0.6,
+                                max_length_offset integer DEFAULT 50)
+RETURNS TABLE (rank integer, translation text, score double precision, tokens text[])
+AS 'MODULE_PATHNAME', 'attention_translate_nbest'
+LANGUAGE C STABLE PARALLEL SAFE COST 100000 ROWS 4;
+COMMENT ON FUNCTION translate_nbest(text, text, integer, integer, double precision, integer) IS
+'The n best translations by beam search, best first; score is the log-probability of the tokens and EOS (as attention.score).';
+
+CREATE FUNCTION score(source text, target text, model text DEFAULT NULL)
+RETURNS double precision
+AS 'MODULE_PATHNAME', 'attention_score'
+LANGUAGE C STABLE PARALLEL SAFE COST 10000;
+COMMENT ON FUNCTION score(text, text, text) IS
+'Natural-log probability of the target''s subword tokens plus EOS given the source (no dropout, no label smoothing).';
+
+CREATE FUNCTION attention_weights(source text, target text DEFAULT NULL, model text DEFAULT NULL)
+RETURNS TABLE (kind text, layer integer, head integer, query_pos integer, query_token text,
+               key_pos integer, key_token text, weight real)
+AS 'MODULE_PATHNAME', 'attention_attention_weights'
+LANGUAGE C STABLE PARALLEL SAFE COST 100000 ROWS 10000;
+COMMENT ON FUNCTION attention_weights(text, text, text) IS
+'Every attention probability (encoder_self, decoder_self, cross) of the model reading source and target (NULL: its own translation); positions from 0.';
+
+CREATE FUNCTION align(source text, target text, model text DEFAULT NULL)
+RETURNS TABLE (target_pos integer, target_token text, source_pos integer, source_token text, weight real)
+AS 'MODULE_PATHNAME', 'attention_align'
+LANGUAGE C STABLE PARALLEL SAFE COST 10000 ROWS 1000;
+COMMENT ON FUNCTION align(text, text, text) IS
+'Word alignment from cross-attention: for each target token (and EOS), the last decoder layer''s attention over source tokens, averaged over heads.';
+
+CREATE PROCEDURE translate_column(relation regclass, source_column name, target_column name,
+                                  model text DEFAULT NULL, batch_size integer DEFAULT 64)
+AS 'MODULE_PATHNAME', 'attention_translate_column'
+LANGUAGE C;
+COMMENT ON PROCEDURE translate_column(regclass, name, name, text, integer) IS
+'Translates rows whose target is NULL and source is not, in length-sorted batches, committing after each batch (resumable); rows are addressed by the primary key.';

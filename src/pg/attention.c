@@ -12,7 +12,10 @@
 
 PG_MODULE_MAGIC;
 
-int			attention_threads = 0;
+int			attention_num_threads = 0;
+char	   *attention_default_model = NULL;
+int			attention_beam_size = 4;
+int			attention_max_input_tokens = 512;
 
 void		_PG_init(void);
 
@@ -20,11 +23,32 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
-	DefineCustomIntVariable("attention.threads",
+	DefineCustomIntVariable("attention.num_threads",
 							"Threads the engine may use per backend (0 = one per CPU).",
-							"Used by vocabulary training now, and by the CPU backend.",
-							&attention_threads,
+							"Used by translation, scoring and vocabulary training.",
+							&attention_num_threads,
 							0, 0, 1024,
+							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomStringVariable("attention.default_model",
+							   "Model that translate(text) and the functions given no model use.",
+							   "Empty: the only model with a deployed checkpoint.",
+							   &attention_default_model,
+							   "",
+							   PGC_USERSET, 0,
+							   NULL, NULL, NULL);
+	DefineCustomIntVariable("attention.beam_size",
+							"Beam size of translate(text) (1 = greedy).",
+							NULL,
+							&attention_beam_size,
+							4, 1, 64,
+							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("attention.max_input_tokens",
+							"Longest source, in subword tokens, that translation accepts.",
+							"Longer inputs are refused; split them into sentences.",
+							&attention_max_input_tokens,
+							512, 1, 65535,
 							PGC_USERSET, 0,
 							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("attention");
@@ -36,8 +60,8 @@ attention_thread_count(void)
 {
 	long		cpus;
 
-	if (attention_threads > 0)
-		return attention_threads;
+	if (attention_num_threads > 0)
+		return attention_num_threads;
 	cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	return cpus > 0 ? (int) cpus : 1;
 }

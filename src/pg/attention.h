@@ -6,8 +6,16 @@
 
 #include "postgres.h"
 
-/* GUC attention.threads: engine threads per backend (0 = one per CPU). */
-extern int	attention_threads;
+#include "utils/jsonb.h"
+
+#include "spm.h"
+#include "transformer.h"
+
+/* GUCs (attention.c). */
+extern int	attention_num_threads;	/* attention.num_threads: 0 = one per CPU */
+extern char *attention_default_model;	/* attention.default_model */
+extern int	attention_beam_size;	/* attention.beam_size */
+extern int	attention_max_input_tokens; /* attention.max_input_tokens */
 
 /* Number of threads the engine may use in this backend (>= 1). */
 int			attention_thread_count(void);
@@ -17,5 +25,40 @@ int			attention_thread_count(void);
  * Must be called between SPI_connect and SPI_finish.
  */
 int32		attention_corpus_id(const char *name);
+
+/*
+ * Parses a model configuration (jsonb object: an optional "preset" of
+ * base/big/small, then any TfConfig field by name) over a vocabulary of
+ * vocab_size pieces with padding id pad_id; unset fields are the base
+ * model's. ERROR naming an unknown key, a wrong type or an invalid value.
+ */
+void		attention_config_from_jsonb(Jsonb *config, int vocab_size, int pad_id, TfConfig *c);
+
+/* A deployed model loaded in this backend (model.c); owned by the cache. */
+typedef struct AttentionModel
+{
+	struct AttentionModel *next;
+	char		name[NAMEDATALEN * 2];
+	int32		model_id;
+	int64		checkpoint_id;
+	TransactionId xmin;			/* of the checkpoint row when loaded */
+	int			threads;
+	TfModel    *engine;			/* inference-only engine model */
+	SpmModel   *vocabulary;
+	int			bos_id,
+				eos_id,
+				pad_id;
+	int			max_positions;
+	size_t		bytes;			/* parameter memory */
+} AttentionModel;
+
+/*
+ * The deployed checkpoint of model `model` (NULL: attention.default_model,
+ * or the only deployed model), loaded once per backend and reloaded when
+ * the deployment, the checkpoint row or attention.num_threads changed.
+ * ERROR when the model does not exist, has no deployed checkpoint, or its
+ * checkpoint does not load. Connects to SPI itself.
+ */
+AttentionModel *attention_model_get(text *model);
 
 #endif

@@ -1,0 +1,586 @@
+/*
+ * model.c - models and checkpoints in tables: the configuration as jsonb,
+ * create_model, initialize_checkpoint (the engine's serializer writing a
+ * checkpoint as one row per tensor), and the per-backend cache of deployed
+ * models that translation uses.
+ *
+ * A cached model is engine (malloc) and SentencePiece (C++) memory owned by
+ * the cache in TopMemoryContext. Every call looks up the deployed checkpoint
+ * (one indexed query) and reloads when the deployment, the checkpoint row or
+ * the thread count changed.
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+
+#include "attention.h"
+#include "spm.h"
+
+PG_FUNCTION_INFO_V1(attention_create_model);
+PG_FUNCTION_INFO_V1(attention_initialize_checkpoint);
+
+/* Tensors larger than this are stored in several rows (bytea is limited to 1 GB). */
+#define CHUNK_BYTES ((size_t) 256 << 20)
+
+/* One configuration key: its name, whether it is an integer, and where it goes. */
+typedef struct ConfigKey
+{
+	const char *name;
+	bool		integer;
+	size_t		offset;
+} ConfigKey;
+
+static const ConfigKey config_keys[] = {
+	{"num_encoder_layers", true, offsetof(TfConfig, num_encoder_layers)},
+	{"num_decoder_layers", true, offsetof(TfConfig, num_decoder_layers)},
+	{"d_model", true, offsetof(TfConfig, d_model)},
+	{"num_heads", true, offsetof(TfConfig, num_heads)},
+	{"d_ff", true, offsetof(TfConfig, d_ff)},
+	{"dropout", false, offsetof(TfConfig, dropout)},
+	{"attention_dropout", false, offsetof(TfConfig, attention_dropout)},
+	{"relu_dropout", false, offsetof(TfConfig, relu_dropout)},
+	{"label_smoothing", false, offsetof(TfConfig, label_smoothing)},
+	{"vocab_size", true, offsetof(TfConfig, vocab_size)},
+	{"max_positions", true, offsetof(TfConfig, max_positions)},
+	{"layer_norm_eps", false, offsetof(TfConfig, layer_norm_eps)},
+};
+
+#define NUM_CONFIG_KEYS lengthof(config_keys)
+
+/* The text of a jsonb scalar key, NUL-terminated (palloc'd). */
+static char *
+jsonb_key(const JsonbValue *v)
+{
+	return pnstrdup(v->val.string.val, v->val.string.len);
+}
+
+/* Applies a "preset" value (base, big or small) to *c. */
+static void
+apply_preset(TfConfig *c, const JsonbValue *v, int vocab_size)
+{
+	char	   *preset;
+
+	if (v->type != jbvString)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("model configuration key \"preset\" must be a string")));
+	preset = jsonb_key(v);
+	if (strcmp(preset, "base") == 0)
+		tf_config_base(c, vocab_size);
+	else if (strcmp(preset, "big") == 0)
+		tf_config_big(c, vocab_size);
+	else if (strcmp(preset, "small") == 0)
+		tf_config_small(c, vocab_size);
+	else
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("unknown model preset \"%s\"", preset),
+						errhint("Presets are base, big and small.")));
+}
+
+/* Sets one configuration field from a jsonb number; ERROR naming the key when it does not fit. */
+static void
+apply_key(TfConfig *c, const ConfigKey *key, const JsonbValue *v)
+{
+	double		x;
+
+	if (v->type != jbvNumeric)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("model configuration key \"%s\" must be a number", key->name)));
+	x = DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v->val.numeric)));
+	if (key->integer)
+	{
+		if (x != floor(x) || x < INT_MIN || x > INT_MAX)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("model configuration key \"%s\" must be an integer, not %g", key->name, x)));
+		*(int *) ((char *) c + key->offset) = (int) x;
+	}
+	else
+		*(float *) ((char *) c + key->offset) = (float) x;
+}
+
+void
+attention_config_from_jsonb(Jsonb *config, int vocab_size, int pad_id, TfConfig *c)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	char		err[TF_ERRLEN];
+	JsonbValue *preset;
+
+	if (!JB_ROOT_IS_OBJECT(config) || JB_ROOT_IS_SCALAR(config))
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("a model configuration must be a JSON object")));
+	tf_config_base(c, vocab_size);
+	preset = getKeyJsonValueFromContainer(&config->root, "preset", strlen("preset"), NULL);
+	if (preset != NULL)
+		apply_preset(c, preset, vocab_size);
+
+	it = JsonbIteratorInit(&config->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		char	   *name;
+		int			i;
+
+		if (tok != WJB_KEY)
+			continue;
+		name = jsonb_key(&v);
+		tok = JsonbIteratorNext(&it, &v, true);
+		if (strcmp(name, "preset") == 0)
+			continue;
+		for (i = 0; i < (int) NUM_CONFIG_KEYS; i++)
+			if (strcmp(name, config_keys[i].name) == 0)
+				break;
+		if (i == (int) NUM_CONFIG_KEYS)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("unknown model configuration key \"%s\"", name),
+							errhint("Keys are preset, num_encoder_layers, num_decoder_layers, d_model, num_heads, "
+									"d_ff, dropout, attention_dropout, relu_dropout, label_smoothing, "
+									"vocab_size, max_positions and layer_norm_eps.")));
+		apply_key(c, &config_keys[i], &v);
+		if (strcmp(name, "vocab_size") == 0 && c->vocab_size != vocab_size)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("model configuration key \"vocab_size\" is %d, but the vocabulary has %d pieces",
+								   c->vocab_size, vocab_size)));
+	}
+	c->pad_id = pad_id;
+	if (tf_config_validate(c, err, sizeof(err)) != TF_OK)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("invalid model configuration: %s", err)));
+}
+
+/* The full configuration as jsonb (what models.config stores). */
+static Datum
+config_to_jsonb(const TfConfig *c)
+{
+	char		buf[1024];
+
+	snprintf(buf, sizeof(buf),
+			 "{\"num_encoder_layers\": %d, \"num_decoder_layers\": %d, \"d_model\": %d, \"num_heads\": %d, "
+			 "\"d_ff\": %d, \"dropout\": %.9g, \"attention_dropout\": %.9g, \"relu_dropout\": %.9g, "
+			 "\"label_smoothing\": %.9g, \"vocab_size\": %d, \"max_positions\": %d, \"layer_norm_eps\": %.9g}",
+			 c->num_encoder_layers, c->num_decoder_layers, c->d_model, c->num_heads, c->d_ff,
+			 c->dropout, c->attention_dropout, c->relu_dropout, c->label_smoothing, c->vocab_size,
+			 c->max_positions, c->layer_norm_eps);
+	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf));
+}
+
+/* Vocabulary facts a model needs. */
+typedef struct VocabInfo
+{
+	int32		vocabulary_id;
+	int			vocab_size;
+	int			pad_id,
+				bos_id,
+				eos_id;
+} VocabInfo;
+
+/* Reads the vocabulary of row 0 of SPI_tuptable from columns first .. first + 4 (id, size, pad, bos, eos). */
+static VocabInfo
+vocab_info(int first, const char *vocabulary)
+{
+	VocabInfo	info;
+	bool		isnull[5];
+	Datum		d[5];
+	int			i;
+
+	for (i = 0; i < 5; i++)
+		d[i] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, first + i, &isnull[i]);
+	if (isnull[2] || isnull[3] || isnull[4])
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("vocabulary \"%s\" has no %s id", vocabulary,
+							   isnull[2] ? "padding" : isnull[3] ? "BOS" : "EOS"),
+						errhint("Translation models need pad, BOS and EOS pieces; train_vocabulary adds them.")));
+	info.vocabulary_id = DatumGetInt32(d[0]);
+	info.vocab_size = DatumGetInt32(d[1]);
+	info.pad_id = DatumGetInt32(d[2]);
+	info.bos_id = DatumGetInt32(d[3]);
+	info.eos_id = DatumGetInt32(d[4]);
+	return info;
+}
+
+/*
+ * create_model(name text, vocabulary text, config jsonb) returns integer:
+ * validates the configuration over the vocabulary and stores it in full.
+ */
+Datum
+attention_create_model(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *vocabulary = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	Jsonb	   *config = PG_GETARG_JSONB_P(2);
+	Oid			types[3] = {TEXTOID, INT4OID, JSONBOID};
+	Datum		values[3];
+	VocabInfo	info;
+	TfConfig	c;
+	bool		isnull;
+	int32		id;
+
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT vocabulary_id, vocab_size, pad_id, bos_id, eos_id "
+							  "FROM attention.vocabularies WHERE name = $1",
+							  1, types, (Datum[]) {CStringGetTextDatum(vocabulary)}, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.vocabularies");
+	if (SPI_processed == 0)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+						errmsg("vocabulary \"%s\" does not exist", vocabulary)));
+	info = vocab_info(1, vocabulary);
+	attention_config_from_jsonb(config, info.vocab_size, info.pad_id, &c);
+	if (SPI_execute_with_args("SELECT 1 FROM attention.models WHERE name = $1", 1, types,
+							  (Datum[]) {CStringGetTextDatum(name)}, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.models");
+	if (SPI_processed > 0)
+		ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
+						errmsg("model \"%s\" already exists", name)));
+	values[0] = CStringGetTextDatum(name);
+	values[1] = Int32GetDatum(info.vocabulary_id);
+	values[2] = config_to_jsonb(&c);
+	if (SPI_execute_with_args("INSERT INTO attention.models (name, vocabulary_id, config) VALUES ($1, $2, $3) "
+							  "RETURNING model_id", 3, types, values, NULL, false, 1) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not insert model \"%s\"", name);
+	id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	PG_RETURN_INT32(id);
+}
+
+/* The model row of `name` in SPI_tuptable: model_id, config, then the vocabulary's id, size, pad, bos, eos. */
+static void
+read_model_row(const char *name)
+{
+	Oid			types[1] = {TEXTOID};
+
+	if (SPI_execute_with_args("SELECT m.model_id, m.config, v.vocabulary_id, v.vocab_size, v.pad_id, v.bos_id, "
+							  "v.eos_id FROM attention.models m JOIN attention.vocabularies v USING (vocabulary_id) "
+							  "WHERE m.name = $1", 1, types, (Datum[]) {CStringGetTextDatum(name)}, NULL,
+							  true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.models");
+	if (SPI_processed == 0)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+						errmsg("model \"%s\" does not exist", name),
+						errhint("Create it with attention.create_model(name, vocabulary, config).")));
+}
+
+/* Writes tensors as rows of checkpoint `checkpoint_id` (inside SPI), chunked below the bytea limit. */
+static void
+write_tensors(int64 checkpoint_id, const TfTensor *tensors, int count)
+{
+	Oid			types[6] = {INT8OID, TEXTOID, INT4OID, TEXTOID, INT8ARRAYOID, BYTEAOID};
+	SPIPlanPtr	plan = SPI_prepare("INSERT INTO attention.checkpoint_tensors (checkpoint_id, name, chunk, dtype, "
+								   "shape, bytes) VALUES ($1, $2, $3, $4, $5, $6)", 6, types);
+	int			i;
+
+	if (plan == NULL)
+		elog(ERROR, "could not prepare the checkpoint tensor insert");
+	for (i = 0; i < count; i++)
+	{
+		const TfTensor *t = &tensors[i];
+		Datum		dims[TF_MAX_DIMS];
+		size_t		done = 0;
+		int			chunk = 0,
+					d;
+
+		for (d = 0; d < t->ndim; d++)
+			dims[d] = Int64GetDatum(t->shape[d]);
+		do
+		{
+			size_t		n = Min(t->bytes - done, CHUNK_BYTES);
+			bytea	   *data = palloc(VARHDRSZ + n);
+			Datum		values[6];
+
+			CHECK_FOR_INTERRUPTS();
+			SET_VARSIZE(data, VARHDRSZ + n);
+			memcpy(VARDATA(data), (const char *) t->data + done, n);
+			values[0] = Int64GetDatum(checkpoint_id);
+			values[1] = CStringGetTextDatum(t->name);
+			values[2] = Int32GetDatum(chunk);
+			values[3] = CStringGetTextDatum(t->dtype == TF_FLOAT32 ? "float32" : "int64");
+			values[4] = PointerGetDatum(construct_array(dims, t->ndim, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			values[5] = PointerGetDatum(data);
+			if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_INSERT)
+				elog(ERROR, "could not insert tensor \"%s\"", t->name);
+			pfree(data);
+			done += n;
+			chunk++;
+		} while (done < t->bytes);
+	}
+	SPI_freeplan(plan);
+}
+
+/*
+ * initialize_checkpoint(model text, seed bigint) returns bigint: a step-0
+ * checkpoint with the paper's initialisation drawn from seed (parameters,
+ * zero Adam moments, counters), written by the engine's serializer.
+ */
+Datum
+attention_initialize_checkpoint(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	int64		seed = PG_GETARG_INT64(1);
+	Oid			types[1] = {INT4OID};
+	VocabInfo	info;
+	TfConfig	c;
+	TfModel    *m;
+	TfTensor   *tensors;
+	int			count;
+	int32		model_id;
+	int64		checkpoint_id;
+	bool		isnull;
+	char		err[TF_ERRLEN];
+
+	SPI_connect();
+	read_model_row(name);
+	model_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	info = vocab_info(3, name);
+	attention_config_from_jsonb(DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)),
+								info.vocab_size, info.pad_id, &c);
+	if (SPI_execute_with_args("INSERT INTO attention.checkpoints (model_id, step) VALUES ($1, 0) "
+							  "RETURNING checkpoint_id", 1, types, (Datum[]) {Int32GetDatum(model_id)}, NULL,
+							  false, 1) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not insert a checkpoint of model \"%s\"", name);
+	checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+
+	m = tf_model_create(&c, (uint64_t) seed, attention_thread_count(), err, sizeof(err));
+	if (m == NULL)
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("could not create model \"%s\": %s", name, err)));
+	if (tf_model_tensors(m, &tensors, &count, err, sizeof(err)) != TF_OK)
+	{
+		tf_model_free(m);
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("%s", err)));
+	}
+	PG_TRY();
+	{
+		write_tensors(checkpoint_id, tensors, count);
+	}
+	PG_FINALLY();
+	{
+		free(tensors);
+		tf_model_free(m);
+	}
+	PG_END_TRY();
+	SPI_finish();
+	PG_RETURN_INT64(checkpoint_id);
+}
+
+/* ------------------------------------------------------------------------
+ * The per-backend cache of deployed models
+ * ------------------------------------------------------------------------ */
+
+static AttentionModel *model_cache = NULL;
+
+/* Frees a cached model's engine and vocabulary memory and the entry. */
+static void
+model_free(AttentionModel *am)
+{
+	tf_model_free(am->engine);
+	spm_free(am->vocabulary);
+	pfree(am);
+}
+
+/* Name of the model to use when none is given: attention.default_model, or the only deployed one. */
+static char *
+default_model_name(void)
+{
+	if (attention_default_model != NULL && attention_default_model[0] != '\0')
+		return pstrdup(attention_default_model);
+	if (SPI_execute("SELECT m.name FROM attention.models m JOIN attention.checkpoints c "
+					"ON c.model_id = m.model_id AND c.deployed ORDER BY m.name", true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.models");
+	if (SPI_processed == 0)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+						errmsg("no model is deployed"),
+						errhint("Deploy a checkpoint with attention.deploy(model), or name the model.")));
+	if (SPI_processed > 1)
+		ereport(ERROR, (errcode(ERRCODE_AMBIGUOUS_PARAMETER),
+						errmsg("%d models are deployed and attention.default_model is not set", (int) SPI_processed),
+						errhint("Set attention.default_model, or pass the model name.")));
+	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+}
+
+/*
+ * Reads the float32/int64 tensors of a checkpoint that an inference model
+ * needs (the parameters), joining chunks; ERROR naming a corrupt tensor.
+ */
+static TfTensor *
+read_parameters(int64 checkpoint_id, int *count)
+{
+	Oid			types[1] = {INT8OID};
+	TfTensor   *t;
+	uint64		r;
+	int			n = -1;
+
+	if (SPI_execute_with_args("SELECT name, chunk, dtype, shape, bytes FROM attention.checkpoint_tensors "
+							  "WHERE checkpoint_id = $1 AND name NOT LIKE 'optimizer.%' AND name NOT LIKE 'rng.%' "
+							  "ORDER BY name, chunk", 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL,
+							  true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read checkpoint %lld", (long long) checkpoint_id);
+	t = palloc0(Max(SPI_processed, 1) * sizeof(TfTensor));
+	for (r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	   *name = SPI_getvalue(tup, desc, 1);
+		bool		isnull;
+		int32		chunk = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+		char	   *dtype = SPI_getvalue(tup, desc, 3);
+		bytea	   *data = DatumGetByteaPP(SPI_getbinval(tup, desc, 5, &isnull));
+		size_t		len = VARSIZE_ANY_EXHDR(data);
+		TfTensor   *x;
+
+		CHECK_FOR_INTERRUPTS();
+		if (chunk == 0)
+		{
+			ArrayType  *shape = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 4, &isnull));
+			int			ndim = ArrayGetNItems(ARR_NDIM(shape), ARR_DIMS(shape));
+			int64	   *dims = (int64 *) ARR_DATA_PTR(shape);
+			int			d;
+
+			x = &t[++n];
+			if (strlen(name) >= sizeof(x->name) || ndim > TF_MAX_DIMS || ARR_HASNULL(shape) ||
+				(strcmp(dtype, "float32") != 0 && strcmp(dtype, "int64") != 0))
+				ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+								errmsg("checkpoint %lld: tensor \"%s\" has an unsupported name, dtype %s or shape",
+									   (long long) checkpoint_id, name, dtype)));
+			strlcpy(x->name, name, sizeof(x->name));
+			x->dtype = strcmp(dtype, "float32") == 0 ? TF_FLOAT32 : TF_INT64;
+			x->ndim = ndim;
+			for (d = 0; d < ndim; d++)
+				x->shape[d] = dims[d];
+			x->data = palloc(len);
+			memcpy(x->data, VARDATA_ANY(data), len);
+			x->bytes = len;
+		}
+		else
+		{
+			x = &t[n];
+			if (n < 0 || strcmp(x->name, name) != 0)
+				ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+								errmsg("checkpoint %lld: tensor \"%s\" lacks its chunk 0", (long long) checkpoint_id, name)));
+			x->data = repalloc_huge(x->data, x->bytes + len);
+			memcpy((char *) x->data + x->bytes, VARDATA_ANY(data), len);
+			x->bytes += len;
+		}
+	}
+	*count = n + 1;
+	return t;
+}
+
+/* Loads model `name`'s deployed checkpoint (SPI_tuptable holds its row); ERROR on any problem. */
+static AttentionModel *
+model_load(const char *name, int32 model_id, Jsonb *config, int64 checkpoint_id, TransactionId xmin,
+		   int32 vocabulary_id)
+{
+	Oid			types[1] = {INT4OID};
+	VocabInfo	info;
+	TfConfig	c;
+	TfTensor   *tensors;
+	int			count;
+	bytea	   *bytes;
+	bool		isnull;
+	SpmModel   *vocab = NULL;
+	TfModel    *engine;
+	AttentionModel *am;
+	char		err[TF_ERRLEN];
+	char		spm_err[512];
+
+	if (SPI_execute_with_args("SELECT vocabulary_id, vocab_size, pad_id, bos_id, eos_id, model "
+							  "FROM attention.vocabularies WHERE vocabulary_id = $1", 1, types,
+							  (Datum[]) {Int32GetDatum(vocabulary_id)}, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not read the vocabulary of model \"%s\"", name);
+	info = vocab_info(1, name);
+	bytes = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6, &isnull));
+	attention_config_from_jsonb(config, info.vocab_size, info.pad_id, &c);
+	tensors = read_parameters(checkpoint_id, &count);
+
+	/* from here on no ERROR until the engine objects are owned by the cache entry */
+	if (spm_load(VARDATA_ANY(bytes), VARSIZE_ANY_EXHDR(bytes), &vocab, spm_err, sizeof(spm_err)) != 0)
+		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+						errmsg("the vocabulary of model \"%s\" is corrupt: %s", name, spm_err)));
+	engine = tf_model_create_inference(&c, attention_thread_count(), err, sizeof(err));
+	if (engine == NULL || tf_model_load(engine, tensors, count, err, sizeof(err)) != TF_OK)
+	{
+		bool		oom = engine == NULL;
+
+		tf_model_free(engine);
+		spm_free(vocab);
+		ereport(ERROR, (errcode(oom ? ERRCODE_OUT_OF_MEMORY : ERRCODE_DATA_CORRUPTED),
+						errmsg("could not load checkpoint %lld of model \"%s\": %s",
+							   (long long) checkpoint_id, name, err)));
+	}
+	am = MemoryContextAllocZero(TopMemoryContext, sizeof(AttentionModel));
+	strlcpy(am->name, name, sizeof(am->name));
+	am->model_id = model_id;
+	am->checkpoint_id = checkpoint_id;
+	am->xmin = xmin;
+	am->threads = attention_thread_count();
+	am->engine = engine;
+	am->vocabulary = vocab;
+	am->bos_id = info.bos_id;
+	am->eos_id = info.eos_id;
+	am->pad_id = info.pad_id;
+	am->max_positions = c.max_positions;
+	am->bytes = tf_model_num_parameters(engine) * sizeof(float);
+	return am;
+}
+
+AttentionModel *
+attention_model_get(text *model)
+{
+	Oid			types[1] = {TEXTOID};
+	char	   *name;
+	bool		isnull;
+	int32		model_id,
+				vocabulary_id;
+	int64		checkpoint_id;
+	TransactionId xmin;
+	Jsonb	   *config;
+	AttentionModel **p,
+			   *am;
+
+	SPI_connect();
+	name = model != NULL ? text_to_cstring(model) : default_model_name();
+	if (SPI_execute_with_args("SELECT m.model_id, m.config, m.vocabulary_id, c.checkpoint_id, c.xmin::text "
+							  "FROM attention.models m LEFT JOIN attention.checkpoints c "
+							  "ON c.model_id = m.model_id AND c.deployed WHERE m.name = $1",
+							  1, types, (Datum[]) {CStringGetTextDatum(name)}, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.models");
+	if (SPI_processed == 0)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+						errmsg("model \"%s\" does not exist", name)));
+	model_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	config = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	vocabulary_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+	if (isnull)
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						errmsg("model \"%s\" has no deployed checkpoint", name),
+						errhint("Deploy one with attention.deploy('%s').", name)));
+	xmin = (TransactionId) strtoul(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5), NULL, 10);
+
+	for (p = &model_cache; *p != NULL; p = &(*p)->next)
+		if ((*p)->model_id == model_id)
+			break;
+	am = *p;
+	if (am != NULL && (am->checkpoint_id != checkpoint_id || am->xmin != xmin ||
+					   am->threads != attention_thread_count() || strcmp(am->name, name) != 0))
+	{
+		*p = am->next;
+		model_free(am);
+		am = NULL;
+	}
+	if (am == NULL)
+	{
+		am = model_load(name, model_id, config, checkpoint_id, xmin, vocabulary_id);
+		am->next = model_cache;
+		model_cache = am;
+	}
+	SPI_finish();
+	return am;
+}
