@@ -16,7 +16,7 @@ GLUE_C = src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/vocabulary.c sr
 OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o)
 
 DATA = $(wildcard sql/$(EXTENSION)--*.sql)
-REGRESS = builtin_translate corpus vocabulary bleu
+REGRESS = builtin_translate corpus vocabulary bleu translate
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 
 WARNINGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers

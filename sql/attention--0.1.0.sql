@@ -352,6 +352,23 @@ $$;
 COMMENT ON FUNCTION deploy(text, bigint) IS
 'Makes a checkpoint the one translation uses for a model (NULL: the newest average, else the newest); returns its id.';
 
+-- Translation loads deployed parameters through this function, so any role
+-- may translate with a deployed model without reading other checkpoints.
+CREATE FUNCTION deployed_tensors(checkpoint bigint)
+RETURNS TABLE (name text, chunk integer, dtype text, shape bigint[], bytes bytea)
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT t.name, t.chunk, t.dtype, t.shape, t.bytes
+      FROM attention.checkpoint_tensors t
+      JOIN attention.checkpoints c ON c.checkpoint_id = t.checkpoint_id
+     WHERE t.checkpoint_id = deployed_tensors.checkpoint AND c.deployed
+       AND t.name NOT LIKE 'optimizer.%' AND t.name NOT LIKE 'rng.%'
+     ORDER BY t.name, t.chunk
+$$;
+COMMENT ON FUNCTION deployed_tensors(bigint) IS
+'Parameter tensors of a deployed checkpoint (nothing for one that is not deployed); what translation loads.';
+
 -----------------------------------------------------------------------------
 -- Translation
 -----------------------------------------------------------------------------

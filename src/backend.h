@@ -185,6 +185,9 @@ struct TfBackend
 	void		(*log_softmax_topk) (TfBackend *be, const float *logits, int rows, int vocab, int k,
 									 float *top_logp, int32_t *top_id, int eos_id, float *eos_logp);
 
+	/* Sets the number of compute threads (>= 1) for the operations that follow. */
+	void		(*set_threads) (TfBackend *be, int threads);
+
 	/* Backend state (threads, handles); owned by the backend. */
 	void	   *state;
 };

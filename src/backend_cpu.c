@@ -840,6 +840,42 @@ cpu_log_softmax_topk(TfBackend *be, const float *logits, int rows, int vocab, in
 	}
 }
 
+/* Grows the per-thread buffers for `threads` threads; false when out of memory. */
+static bool
+cpu_reserve_threads(CpuState *st, int threads)
+{
+	double	   *partials = realloc(st->partials, threads * sizeof(double));
+	float	   *scratch;
+
+	if (partials == NULL)
+		return false;
+	st->partials = partials;
+	if (st->scratch_per_thread == 0)
+		return true;
+	scratch = realloc(st->scratch, 2 * st->scratch_per_thread * threads * sizeof(float));
+	if (scratch == NULL)
+		return false;
+	st->scratch = scratch;
+	return true;
+}
+
+/*
+ * OpenBLAS's thread count is process-wide: every model of the process
+ * follows the last call. Out of memory keeps the old count.
+ */
+static void
+cpu_set_threads(TfBackend *be, int threads)
+{
+	CpuState   *st = be->state;
+
+	if (threads < 1 || threads == st->threads)
+		return;
+	if (threads > st->threads && !cpu_reserve_threads(st, threads))
+		return;
+	st->threads = threads;
+	start_threads(threads);
+}
+
 TfBackend *
 tf_backend_cpu_create(int threads)
 {
@@ -885,6 +921,7 @@ tf_backend_cpu_create(int threads)
 	be->adam = cpu_adam;
 	be->gather = cpu_gather;
 	be->log_softmax_topk = cpu_log_softmax_topk;
+	be->set_threads = cpu_set_threads;
 	start_threads(threads);
 	return be;
 }

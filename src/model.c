@@ -255,6 +255,16 @@ tf_model_free(TfModel *m)
 	free(m);
 }
 
+void
+tf_model_set_threads(TfModel *m, int threads)
+{
+	sigset_t	old;
+
+	tf_block_signals(&old);
+	m->be->set_threads(m->be, threads);
+	tf_restore_signals(&old);
+}
+
 const TfConfig *
 tf_model_config(const TfModel *m)
 {

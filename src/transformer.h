@@ -103,6 +103,12 @@ TfModel    *tf_model_create(const TfConfig *config, uint64_t seed, int threads,
  */
 TfModel    *tf_model_create_inference(const TfConfig *config, int threads, char *err, size_t errlen);
 
+/*
+ * Sets the number of compute threads (>= 1) for the model's next calls
+ * (on the CPU the count is process-wide, as OpenBLAS's is).
+ */
+void		tf_model_set_threads(TfModel *model, int threads);
+
 /* Frees a model and everything it allocated (NULL is allowed). */
 void		tf_model_free(TfModel *model);
 

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include "access/xact.h"
 #include "fmgr.h"
 #include "utils/guc.h"
 
@@ -54,12 +55,14 @@ _PG_init(void)
 	MarkGUCPrefixReserved("attention");
 }
 
-/* Number of threads the engine may use in this backend (>= 1). */
+/* Number of threads the engine may use in this backend (>= 1); one in a parallel query. */
 int
 attention_thread_count(void)
 {
 	long		cpus;
 
+	if (IsInParallelMode())
+		return 1;
 	if (attention_num_threads > 0)
 		return attention_num_threads;
 	cpus = sysconf(_SC_NPROCESSORS_ONLN);

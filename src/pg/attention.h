@@ -17,7 +17,10 @@ extern char *attention_default_model;	/* attention.default_model */
 extern int	attention_beam_size;	/* attention.beam_size */
 extern int	attention_max_input_tokens; /* attention.max_input_tokens */
 
-/* Number of threads the engine may use in this backend (>= 1). */
+/*
+ * Number of threads the engine may use in this backend (>= 1): one inside
+ * a parallel query, whose processes already share the CPUs.
+ */
 int			attention_thread_count(void);
 
 /*
@@ -42,7 +45,6 @@ typedef struct AttentionModel
 	int32		model_id;
 	int64		checkpoint_id;
 	TransactionId xmin;			/* of the checkpoint row when loaded */
-	int			threads;
 	TfModel    *engine;			/* inference-only engine model */
 	SpmModel   *vocabulary;
 	int			bos_id,
@@ -55,7 +57,8 @@ typedef struct AttentionModel
 /*
  * The deployed checkpoint of model `model` (NULL: attention.default_model,
  * or the only deployed model), loaded once per backend and reloaded when
- * the deployment, the checkpoint row or attention.num_threads changed.
+ * the deployment or the checkpoint row changed; sets the engine's threads
+ * to attention_thread_count().
  * ERROR when the model does not exist, has no deployed checkpoint, or its
  * checkpoint does not load. Connects to SPI itself.
  */

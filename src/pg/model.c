@@ -6,8 +6,8 @@
  *
  * A cached model is engine (malloc) and SentencePiece (C++) memory owned by
  * the cache in TopMemoryContext. Every call looks up the deployed checkpoint
- * (one indexed query) and reloads when the deployment, the checkpoint row or
- * the thread count changed.
+ * (one indexed query) and reloads when the deployment or the checkpoint row
+ * changed.
  */
 #include "postgres.h"
 
@@ -404,8 +404,9 @@ default_model_name(void)
 }
 
 /*
- * Reads the float32/int64 tensors of a checkpoint that an inference model
- * needs (the parameters), joining chunks; ERROR naming a corrupt tensor.
+ * Reads the parameter tensors of a deployed checkpoint (through
+ * attention.deployed_tensors, so any role can), joining chunks; ERROR
+ * naming a corrupt tensor.
  */
 static TfTensor *
 read_parameters(int64 checkpoint_id, int *count)
@@ -415,9 +416,7 @@ read_parameters(int64 checkpoint_id, int *count)
 	uint64		r;
 	int			n = -1;
 
-	if (SPI_execute_with_args("SELECT name, chunk, dtype, shape, bytes FROM attention.checkpoint_tensors "
-							  "WHERE checkpoint_id = $1 AND name NOT LIKE 'optimizer.%' AND name NOT LIKE 'rng.%' "
-							  "ORDER BY name, chunk", 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL,
+	if (SPI_execute_with_args("SELECT name, chunk, dtype, shape, bytes FROM attention.deployed_tensors($1)", 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL,
 							  true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read checkpoint %lld", (long long) checkpoint_id);
 	t = palloc0(Max(SPI_processed, 1) * sizeof(TfTensor));
@@ -519,7 +518,6 @@ model_load(const char *name, int32 model_id, Jsonb *config, int64 checkpoint_id,
 	am->model_id = model_id;
 	am->checkpoint_id = checkpoint_id;
 	am->xmin = xmin;
-	am->threads = attention_thread_count();
 	am->engine = engine;
 	am->vocabulary = vocab;
 	am->bos_id = info.bos_id;
@@ -568,8 +566,7 @@ attention_model_get(text *model)
 		if ((*p)->model_id == model_id)
 			break;
 	am = *p;
-	if (am != NULL && (am->checkpoint_id != checkpoint_id || am->xmin != xmin ||
-					   am->threads != attention_thread_count() || strcmp(am->name, name) != 0))
+	if (am != NULL && (am->checkpoint_id != checkpoint_id || am->xmin != xmin || strcmp(am->name, name) != 0))
 	{
 		*p = am->next;
 		model_free(am);
@@ -582,5 +579,6 @@ attention_model_get(text *model)
 		model_cache = am;
 	}
 	SPI_finish();
+	tf_model_set_threads(am->engine, attention_thread_count());
 	return am;
 }

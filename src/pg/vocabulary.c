@@ -427,6 +427,7 @@ run_training(char **sentences, size_t *lengths, int64 n, const SpmTrainOptions *
 			if (r > 0)
 			{
 				out.len += (int) r;
+				out.data[out.len] = '\0';	/* enlargeStringInfo left room for it */
 				continue;
 			}
 			if (r == 0)
