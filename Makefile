@@ -94,11 +94,13 @@ $(ENGINE_TEST_BIN): $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) $(wildcard src/
 		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS)
 
 # Benchmarks (bench/run drives them).
-BENCH_BIN = bench/train_step
+BENCH_BIN = bench/train_step bench/decode
 EXTRA_CLEAN += $(BENCH_BIN)
-$(BENCH_BIN): bench/train_step.c $(ENGINE_NN) $(wildcard src/*.h) test/engine/spm.o
+bench/train_step: bench/train_step.c $(ENGINE_NN) $(wildcard src/*.h) test/engine/spm.o
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/train_step.c $(ENGINE_NN) test/engine/spm.o \
 		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS)
+bench/decode: bench/decode.c $(ENGINE_NN) $(wildcard src/*.h)
+	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/decode.c $(ENGINE_NN) $(ENGINE_LIBS)
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer.
 ENGINE_ASAN_BIN = test/engine/run_tests_asan

@@ -37,7 +37,7 @@ SELECT attention.deploy('tiny', 999999);
 SELECT attention.deploy('nope');
 
 -- translate: one text, the default model, arrays, n-best, score
-SET search_path = attention, public;
+SET search_path = public, attention;
 SELECT translate('the package provides data files') = attention.translate('the package provides data files', 'tiny') AS default_model;
 SELECT translate('') = '' AS empty, translate(NULL::text) IS NULL AS null_in,
        attention.translate(NULL::text, 'tiny') IS NULL AS null_in_explicit;

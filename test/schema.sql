@@ -1,7 +1,7 @@
 -- The schema of attention 0.1.0: tables, keys, constraints, comments,
 -- function labels, and registration for pg_dump.
 BEGIN;
-SELECT plan(23);
+SELECT plan(26);
 
 SELECT has_schema('attention');
 SELECT tables_are('attention', ARRAY['corpora', 'corpus_pairs', 'vocabularies', 'models', 'training_jobs',
@@ -52,9 +52,25 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                 'BLEU functions are IMMUTABLE PARALLEL SAFE');
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                    WHERE p.pronamespace = 'attention'::regnamespace
-                     AND p.proname IN ('create_corpus', 'import_corpus', 'load_corpus', 'train_vocabulary', 'import_vocabulary')
+                     AND p.proname IN ('create_corpus', 'import_corpus', 'load_corpus', 'train_vocabulary', 'import_vocabulary',
+                                       'create_model', 'initialize_checkpoint', 'deploy')
                      AND NOT (p.provolatile = 'v' AND p.proparallel = 'u' AND NOT p.prosecdef)$$,
                 'functions that write are VOLATILE, PARALLEL UNSAFE and SECURITY INVOKER');
+
+SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
+                   WHERE p.pronamespace = 'attention'::regnamespace
+                     AND p.proname IN ('translate', 'translate_nbest', 'score', 'attention_weights', 'align')
+                     AND NOT (p.provolatile = 's' AND p.proparallel = 's' AND p.procost >= 10000 AND NOT p.prosecdef)$$,
+                'translation functions are STABLE PARALLEL SAFE, costly, SECURITY INVOKER');
+SELECT is((SELECT count(*)::int FROM pg_proc p
+            WHERE p.pronamespace = 'attention'::regnamespace AND p.proname = 'translate'), 3,
+          'translate(text), translate(text, model, ...) and translate(text[], ...)');
+SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
+                 WHERE p.pronamespace = 'attention'::regnamespace AND p.prosecdef
+                   AND 'search_path=pg_catalog, pg_temp' = ANY (p.proconfig)),
+          ARRAY(SELECT p.proname::text FROM pg_proc p
+                 WHERE p.pronamespace = 'attention'::regnamespace AND p.prosecdef),
+          'every SECURITY DEFINER function pins search_path');
 
 SELECT * FROM finish();
 ROLLBACK;
