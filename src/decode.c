@@ -53,6 +53,18 @@ length_penalty(double alpha, int length)
 	return pow((5.0 + length) / 6.0, alpha);
 }
 
+/*
+ * Most output tokens (without EOS) for a source of n tokens with its EOS:
+ * n - 1 + offset, and the decoder's positions stay below max_positions.
+ */
+static int
+output_limit(const TfConfig *c, int n, int offset)
+{
+	int64_t		limit = (int64_t) n - 1 + offset;
+
+	return (int) (limit < c->max_positions - 1 ? limit : c->max_positions - 1);
+}
+
 /* One candidate continuation of a live hypothesis. */
 typedef struct Candidate
 {
@@ -619,24 +631,13 @@ tf_model_translate(TfModel *m, const int32_t *src, int batch, int src_len, const
 
 	/* lengths and limits */
 	s.max_src = m->lay.max_src;
-	{
-		int			longest = 0;
-
-		for (i = 0; i < batch; i++)
+	for (i = 0; i < batch; i++)
+		if (m->lay.ints[i + 1] == m->lay.ints[i])
 		{
-			int			n = m->lay.ints[i + 1] - m->lay.ints[i];
-
-			if (n == 0)
-			{
-				snprintf(err, errlen, "source %d is empty: a source needs at least its EOS", i);
-				goto done;
-			}
-			longest = n > longest ? n : longest;
+			snprintf(err, errlen, "source %d is empty: a source needs at least its EOS", i);
+			goto done;
 		}
-		/* output tokens <= source tokens (without EOS) + offset, and decoder positions < max_positions */
-		s.Tmax = longest - 1 + opt->max_length_offset;
-		s.Tmax = (s.Tmax < c->max_positions - 1 ? s.Tmax : c->max_positions - 1) + 1;
-	}
+	s.Tmax = output_limit(c, s.max_src, opt->max_length_offset) + 1;
 	if (!search_host_alloc(&s) || !search_backend_alloc(&s))
 	{
 		snprintf(err, errlen, "out of memory for beam search over %d sentences x %d beams, %d positions",
@@ -646,11 +647,10 @@ tf_model_translate(TfModel *m, const int32_t *src, int batch, int src_len, const
 	for (i = 0; i < batch; i++)
 	{
 		int			n = m->lay.ints[i + 1] - m->lay.ints[i];
-		int			limit = n - 1 + opt->max_length_offset;
 
 		s.src_first[i] = m->lay.ints[i];
 		s.src_count[i] = n;
-		s.max_len[i] = limit < c->max_positions - 1 ? limit : c->max_positions - 1;
+		s.max_len[i] = output_limit(c, n, opt->max_length_offset);
 	}
 	rc = search_run(&s, err, errlen);
 	if (rc == TF_OK)
