@@ -170,8 +170,9 @@ struct TfBackend
 	/*
 	 * Strided row gather: dst[i * dst_stride + j] = src[rows[i] * src_stride + j]
 	 * for i < n, j < count; rows NULL means rows[i] = i. rows is backend
-	 * memory; dst and src must not overlap. Beam reordering of key/value
-	 * caches and writes into them.
+	 * memory; dst and src must not overlap, except dst == src with strides
+	 * equal and rows strictly increasing with rows[i] >= i (dropping rows).
+	 * Beam reordering of key/value caches and writes into them.
 	 */
 	void		(*gather) (TfBackend *be, float *dst, size_t dst_stride, const float *src,
 						   size_t src_stride, const int32_t *rows, int n, size_t count);

@@ -475,6 +475,49 @@ attn_pair(const TfAttentionShape *sh, int pair)
 	return a;
 }
 
+/*
+ * Attention of one query (a decoding step) without BLAS calls, which cost
+ * more than the arithmetic at these sizes: p = softmax(q K^T * scale) over
+ * lk keys, ctx = p V. q and ctx [dk]; K and V rows of stride ldk.
+ */
+static void
+attention_one_query(float *ctx, float *p, const float *q, const float *k, const float *v, int ldk,
+					int lk, int dk, float scale)
+{
+	float		mx = -INFINITY;
+	double		sum = 0.0;
+	int			j,
+				c;
+
+	for (j = 0; j < lk; j++)
+	{
+		const float *kr = k + (size_t) j * ldk;
+		float		dot = 0.0f;
+
+#pragma omp simd reduction(+:dot)
+		for (c = 0; c < dk; c++)
+			dot += q[c] * kr[c];
+		p[j] = dot * scale;
+		mx = p[j] > mx ? p[j] : mx;
+	}
+	for (j = 0; j < lk; j++)
+	{
+		p[j] = expf(p[j] - mx);
+		sum += p[j];
+	}
+	memset(ctx, 0, dk * sizeof(float));
+	for (j = 0; j < lk; j++)
+	{
+		const float *vr = v + (size_t) j * ldk;
+		float		w = (float) (p[j] / sum);
+
+		p[j] = w;
+#pragma omp simd
+		for (c = 0; c < dk; c++)
+			ctx[c] += w * vr[c];
+	}
+}
+
 static void
 cpu_attention(TfBackend *be, float *ctx, float *probs, const float *q, int ldq,
 			  const float *k, const float *v, int ldk, const TfAttentionShape *sh)
@@ -507,6 +550,11 @@ cpu_attention(TfBackend *be, float *ctx, float *probs, const float *q, int ldq,
 		{
 			for (i = 0; i < a.lq; i++)
 				memset(cb + (size_t) i * d, 0, dk * sizeof(float));
+			continue;
+		}
+		if (a.lq == 1 && sh->dropout <= 0.0f)
+		{
+			attention_one_query(cb, p, qb, kb, vb, ldk, a.lk, dk, scale);
 			continue;
 		}
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a.lq, a.lk, dk,
@@ -788,10 +836,65 @@ cpu_gather(TfBackend *be, float *dst, size_t dst_stride, const float *src, size_
 {
 	int			i;
 
+	if (dst == src)
+	{
+		/* in place (rows increasing, rows[i] >= i): in order, so no source is overwritten first */
+		for (i = 0; i < n; i++)
+			if (rows[i] != i)
+				memcpy(dst + (size_t) i * dst_stride, src + (size_t) rows[i] * src_stride, count * sizeof(float));
+		return;
+	}
 #pragma omp parallel for num_threads(nthreads(be)) schedule(static) if (n * count > 65536)
 	for (i = 0; i < n; i++)
 		memcpy(dst + (size_t) i * dst_stride,
 			   src + (size_t) (rows != NULL ? rows[i] : i) * src_stride, count * sizeof(float));
+}
+
+/* Eight floats (GCC/Clang vector extension: AVX with -march=native, else two SSE halves). */
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* fast_expf on eight lanes, the same arithmetic (so the same results). */
+static inline v8f
+fast_expf8(v8f x)
+{
+	const v8f	lo = {-87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f};
+	v8i			above = x > lo;
+	v8f			n,
+				r,
+				p;
+	v8i			bits;
+
+	x = (v8f) (((v8i) x & above) | ((v8i) lo & ~above));
+	n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+	r = x - n * 0.693145752f - n * 1.42860677e-6f;
+	p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666672e-1f + r * (4.16666679e-2f +
+			r * (8.33333377e-3f + r * 1.38888892e-3f)))));
+	bits = (__builtin_convertvector(n, v8i) + 127) << 23;
+	return p * (v8f) bits;
+}
+
+/* Sum of exp(x[j] - mx) over n values, eight lanes at a time. */
+static float
+sum_exp(const float *x, int n, float mx)
+{
+	v8f			acc = {0.0f};
+	float		sum = 0.0f;
+	int			j,
+				l;
+
+	for (j = 0; j + 8 <= n; j += 8)
+	{
+		v8f			v;
+
+		memcpy(&v, x + j, sizeof(v));
+		acc += fast_expf8(v - mx);
+	}
+	for (; j < n; j++)
+		sum += fast_expf(x[j] - mx);
+	for (l = 0; l < 8; l++)
+		sum += acc[l];
+	return sum;
 }
 
 static void
@@ -807,16 +910,14 @@ cpu_log_softmax_topk(TfBackend *be, const float *logits, int rows, int vocab, in
 		float	   *tv = top_logp + (size_t) r * k;
 		int32_t    *ti = top_id + (size_t) r * k;
 		float		mx = -INFINITY;
-		float		sum = 0.0f;
 		float		lse;
 		int			filled = 0;
 		int			j;
 
+#pragma omp simd reduction(max:mx)
 		for (j = 0; j < vocab; j++)
 			mx = x[j] > mx ? x[j] : mx;
-		for (j = 0; j < vocab; j++)
-			sum += fast_expf(x[j] - mx);
-		lse = mx + logf(sum);
+		lse = mx + logf(sum_exp(x, vocab, mx));
 		/* insertion into a descending list; an equal value keeps the smaller id first */
 		for (j = 0; j < vocab; j++)
 		{

@@ -480,12 +480,26 @@ reorder(Search *s, int next, int t)
 	double	   *tmp_d;
 	int			l;
 
+	int			i;
+	bool		in_place = true;
+
+	/* rows that only drop out (greedy search, finished sentences) move in place */
+	for (i = 0; i < next && in_place; i++)
+		in_place = s->parent[i] >= i && (i == 0 || s->parent[i] > s->parent[i - 1]);
+	for (i = 0; i < next && in_place && s->parent[i] == i; i++)
+		;
 	be->upload(be, m->dec_idx, s->parent, (size_t) next * sizeof(int32_t));
-	for (l = 0; l < Ld; l++)
+	for (l = 0; l < Ld && i < next; l++)
 	{
-		/* gather layer l into the spare buffer, which becomes layer l's */
 		float	   *spare = s->cache[Ld];
 
+		if (in_place)
+		{
+			be->gather(be, s->cache[l], row_stride, s->cache[l], row_stride, m->dec_idx, next,
+					   (size_t) (t + 1) * 2 * s->d);
+			continue;
+		}
+		/* gather layer l into the spare buffer, which becomes layer l's */
 		be->gather(be, spare, row_stride, s->cache[l], row_stride, m->dec_idx, next,
 				   (size_t) (t + 1) * 2 * s->d);
 		s->cache[Ld] = s->cache[l];
