@@ -10,21 +10,14 @@ the engine's interleaved sinusoidal positions from 0, LayerNorm eps 1e-5), trans
 prints one line in the engine's format with the median time. OUT_IDS receives the output
 ids, one sentence per line (without EOS).
 """
-import os
 import struct
 import sys
 import tempfile
 import time
 
-# Run like the engine (OMP_WAIT_POLICY=PASSIVE): with libgomp's default, CTranslate2's OpenMP
-# threads spin between parallel regions, which on a busy 2-core machine sometimes made a pass
-# 25-50x slower. libgomp reads this when ctranslate2 loads it; set the variable (empty for
-# libgomp's default) to override.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import ctranslate2  # noqa: E402
-import numpy as np  # noqa: E402
-from ctranslate2.specs import common_spec, transformer_spec  # noqa: E402
+import ctranslate2
+import numpy as np
+from ctranslate2.specs import common_spec, transformer_spec
 
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]  # ids 0..3: the engine's pad, -, bos, eos
 
