@@ -156,7 +156,7 @@ attention_config_from_jsonb(Jsonb *config, int vocab_size, int pad_id, TfConfig 
 						errmsg("invalid model configuration: %s", err)));
 }
 
-/* The full configuration as jsonb (what models.config stores). */
+/* The full configuration as jsonb (what models.config stores; 7 significant digits, float precision, so 0.1 reads 0.1). */
 static Datum
 config_to_jsonb(const TfConfig *c)
 {
@@ -164,8 +164,8 @@ config_to_jsonb(const TfConfig *c)
 
 	snprintf(buf, sizeof(buf),
 			 "{\"num_encoder_layers\": %d, \"num_decoder_layers\": %d, \"d_model\": %d, \"num_heads\": %d, "
-			 "\"d_ff\": %d, \"dropout\": %.9g, \"attention_dropout\": %.9g, \"relu_dropout\": %.9g, "
-			 "\"label_smoothing\": %.9g, \"vocab_size\": %d, \"max_positions\": %d, \"layer_norm_eps\": %.9g}",
+			 "\"d_ff\": %d, \"dropout\": %.7g, \"attention_dropout\": %.7g, \"relu_dropout\": %.7g, "
+			 "\"label_smoothing\": %.7g, \"vocab_size\": %d, \"max_positions\": %d, \"layer_norm_eps\": %.7g}",
 			 c->num_encoder_layers, c->num_decoder_layers, c->d_model, c->num_heads, c->d_ff,
 			 c->dropout, c->attention_dropout, c->relu_dropout, c->label_smoothing, c->vocab_size,
 			 c->max_positions, c->layer_norm_eps);
