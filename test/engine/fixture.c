@@ -92,10 +92,24 @@ rel_error(const float *a, const float *b, size_t n)
 }
 
 /* Loads the fixture's parameters (zero optimizer state) into a new model. */
+void
+fixture_config(const Fixture *fx, TfConfig *c)
+{
+	const int32_t *cfg = fixture_get(fx, "config")->data;
+
+	tf_config_base(c, cfg[0]);
+	c->d_model = cfg[1];
+	c->num_heads = cfg[2];
+	c->d_ff = cfg[3];
+	c->num_encoder_layers = cfg[4];
+	c->num_decoder_layers = cfg[5];
+	c->pad_id = cfg[6];
+	c->max_positions = 64;
+}
+
 TfModel *
 fixture_model(const Fixture *fx, float dropout)
 {
-	const int32_t *cfg = fixture_get(fx, "config")->data;
 	TfConfig	c;
 	TfModel    *m;
 	TfTensor   *tensors;
@@ -106,15 +120,8 @@ fixture_model(const Fixture *fx, float dropout)
 	int64_t		zero = 0,
 				seed = 1234;
 
-	tf_config_base(&c, cfg[0]);
-	c.d_model = cfg[1];
-	c.num_heads = cfg[2];
-	c.d_ff = cfg[3];
-	c.num_encoder_layers = cfg[4];
-	c.num_decoder_layers = cfg[5];
-	c.pad_id = cfg[6];
+	fixture_config(fx, &c);
 	c.dropout = dropout;
-	c.max_positions = 64;
 	m = tf_model_create(&c, 1, 2, err, sizeof(err));
 	CHECK(m != NULL, "create: %s", err);
 	if (m == NULL || tf_model_tensors(m, &tensors, &n, err, sizeof(err)) != TF_OK)

@@ -38,6 +38,13 @@ void		fixture_free(Fixture *fx);
 double		rel_error(const float *a, const float *b, size_t n);
 
 /*
+ * The configuration of a fixture's "config" record (vocab, d_model, heads,
+ * d_ff, encoder layers, decoder layers, pad): the base model with those,
+ * max_positions 64.
+ */
+void		fixture_config(const Fixture *fx, TfConfig *c);
+
+/*
  * A new training model (dropout as given, max_positions 64, 2 threads) with
  * the fixture's "config" and parameters, zero optimizer state.
  */

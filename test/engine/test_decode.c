@@ -26,15 +26,8 @@ decode_model(const Fixture *fx)
 				i;
 	char		err[TF_ERRLEN];
 
-	tf_config_base(&c, cfg[0]);
-	c.d_model = cfg[1];
-	c.num_heads = cfg[2];
-	c.d_ff = cfg[3];
-	c.num_encoder_layers = cfg[4];
-	c.num_decoder_layers = cfg[5];
-	c.pad_id = cfg[6];
+	fixture_config(fx, &c);
 	c.dropout = 0.0f;
-	c.max_positions = 64;
 	m = tf_model_create_inference(&c, 2, err, sizeof(err));
 	CHECK(m != NULL, "create: %s", err);
 	if (m == NULL || tf_model_tensors(m, &tensors, &n, err, sizeof(err)) != TF_OK)
