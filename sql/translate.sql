@@ -154,6 +154,10 @@ RESET statement_timeout;
 SELECT count(de) > 0 AS some_committed, count(de) < 1500 AS not_all, count(de) % 16 = 0 AS whole_batches FROM many;
 CALL attention.translate_column('many', 'en', 'de', 'tiny', batch_size => 64);
 SELECT count(de) AS translated_after_resume FROM many;
+-- inside one long engine call too (the engine polls between decoding steps)
+SET statement_timeout = '200ms';
+SELECT cardinality(attention.translate(array_agg(en), 'tiny')) FROM many;
+RESET statement_timeout;
 RESET client_min_messages;
 
 -- parallel query spreads translate() over workers, with the same results

@@ -136,12 +136,18 @@ decode_options(AttentionModel *am, int beam_size, int nbest, double length_penal
 	return opt;
 }
 
-/* Engine interrupt poll: a pending cancel, timeout or termination. */
+/*
+ * Engine interrupt poll: a pending cancel, timeout or termination that
+ * CHECK_FOR_INTERRUPTS can service now (not while interrupts are held off,
+ * which would retry the batch forever).
+ */
 static bool
 interrupt_pending(void *arg)
 {
-	*(bool *) arg = InterruptPending;
-	return InterruptPending;
+	bool		pending = InterruptPending && INTERRUPTS_CAN_BE_PROCESSED();
+
+	*(bool *) arg = pending;
+	return pending;
 }
 
 /*
