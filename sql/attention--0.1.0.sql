@@ -352,6 +352,56 @@ $$;
 COMMENT ON FUNCTION deploy(text, bigint) IS
 'Makes a checkpoint the one translation uses for a model (NULL: the newest average, else the newest); returns its id.';
 
+CREATE FUNCTION average_checkpoints(model text, last_n integer DEFAULT 5)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_average_checkpoints'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION average_checkpoints(text, integer) IS
+'Writes a checkpoint whose parameters are the element-wise mean of the model''s last_n newest trained checkpoints (averaged_from lists them); returns its id.';
+
+CREATE FUNCTION delete_checkpoint(checkpoint bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM attention.checkpoints c WHERE c.checkpoint_id = checkpoint) THEN
+        RAISE EXCEPTION 'checkpoint % does not exist', checkpoint USING ERRCODE = 'undefined_object';
+    END IF;
+    IF EXISTS (SELECT 1 FROM attention.checkpoints c WHERE c.checkpoint_id = checkpoint AND c.deployed) THEN
+        RAISE EXCEPTION 'checkpoint % is deployed', checkpoint
+            USING ERRCODE = 'object_in_use',
+                  HINT = 'Deploy another checkpoint of the model first (attention.deploy).';
+    END IF;
+    DELETE FROM attention.checkpoints c WHERE c.checkpoint_id = checkpoint;
+END
+$$;
+COMMENT ON FUNCTION delete_checkpoint(bigint) IS
+'Deletes a checkpoint and its tensors; refuses the deployed one.';
+
+CREATE FUNCTION drop_model(name text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    mid integer;
+BEGIN
+    SELECT m.model_id INTO mid FROM attention.models m WHERE m.name = drop_model.name;
+    IF mid IS NULL THEN
+        RAISE EXCEPTION 'model "%" does not exist', drop_model.name USING ERRCODE = 'undefined_object';
+    END IF;
+    IF EXISTS (SELECT 1 FROM attention.training_jobs j WHERE j.model_id = mid AND j.status IN ('queued', 'running')) THEN
+        RAISE EXCEPTION 'model "%" has a training job queued or running', drop_model.name
+            USING ERRCODE = 'object_in_use',
+                  HINT = 'Cancel it first with attention.cancel_training(job).';
+    END IF;
+    DELETE FROM attention.models m WHERE m.model_id = mid;
+END
+$$;
+COMMENT ON FUNCTION drop_model(text) IS
+'Drops a model with its checkpoints and jobs; refuses while a job is queued or running.';
+
 -- Translation loads deployed parameters through this function, so any role
 -- may translate with a deployed model without reading other checkpoints.
 CREATE FUNCTION deployed_tensors(checkpoint bigint)

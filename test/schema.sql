@@ -53,7 +53,8 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                    WHERE p.pronamespace = 'attention'::regnamespace
                      AND p.proname IN ('create_corpus', 'import_corpus', 'load_corpus', 'train_vocabulary', 'import_vocabulary',
-                                       'create_model', 'initialize_checkpoint', 'deploy')
+                                       'create_model', 'initialize_checkpoint', 'deploy', 'average_checkpoints',
+                                       'delete_checkpoint', 'drop_model')
                      AND NOT (p.provolatile = 'v' AND p.proparallel = 'u' AND NOT p.prosecdef)$$,
                 'functions that write are VOLATILE, PARALLEL UNSAFE and SECURITY INVOKER');
 

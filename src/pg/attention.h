@@ -37,6 +37,19 @@ int32		attention_corpus_id(const char *name);
  */
 void		attention_config_from_jsonb(Jsonb *config, int vocab_size, int pad_id, TfConfig *c);
 
+/*
+ * Reads model `name` into SPI_tuptable (one row: model_id, config, then
+ * the vocabulary's id, vocab_size, pad_id, bos_id, eos_id); ERROR when it
+ * does not exist. Inside SPI.
+ */
+void		read_model_row(const char *name);
+
+/*
+ * Writes tensors [count] (host memory) as rows of checkpoint
+ * `checkpoint_id`, each chunked below the 1 GB bytea limit. Inside SPI.
+ */
+void		write_tensors(int64 checkpoint_id, const TfTensor *tensors, int count);
+
 /* A deployed model loaded in this backend (model.c); owned by the cache. */
 typedef struct AttentionModel
 {

@@ -250,8 +250,7 @@ attention_create_model(PG_FUNCTION_ARGS)
 	PG_RETURN_INT32(id);
 }
 
-/* The model row of `name` in SPI_tuptable: model_id, config, then the vocabulary's id, size, pad, bos, eos. */
-static void
+void
 read_model_row(const char *name)
 {
 	Oid			types[1] = {TEXTOID};
@@ -267,8 +266,7 @@ read_model_row(const char *name)
 						errhint("Create it with attention.create_model(name, vocabulary, config).")));
 }
 
-/* Writes tensors as rows of checkpoint `checkpoint_id` (inside SPI), chunked below the bytea limit. */
-static void
+void
 write_tensors(int64 checkpoint_id, const TfTensor *tensors, int count)
 {
 	Oid			types[6] = {INT8OID, TEXTOID, INT4OID, TEXTOID, INT8ARRAYOID, BYTEAOID};

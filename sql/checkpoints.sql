@@ -1,0 +1,49 @@
+-- Checkpoint lifecycle: averaging, deployment of the average, deletion, dropping a model.
+-- (Runs after translate.sql, whose vocabulary tr_vocab and model tiny it reuses.)
+SELECT attention.create_model('avg', 'tr_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 8,
+  "num_heads": 2, "d_ff": 16, "max_positions": 64}') > 0 AS created;
+SELECT attention.average_checkpoints('avg');
+SELECT attention.initialize_checkpoint('avg', 3) AS a \gset
+SELECT attention.initialize_checkpoint('avg', 3) AS b \gset
+-- the average of identical checkpoints equals each, bit for bit
+SELECT attention.average_checkpoints('avg', 2) AS same \gset
+SELECT c.averaged_from = ARRAY[:b, :a]::bigint[] AS records_sources, c.step
+  FROM attention.checkpoints c WHERE c.checkpoint_id = :same;
+SELECT count(*) AS tensors,
+       bool_and(s.bytes = t.bytes AND s.shape = t.shape) AS bitwise_equal
+  FROM attention.checkpoint_tensors s
+  JOIN attention.checkpoint_tensors t ON t.name = s.name AND t.chunk = s.chunk AND t.checkpoint_id = :a
+ WHERE s.checkpoint_id = :same;
+SELECT count(*) AS optimizer_tensors FROM attention.checkpoint_tensors
+ WHERE checkpoint_id = :same AND name NOT LIKE 'model.%';
+-- a real mean: of seeds 3 and 4, element by element
+SELECT attention.initialize_checkpoint('avg', 4) AS c \gset
+SELECT attention.average_checkpoints('avg', 2) AS mixed \gset
+SELECT c.averaged_from = ARRAY[:c, :b]::bigint[] AS newest_two FROM attention.checkpoints c WHERE c.checkpoint_id = :mixed;
+-- (biases are 0 and LayerNorm weights 1 in both, so their mean is too; the embeddings differ)
+SELECT bool_and(m.bytes = x.bytes) FILTER (WHERE m.name LIKE '%bias' OR m.name LIKE '%layer_norm.weight') AS constants_kept,
+       bool_and(m.bytes <> x.bytes AND m.bytes <> y.bytes) FILTER (WHERE m.name = 'model.shared.weight') AS embedding_mixed
+  FROM attention.checkpoint_tensors m
+  JOIN attention.checkpoint_tensors x ON x.name = m.name AND x.checkpoint_id = :c
+  JOIN attention.checkpoint_tensors y ON y.name = m.name AND y.checkpoint_id = :b
+ WHERE m.checkpoint_id = :mixed;
+-- deploy(NULL) takes the newest average, which translation then uses
+SELECT attention.deploy('avg') = :mixed AS deploys_newest_average;
+SELECT attention.score('the package', 'das Paket', 'avg') < 0 AS average_scores;
+-- deletion
+SELECT attention.delete_checkpoint(:mixed);
+SELECT attention.delete_checkpoint(:same);
+SELECT count(*) AS left_tensors FROM attention.checkpoint_tensors WHERE checkpoint_id = :same;
+SELECT attention.delete_checkpoint(999999);
+SELECT attention.average_checkpoints('avg', 0);
+SELECT attention.average_checkpoints('nope');
+-- dropping
+INSERT INTO attention.training_jobs (model_id, corpus_id, status)
+SELECT m.model_id, c.corpus_id, 'running' FROM attention.models m, attention.corpora c
+ WHERE m.name = 'avg' AND c.name = 'tr_regress';
+SELECT attention.drop_model('avg');
+UPDATE attention.training_jobs SET status = 'failed', finished_at = now();
+SELECT attention.drop_model('avg');
+SELECT count(*) AS checkpoints_left FROM attention.checkpoints c
+ WHERE NOT EXISTS (SELECT 1 FROM attention.models m WHERE m.model_id = c.model_id);
+SELECT attention.drop_model('avg');

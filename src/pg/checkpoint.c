@@ -1,0 +1,181 @@
+/*
+ * checkpoint.c - the lifecycle of checkpoints in tables: averaging the
+ * last ones (the paper's section 6.1: the deployed model is the average of
+ * the last checkpoints), deleting one, dropping a model.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+
+#include "attention.h"
+
+PG_FUNCTION_INFO_V1(attention_average_checkpoints);
+
+/*
+ * Reads tensor `name` of a checkpoint as float32 (chunks joined) into
+ * *data (palloc'd), its shape into *ndim and shape [TF_MAX_DIMS]; returns
+ * the number of floats. ERROR naming the tensor when it is missing, not
+ * float32, or of more than TF_MAX_DIMS dimensions.
+ */
+static size_t
+read_float_tensor(int64 checkpoint_id, const char *name, float **data, int *ndim, int64 *shape)
+{
+	Oid			types[2] = {INT8OID, TEXTOID};
+	Datum		values[2] = {Int64GetDatum(checkpoint_id), CStringGetTextDatum(name)};
+	size_t		bytes = 0;
+	uint64		r;
+	bool		isnull;
+
+	if (SPI_execute_with_args("SELECT dtype, shape, bytes FROM attention.checkpoint_tensors "
+							  "WHERE checkpoint_id = $1 AND name = $2 ORDER BY chunk", 2, types, values, NULL,
+							  true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read checkpoint %lld", (long long) checkpoint_id);
+	if (SPI_processed == 0 || strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), "float32") != 0)
+		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+						errmsg("checkpoint %lld has no float32 tensor \"%s\"", (long long) checkpoint_id, name),
+						errhint("Only checkpoints of the same model, with the same tensors, can be averaged.")));
+	{
+		ArrayType  *dims = DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+		int			d;
+
+		*ndim = ArrayGetNItems(ARR_NDIM(dims), ARR_DIMS(dims));
+		if (*ndim > TF_MAX_DIMS || ARR_HASNULL(dims))
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+							errmsg("checkpoint %lld: tensor \"%s\" has an unsupported shape",
+								   (long long) checkpoint_id, name)));
+		for (d = 0; d < *ndim; d++)
+			shape[d] = ((int64 *) ARR_DATA_PTR(dims))[d];
+	}
+	*data = NULL;
+	for (r = 0; r < SPI_processed; r++)
+	{
+		bytea	   *b = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 3, &isnull));
+		size_t		n = VARSIZE_ANY_EXHDR(b);
+
+		*data = *data == NULL ? palloc(Max(n, 1)) : repalloc_huge(*data, bytes + n);
+		memcpy((char *) *data + bytes, VARDATA_ANY(b), n);
+		bytes += n;
+	}
+	return bytes / sizeof(float);
+}
+
+/*
+ * average_checkpoints(model text, last_n int) returns bigint: a new
+ * checkpoint whose parameters are the element-wise mean (in double
+ * precision, so identical inputs give themselves back) of the model's
+ * last_n newest trained checkpoints; it records them in averaged_from.
+ */
+Datum
+attention_average_checkpoints(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	int32		last_n = PG_GETARG_INT32(1);
+	Oid			types[2] = {INT4OID, INT4OID};
+	int32		model_id;
+	int64	   *ids;
+	Datum	   *id_datums;
+	int64		step,
+				average_id;
+	int			n,
+				i,
+				t,
+				count;
+	char	  **names;
+	bool		isnull;
+
+	if (last_n < 1 || last_n > 1000)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("last_n %d is out of range", last_n),
+						errhint("last_n must be between 1 and 1000 (the paper averages 5 or 20).")));
+	SPI_connect();
+	read_model_row(name);
+	model_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (SPI_execute_with_args("SELECT checkpoint_id, step FROM attention.checkpoints "
+							  "WHERE model_id = $1 AND averaged_from IS NULL "
+							  "ORDER BY step DESC, checkpoint_id DESC LIMIT $2", 2, types,
+							  (Datum[]) {Int32GetDatum(model_id), Int32GetDatum(last_n)}, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the checkpoints of model \"%s\"", name);
+	n = (int) SPI_processed;
+	if (n == 0)
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						errmsg("model \"%s\" has no checkpoints to average", name)));
+	ids = palloc(n * sizeof(int64));
+	id_datums = palloc(n * sizeof(Datum));
+	step = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	for (i = 0; i < n; i++)
+	{
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		id_datums[i] = Int64GetDatum(ids[i]);
+	}
+
+	/* the parameters: every float32 tensor of the newest one that is not optimizer state */
+	if (SPI_execute_with_args("SELECT DISTINCT name FROM attention.checkpoint_tensors WHERE checkpoint_id = $1 "
+							  "AND dtype = 'float32' AND name NOT LIKE 'optimizer.%' ORDER BY name", 1,
+							  (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(ids[0])}, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read checkpoint %lld", (long long) ids[0]);
+	count = (int) SPI_processed;
+	names = palloc(Max(count, 1) * sizeof(char *));
+	for (t = 0; t < count; t++)
+		names[t] = SPI_getvalue(SPI_tuptable->vals[t], SPI_tuptable->tupdesc, 1);
+
+	if (SPI_execute_with_args("INSERT INTO attention.checkpoints (model_id, step, averaged_from) "
+							  "VALUES ($1, $2, $3) RETURNING checkpoint_id", 3,
+							  (Oid[]) {INT4OID, INT8OID, INT8ARRAYOID},
+							  (Datum[]) {Int32GetDatum(model_id), Int64GetDatum(step),
+								  PointerGetDatum(construct_array(id_datums, n, INT8OID, 8, FLOAT8PASSBYVAL,
+																  TYPALIGN_DOUBLE))},
+							  NULL, false, 1) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not insert the average of model \"%s\"", name);
+	average_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+
+	for (t = 0; t < count; t++)
+	{
+		double	   *sum = NULL;
+		float	   *data,
+				   *mean;
+		size_t		len = 0,
+					j;
+		TfTensor	out;
+
+		memset(&out, 0, sizeof(out));
+		for (i = 0; i < n; i++)
+		{
+			int			ndim;
+			int64		shape[TF_MAX_DIMS] = {0};
+			size_t		got = read_float_tensor(ids[i], names[t], &data, &ndim, shape);
+
+			CHECK_FOR_INTERRUPTS();
+			if (i == 0)
+			{
+				len = got;
+				out.ndim = ndim;
+				memcpy(out.shape, shape, sizeof(shape));
+				sum = palloc_extended(Max(len, 1) * sizeof(double), MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+			}
+			else if (got != len || ndim != out.ndim || memcmp(shape, out.shape, sizeof(shape)) != 0)
+				ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+								errmsg("tensor \"%s\" differs in shape between checkpoints %lld and %lld",
+									   names[t], (long long) ids[i], (long long) ids[0])));
+			for (j = 0; j < len; j++)
+				sum[j] += data[j];
+			pfree(data);
+		}
+		mean = palloc_extended(Max(len, 1) * sizeof(float), MCXT_ALLOC_HUGE);
+		for (j = 0; j < len; j++)
+			mean[j] = (float) (sum[j] / n);
+		strlcpy(out.name, names[t], sizeof(out.name));
+		out.dtype = TF_FLOAT32;
+		out.data = mean;
+		out.bytes = len * sizeof(float);
+		write_tensors(average_id, &out, 1);
+		pfree(sum);
+		pfree(mean);
+	}
+	SPI_finish();
+	PG_RETURN_INT64(average_id);
+}
