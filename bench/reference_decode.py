@@ -28,7 +28,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "test", "fixtures"))
-from make_decode_fixture import read_fixture  # noqa: E402
+from make_decode_fixture import insert_finished, read_fixture  # noqa: E402
 from torch_model import Transformer, config, positions  # noqa: E402
 
 
@@ -139,11 +139,7 @@ def translate(dec, src, beam, offset, alpha=0.6, nbest=1, max_positions=1024, pa
     hist = torch.zeros(B, 0, dtype=torch.long)
 
     def finish(s, tokens, log_prob, ended):
-        lst, score = finished[s], log_prob / lp(len(tokens) + 1)
-        i = len(lst)
-        while i > 0 and lst[i - 1][0] < score:
-            i -= 1
-        lst.insert(i, (score, tokens, log_prob, ended))
+        insert_finished(finished[s], (log_prob / lp(len(tokens) + 1), tokens, log_prob, ended))
 
     t = 0
     while True:

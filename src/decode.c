@@ -21,6 +21,7 @@
 #include "model.h"
 
 #define MAX_BEAM 64
+#define MAX_DECODER_LAYERS 64
 
 void
 tf_decode_options_default(TfDecodeOptions *opt)
@@ -128,8 +129,8 @@ typedef struct Search
 	int64_t    *longs;			/* staging for dec_pstart */
 
 	/* backend memory */
-	float	   *cache[2 * 64 + 1];	/* per decoder layer [rows_cap, Tmax, 2d], plus a spare */
-	const float *kv_cross[64];	/* per decoder layer [source rows, 2d] (the forward's) */
+	float	   *cache[MAX_DECODER_LAYERS + 1];	/* per decoder layer [rows_cap, Tmax, 2d], plus a spare */
+	const float *kv_cross[MAX_DECODER_LAYERS];	/* per decoder layer [source rows, 2d] (the forward's) */
 	float	   *x,
 			   *x1,
 			   *x2,
@@ -529,8 +530,9 @@ check_options(const TfModel *m, const TfDecodeOptions *opt, int batch, char *err
 		snprintf(err, errlen, "bos_id %d or eos_id %d is out of range [0, %d)", opt->bos_id, opt->eos_id, V);
 	else if (batch < 1)
 		snprintf(err, errlen, "empty batch: %d sentences", batch);
-	else if (m->config.num_decoder_layers > 64)
-		snprintf(err, errlen, "num_decoder_layers %d is over 64, the decoder's limit", m->config.num_decoder_layers);
+	else if (m->config.num_decoder_layers > MAX_DECODER_LAYERS)
+		snprintf(err, errlen, "num_decoder_layers %d is over %d, the decoder's limit", m->config.num_decoder_layers,
+				 MAX_DECODER_LAYERS);
 	else
 		return TF_OK;
 	return TF_ERROR;

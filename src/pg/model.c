@@ -371,6 +371,7 @@ attention_initialize_checkpoint(PG_FUNCTION_ARGS)
  * ------------------------------------------------------------------------ */
 
 static AttentionModel *model_cache = NULL;
+static SPIPlanPtr lookup_plan = NULL;
 
 /* Frees a cached model's engine and vocabulary memory and the entry. */
 static void
@@ -542,10 +543,18 @@ attention_model_get(text *model)
 
 	SPI_connect();
 	name = model != NULL ? text_to_cstring(model) : default_model_name();
-	if (SPI_execute_with_args("SELECT m.model_id, m.config, m.vocabulary_id, c.checkpoint_id, c.xmin::text "
-							  "FROM attention.models m LEFT JOIN attention.checkpoints c "
-							  "ON c.model_id = m.model_id AND c.deployed WHERE m.name = $1",
-							  1, types, (Datum[]) {CStringGetTextDatum(name)}, NULL, true, 1) != SPI_OK_SELECT)
+	/* the per-call check: planned once per backend */
+	if (lookup_plan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare("SELECT m.model_id, m.config, m.vocabulary_id, c.checkpoint_id, c.xmin::text "
+									   "FROM attention.models m LEFT JOIN attention.checkpoints c "
+									   "ON c.model_id = m.model_id AND c.deployed WHERE m.name = $1", 1, types);
+
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "could not prepare the model lookup: %s", SPI_result_code_string(SPI_result));
+		lookup_plan = plan;
+	}
+	if (SPI_execute_plan(lookup_plan, (Datum[]) {CStringGetTextDatum(name)}, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read attention.models");
 	if (SPI_processed == 0)
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),

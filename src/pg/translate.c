@@ -679,7 +679,8 @@ attention_translate_column(PG_FUNCTION_ARGS)
 				update;
 	int			pk_count,
 				i;
-	Oid		   *pk_types;
+	Oid		   *types;
+	SPIPlanPtr	update_plan;
 	char	   *rel;
 	AttentionModel *am;
 	TfDecodeOptions opt;
@@ -727,7 +728,8 @@ attention_translate_column(PG_FUNCTION_ARGS)
 						errmsg("relation %s has no primary key", rel),
 						errhint("translate_column addresses rows by their primary key; add one, e.g. "
 								"ALTER TABLE %s ADD COLUMN id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY.", rel)));
-	pk_types = palloc(pk_count * sizeof(Oid));
+	types = palloc((pk_count + 1) * sizeof(Oid));
+	types[0] = TEXTOID;
 	initStringInfo(&select);
 	initStringInfo(&update);
 	appendStringInfoString(&select, "SELECT ");
@@ -736,7 +738,7 @@ attention_translate_column(PG_FUNCTION_ARGS)
 	{
 		const char *col = quote_identifier(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
 
-		pk_types[i] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+		types[i + 1] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
 		appendStringInfo(&select, "%s, ", col);
 		appendStringInfo(&update, "%s%s = $%d", i > 0 ? " AND " : "", col, i + 2);
 	}
@@ -756,6 +758,11 @@ attention_translate_column(PG_FUNCTION_ARGS)
 	}
 	appendStringInfo(&select, " ORDER BY length(%s) LIMIT %d", quote_identifier(source_column), batch_size);
 
+	/* planned once; the plan lives in SPI's procedure memory, which survives the commits */
+	update_plan = SPI_prepare(update.data, pk_count + 1, types);
+	if (update_plan == NULL)
+		elog(ERROR, "could not prepare \"%s\": %s", update.data, SPI_result_code_string(SPI_result));
+
 	am = attention_model_get(PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3));
 	opt = decode_options(am, attention_beam_size, 1, 0.6, 50);
 	INSTR_TIME_SET_CURRENT(start);
@@ -766,7 +773,6 @@ attention_translate_column(PG_FUNCTION_ARGS)
 		text	  **texts,
 				  **results;
 		Datum	   *keys;
-		Oid		   *types;
 
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextReset(batch_cxt);
@@ -779,9 +785,6 @@ attention_translate_column(PG_FUNCTION_ARGS)
 		texts = palloc(n * sizeof(text *));
 		results = palloc(n * sizeof(text *));
 		keys = palloc((size_t) n * pk_count * sizeof(Datum));
-		types = palloc((pk_count + 1) * sizeof(Oid));
-		types[0] = TEXTOID;
-		memcpy(types + 1, pk_types, pk_count * sizeof(Oid));
 		for (i = 0; i < n; i++)
 		{
 			int			k;
@@ -804,7 +807,7 @@ attention_translate_column(PG_FUNCTION_ARGS)
 
 			values[0] = PointerGetDatum(results[i]);
 			memcpy(values + 1, keys + (size_t) i * pk_count, pk_count * sizeof(Datum));
-			if (SPI_execute_with_args(update.data, pk_count + 1, types, values, NULL, false, 0) != SPI_OK_UPDATE)
+			if (SPI_execute_plan(update_plan, values, NULL, false, 0) != SPI_OK_UPDATE)
 				elog(ERROR, "could not update %s", rel);
 		}
 		MemoryContextSwitchTo(old);
