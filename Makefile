@@ -13,14 +13,15 @@ ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tenso
 ENGINE_CXX = src/spm.cc
 GLUE_C = src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/vocabulary.c src/pg/model.c \
 	src/pg/checkpoint.c src/pg/translate.c
-OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o)
+WORKER_C = bgworker/jobs.c bgworker/data.c bgworker/worker.c bgworker/launcher.c
+OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o) $(WORKER_C:.c=.o)
 
 DATA = $(wildcard sql/$(EXTENSION)--*.sql)
 REGRESS = builtin_translate corpus vocabulary bleu translate checkpoints
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 
 WARNINGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
-PG_CFLAGS = $(WARNINGS) -Isrc
+PG_CFLAGS = $(WARNINGS) -Isrc -Isrc/pg -Ibgworker
 PG_CXXFLAGS = $(WARNINGS) -std=c++17 -Isrc
 # As pgvector does: tuned for the machine that builds it (the extension is built
 # where it is installed); OPTFLAGS= builds a generic binary.

@@ -74,12 +74,14 @@ CREATE TABLE models (
     name          text NOT NULL UNIQUE CHECK (name <> ''),
     vocabulary_id integer NOT NULL REFERENCES vocabularies ON DELETE RESTRICT,
     config        jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(config) = 'object'),
+    owner         regrole NOT NULL DEFAULT current_user::text::regrole,
     created_at    timestamptz NOT NULL DEFAULT now()
 );
 COMMENT ON TABLE models IS 'Transformer models: a configuration (DESIGN.md section 2) over a vocabulary.';
 COMMENT ON COLUMN models.config IS 'Model configuration (num_encoder_layers, d_model, num_heads, d_ff, ...).';
+COMMENT ON COLUMN models.owner IS 'Role that owns the model: its members may train, deploy, delete checkpoints and drop it.';
 
-CREATE TABLE training_jobs (
+CREATE TABLE jobs (
     job_id            bigserial PRIMARY KEY,
     model_id          integer NOT NULL REFERENCES models ON DELETE CASCADE,
     corpus_id         integer NOT NULL REFERENCES corpora ON DELETE RESTRICT,
@@ -92,9 +94,12 @@ CREATE TABLE training_jobs (
     tokens_seen       bigint NOT NULL DEFAULT 0 CHECK (tokens_seen >= 0),
     train_loss        double precision,
     valid_loss        double precision,
+    valid_bleu        double precision,
     learning_rate     double precision,
     tokens_per_second double precision,
     worker_pid        integer,
+    cancel_requested  boolean NOT NULL DEFAULT false,
+    restarts          integer NOT NULL DEFAULT 0 CHECK (restarts >= 0),
     submitted_at      timestamptz NOT NULL DEFAULT now(),
     started_at        timestamptz,
     updated_at        timestamptz,
@@ -102,29 +107,30 @@ CREATE TABLE training_jobs (
     error             text,
     CHECK (finished_at IS NULL OR status IN ('succeeded', 'failed', 'cancelled', 'interrupted'))
 );
-CREATE INDEX training_jobs_model_idx ON training_jobs (model_id);
-COMMENT ON TABLE training_jobs IS 'Training jobs: one row per job, kept current by the training worker.';
-COMMENT ON COLUMN training_jobs.status IS 'queued, running, succeeded, failed, cancelled or interrupted.';
-COMMENT ON COLUMN training_jobs.submitted_by IS 'Role the worker connects as: the job reads only what it can read.';
-COMMENT ON COLUMN training_jobs.tokens_seen IS 'Target tokens (labels) trained on so far.';
-COMMENT ON COLUMN training_jobs.train_loss IS 'Label-smoothed training loss per target token (nats).';
-COMMENT ON COLUMN training_jobs.valid_loss IS 'Validation cross-entropy per target token (nats).';
+CREATE INDEX jobs_model_idx ON jobs (model_id);
+CREATE INDEX jobs_live_idx ON jobs (status) WHERE status IN ('queued', 'running', 'interrupted');
+COMMENT ON TABLE jobs IS 'Training jobs as the worker writes them; read attention.training_jobs, which also shows jobs whose worker died as interrupted.';
+COMMENT ON COLUMN jobs.cancel_requested IS 'Set by cancel_training; the worker stops at its next progress update.';
+COMMENT ON COLUMN jobs.restarts IS 'Times the launcher resumed the job after a crash or restart.';
 
 CREATE TABLE checkpoints (
     checkpoint_id bigserial PRIMARY KEY,
     model_id      integer NOT NULL REFERENCES models ON DELETE CASCADE,
-    job_id        bigint REFERENCES training_jobs ON DELETE SET NULL,
+    job_id        bigint REFERENCES jobs ON DELETE SET NULL,
+    kind          text NOT NULL DEFAULT 'trained' CHECK (kind IN ('initial', 'trained', 'average', 'imported')),
     step          bigint NOT NULL CHECK (step >= 0),
     valid_loss    double precision,
     valid_bleu    double precision,
-    averaged_from bigint[],
+    averaged_from bigint[] CHECK ((kind = 'average') = (averaged_from IS NOT NULL)),
     deployed      boolean NOT NULL DEFAULT false,
     created_at    timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX checkpoints_model_step_idx ON checkpoints (model_id, step);
+CREATE INDEX checkpoints_job_idx ON checkpoints (job_id, step);
 CREATE UNIQUE INDEX checkpoints_one_deployed_idx ON checkpoints (model_id) WHERE deployed;
 COMMENT ON TABLE checkpoints IS 'Checkpoints of a model: parameters, optimizer state and data position, one row per snapshot.';
-COMMENT ON COLUMN checkpoints.averaged_from IS 'Checkpoints whose parameters this one averages (NULL for a trained snapshot).';
+COMMENT ON COLUMN checkpoints.kind IS 'initial (initialize_checkpoint), trained (a training job), average (average_checkpoints) or imported (import_checkpoint).';
+COMMENT ON COLUMN checkpoints.averaged_from IS 'Checkpoints whose parameters this one averages (kind average only).';
 COMMENT ON COLUMN checkpoints.deployed IS 'True for the checkpoint translate() uses; at most one per model.';
 
 CREATE TABLE checkpoint_tensors (
@@ -136,11 +142,75 @@ CREATE TABLE checkpoint_tensors (
     bytes         bytea NOT NULL,
     PRIMARY KEY (checkpoint_id, name, chunk)
 );
-COMMENT ON TABLE checkpoint_tensors IS 'One row per named tensor of a checkpoint (Hugging Face MarianMT names); tensors over the bytea limit span several chunks.';
+COMMENT ON TABLE checkpoint_tensors IS 'One row per named tensor of a checkpoint (Hugging Face MarianMT names; optimizer.*, rng.* and data.* hold the training state); tensors over the bytea limit span several chunks.';
 COMMENT ON COLUMN checkpoint_tensors.name IS 'Tensor name, e.g. model.encoder.layers.0.self_attn.q_proj.weight.';
 COMMENT ON COLUMN checkpoint_tensors.chunk IS 'Chunk number (0-based) of a tensor stored in several rows.';
 COMMENT ON COLUMN checkpoint_tensors.shape IS 'Tensor shape, row-major ({} for a scalar).';
 COMMENT ON COLUMN checkpoint_tensors.bytes IS 'Raw little-endian tensor data (this chunk of it).';
+
+-- Whether a training worker process with this pid is alive in this cluster
+-- (it holds a slot in shared memory). Jobs whose worker is gone read as
+-- interrupted, with or without the launcher.
+CREATE FUNCTION worker_alive(pid integer)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'attention_worker_alive'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION worker_alive(integer) IS
+'True while a server process with this pid runs in this cluster (used by the training_jobs view).';
+
+CREATE VIEW training_jobs AS
+SELECT j.job_id, j.model_id, j.corpus_id, j.options, j.submitted_by,
+       CASE WHEN j.status IN ('queued', 'running')
+                 AND (j.worker_pid IS NULL OR NOT attention.worker_alive(j.worker_pid))
+            THEN 'interrupted' ELSE j.status END AS status,
+       j.step, j.epoch, j.tokens_seen, j.train_loss, j.valid_loss, j.valid_bleu, j.learning_rate,
+       j.tokens_per_second, j.worker_pid, j.cancel_requested, j.restarts, j.submitted_at, j.started_at,
+       j.updated_at, j.finished_at,
+       CASE WHEN j.status IN ('queued', 'running')
+                 AND (j.worker_pid IS NULL OR NOT attention.worker_alive(j.worker_pid))
+            THEN 'the training worker exited without finishing (server crash, restart or termination)'
+            ELSE j.error END AS error
+  FROM attention.jobs j;
+COMMENT ON VIEW training_jobs IS 'Training jobs, kept current by the training worker (at most every few seconds); a job whose worker died shows as interrupted.';
+COMMENT ON COLUMN training_jobs.status IS 'queued, running, succeeded, failed, cancelled or interrupted.';
+COMMENT ON COLUMN training_jobs.submitted_by IS 'Role the worker connects as: the job reads only what it can read.';
+COMMENT ON COLUMN training_jobs.tokens_seen IS 'Target tokens (labels) trained on so far.';
+COMMENT ON COLUMN training_jobs.train_loss IS 'Label-smoothed training loss per target token (nats), mean since the previous update.';
+COMMENT ON COLUMN training_jobs.valid_loss IS 'Validation cross-entropy per target token (nats), no label smoothing.';
+COMMENT ON COLUMN training_jobs.valid_bleu IS 'BLEU of greedy translations of the first validation_bleu_sentences validation pairs.';
+COMMENT ON COLUMN training_jobs.tokens_per_second IS 'Source plus target tokens (no padding) trained per second since the previous update.';
+
+-- Privileges: anyone may create a model; the members of a model's owner role
+-- may train it, checkpoint it, deploy it and drop it (row-level security; the
+-- functions also check and raise a clear error).
+CREATE FUNCTION owns_model(model_id integer)
+RETURNS boolean
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (SELECT 1 FROM attention.models m
+                    WHERE m.model_id = owns_model.model_id AND pg_has_role(m.owner, 'MEMBER'))
+$$;
+COMMENT ON FUNCTION owns_model(integer) IS
+'True when the current role is a member of the model''s owner role.';
+
+ALTER TABLE models ENABLE ROW LEVEL SECURITY;
+CREATE POLICY models_read ON models FOR SELECT USING (true);
+CREATE POLICY models_create ON models FOR INSERT WITH CHECK (pg_has_role(owner, 'MEMBER'));
+CREATE POLICY models_drop ON models FOR DELETE USING (pg_has_role(owner, 'MEMBER'));
+ALTER TABLE jobs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY jobs_read ON jobs FOR SELECT USING (true);
+CREATE POLICY jobs_write ON jobs FOR INSERT WITH CHECK (attention.owns_model(model_id));
+CREATE POLICY jobs_update ON jobs FOR UPDATE USING (attention.owns_model(model_id));
+ALTER TABLE checkpoints ENABLE ROW LEVEL SECURITY;
+CREATE POLICY checkpoints_read ON checkpoints FOR SELECT USING (true);
+CREATE POLICY checkpoints_write ON checkpoints FOR INSERT WITH CHECK (attention.owns_model(model_id));
+CREATE POLICY checkpoints_update ON checkpoints FOR UPDATE USING (attention.owns_model(model_id));
+CREATE POLICY checkpoints_delete ON checkpoints FOR DELETE USING (attention.owns_model(model_id));
+ALTER TABLE checkpoint_tensors ENABLE ROW LEVEL SECURITY;
+CREATE POLICY checkpoint_tensors_owner ON checkpoint_tensors
+    USING (attention.owns_model((SELECT c.model_id FROM attention.checkpoints c
+                                  WHERE c.checkpoint_id = checkpoint_tensors.checkpoint_id)));
 
 SELECT pg_catalog.pg_extension_config_dump('corpora', '');
 SELECT pg_catalog.pg_extension_config_dump('corpora_corpus_id_seq', '');
@@ -150,15 +220,22 @@ SELECT pg_catalog.pg_extension_config_dump('vocabularies', '');
 SELECT pg_catalog.pg_extension_config_dump('vocabularies_vocabulary_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('models', '');
 SELECT pg_catalog.pg_extension_config_dump('models_model_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('training_jobs', '');
-SELECT pg_catalog.pg_extension_config_dump('training_jobs_job_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('jobs_job_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('checkpoints', '');
 SELECT pg_catalog.pg_extension_config_dump('checkpoints_checkpoint_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('checkpoint_tensors', '');
 
--- Everyone may look; writing takes explicit grants from the DBA.
+-- Everyone may look; corpora and vocabularies take explicit grants from the
+-- DBA to write; models, jobs and checkpoints are written by their owners
+-- (row-level security above).
 GRANT USAGE ON SCHEMA attention TO PUBLIC;
-GRANT SELECT ON corpora, vocabularies, models, training_jobs, checkpoints TO PUBLIC;
+GRANT SELECT ON corpora, vocabularies, models, jobs, training_jobs, checkpoints TO PUBLIC;
+GRANT INSERT, DELETE ON models TO PUBLIC;
+GRANT INSERT, UPDATE ON jobs TO PUBLIC;
+GRANT INSERT, UPDATE, DELETE ON checkpoints TO PUBLIC;
+GRANT SELECT, INSERT ON checkpoint_tensors TO PUBLIC;
+GRANT USAGE ON SEQUENCE models_model_id_seq, jobs_job_id_seq, checkpoints_checkpoint_id_seq TO PUBLIC;
 
 -----------------------------------------------------------------------------
 -- Corpus functions
@@ -297,6 +374,35 @@ COMMENT ON AGGREGATE corpus_bleu(text, text) IS
 -- Models and checkpoints
 -----------------------------------------------------------------------------
 
+-- The id of model `model` when the current role may change it (is a member of
+-- its owner role); ERROR otherwise. Every function that trains, checkpoints,
+-- deploys or drops a model calls it first.
+CREATE FUNCTION require_model_owner(model text, action text)
+RETURNS integer
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    mid integer;
+    owner_role regrole;
+BEGIN
+    SELECT m.model_id, m.owner INTO mid, owner_role FROM attention.models m WHERE m.name = model;
+    IF mid IS NULL THEN
+        RAISE EXCEPTION 'model "%" does not exist', model
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Create it with attention.create_model(name, vocabulary, config).';
+    END IF;
+    IF NOT pg_has_role(owner_role, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to % model "%"', action, model
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('Only members of its owner role %s may.', owner_role);
+    END IF;
+    RETURN mid;
+END
+$$;
+COMMENT ON FUNCTION require_model_owner(text, text) IS
+'Id of a model the current role owns (is a member of its owner role); ERROR naming the model and the action otherwise.';
+
 CREATE FUNCTION create_model(name text, vocabulary text, config jsonb DEFAULT '{}')
 RETURNS integer
 AS 'MODULE_PATHNAME', 'attention_create_model'
@@ -323,14 +429,11 @@ BEGIN
     IF model IS NULL THEN
         RAISE EXCEPTION 'model must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    SELECT m.model_id INTO mid FROM attention.models m WHERE m.name = deploy.model;
-    IF mid IS NULL THEN
-        RAISE EXCEPTION 'model "%" does not exist', deploy.model USING ERRCODE = 'undefined_object';
-    END IF;
+    mid := attention.require_model_owner(deploy.model, 'deploy');
     IF checkpoint IS NULL THEN
         SELECT c.checkpoint_id INTO chosen FROM attention.checkpoints c
          WHERE c.model_id = mid
-         ORDER BY c.averaged_from IS NOT NULL DESC, c.step DESC, c.checkpoint_id DESC LIMIT 1;
+         ORDER BY c.kind = 'average' DESC, c.step DESC, c.checkpoint_id DESC LIMIT 1;
         IF chosen IS NULL THEN
             RAISE EXCEPTION 'model "%" has no checkpoints', deploy.model
                 USING ERRCODE = 'object_not_in_prerequisite_state',
@@ -364,10 +467,15 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    model_name text;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM attention.checkpoints c WHERE c.checkpoint_id = checkpoint) THEN
+    SELECT m.name INTO model_name FROM attention.checkpoints c JOIN attention.models m USING (model_id)
+     WHERE c.checkpoint_id = checkpoint;
+    IF model_name IS NULL THEN
         RAISE EXCEPTION 'checkpoint % does not exist', checkpoint USING ERRCODE = 'undefined_object';
     END IF;
+    PERFORM attention.require_model_owner(model_name, 'delete a checkpoint of');
     IF EXISTS (SELECT 1 FROM attention.checkpoints c WHERE c.checkpoint_id = checkpoint AND c.deployed) THEN
         RAISE EXCEPTION 'checkpoint % is deployed', checkpoint
             USING ERRCODE = 'object_in_use',
@@ -387,10 +495,7 @@ AS $$
 DECLARE
     mid integer;
 BEGIN
-    SELECT m.model_id INTO mid FROM attention.models m WHERE m.name = drop_model.name;
-    IF mid IS NULL THEN
-        RAISE EXCEPTION 'model "%" does not exist', drop_model.name USING ERRCODE = 'undefined_object';
-    END IF;
+    mid := attention.require_model_owner(drop_model.name, 'drop');
     IF EXISTS (SELECT 1 FROM attention.training_jobs j WHERE j.model_id = mid AND j.status IN ('queued', 'running')) THEN
         RAISE EXCEPTION 'model "%" has a training job queued or running', drop_model.name
             USING ERRCODE = 'object_in_use',
@@ -401,6 +506,79 @@ END
 $$;
 COMMENT ON FUNCTION drop_model(text) IS
 'Drops a model with its checkpoints and jobs; refuses while a job is queued or running.';
+
+-----------------------------------------------------------------------------
+-- Training jobs (bgworker/)
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION train(model text, corpus text, options jsonb DEFAULT '{}')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_train'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION train(text, text, jsonb) IS
+'Submits a training job (options: max_steps, max_epochs, max_minutes, batch_tokens, warmup_steps, learning_rate_scale, label_smoothing, dropout, accumulate_batches, checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, validate_every_steps, validation_bleu_sentences, seed, device, threads) and returns its id at once; a background worker connected as the caller trains.';
+
+CREATE FUNCTION resume_training(job bigint, options jsonb DEFAULT '{}')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_resume_training'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION resume_training(bigint, jsonb) IS
+'Continues a stopped job from its newest checkpoint (in the data order an uninterrupted run would see); options may change its limits and checkpoint cadence; returns the job id.';
+
+CREATE FUNCTION cancel_training(job bigint)
+RETURNS text
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    model_name text;
+    shown text;
+BEGIN
+    SELECT m.name, v.status INTO model_name, shown
+      FROM attention.training_jobs v JOIN attention.models m USING (model_id) WHERE v.job_id = job;
+    IF model_name IS NULL THEN
+        RAISE EXCEPTION 'training job % does not exist', job USING ERRCODE = 'undefined_object';
+    END IF;
+    PERFORM attention.require_model_owner(model_name, 'cancel training of');
+    IF shown IN ('queued', 'running') THEN
+        UPDATE attention.jobs SET cancel_requested = true WHERE job_id = job;
+        RETURN 'cancelling';
+    ELSIF shown = 'interrupted' THEN
+        UPDATE attention.jobs SET status = 'cancelled', finished_at = coalesce(finished_at, now()), error = NULL
+         WHERE job_id = job;
+        RETURN 'cancelled';
+    END IF;
+    RETURN shown;
+END
+$$;
+COMMENT ON FUNCTION cancel_training(bigint) IS
+'Asks a job''s worker to stop (it writes a final checkpoint and ends as cancelled within a few seconds); returns cancelling, or the status of a job that has already stopped.';
+
+CREATE FUNCTION wait_training(job bigint, timeout interval DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    deadline timestamptz := clock_timestamp() + timeout;
+    shown text;
+BEGIN
+    IF job IS NULL THEN
+        RAISE EXCEPTION 'job must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    LOOP
+        SELECT v.status INTO shown FROM attention.training_jobs v WHERE v.job_id = job;
+        IF shown IS NULL THEN
+            RAISE EXCEPTION 'training job % does not exist', job USING ERRCODE = 'undefined_object';
+        END IF;
+        EXIT WHEN shown NOT IN ('queued', 'running') OR clock_timestamp() >= deadline;
+        PERFORM pg_sleep(0.1);
+    END LOOP;
+    RETURN shown;
+END
+$$;
+COMMENT ON FUNCTION wait_training(bigint, interval) IS
+'Waits until a job stops (or the timeout passes; NULL waits without limit) and returns its status.';
 
 -- Translation loads deployed parameters through this function, so any role
 -- may translate with a deployed model without reading other checkpoints.
@@ -413,7 +591,7 @@ AS $$
       FROM attention.checkpoint_tensors t
       JOIN attention.checkpoints c ON c.checkpoint_id = t.checkpoint_id
      WHERE t.checkpoint_id = deployed_tensors.checkpoint AND c.deployed
-       AND t.name NOT LIKE 'optimizer.%' AND t.name NOT LIKE 'rng.%'
+       AND t.name NOT LIKE 'optimizer.%' AND t.name NOT LIKE 'rng.%' AND t.name NOT LIKE 'data.%'
      ORDER BY t.name, t.chunk
 $$;
 COMMENT ON FUNCTION deployed_tensors(bigint) IS

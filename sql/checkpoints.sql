@@ -38,11 +38,11 @@ SELECT attention.delete_checkpoint(999999);
 SELECT attention.average_checkpoints('avg', 0);
 SELECT attention.average_checkpoints('nope');
 -- dropping
-INSERT INTO attention.training_jobs (model_id, corpus_id, status)
-SELECT m.model_id, c.corpus_id, 'running' FROM attention.models m, attention.corpora c
+INSERT INTO attention.jobs (model_id, corpus_id, status, worker_pid)
+SELECT m.model_id, c.corpus_id, 'running', pg_backend_pid() FROM attention.models m, attention.corpora c
  WHERE m.name = 'avg' AND c.name = 'tr_regress';
 SELECT attention.drop_model('avg');
-UPDATE attention.training_jobs SET status = 'failed', finished_at = now();
+UPDATE attention.jobs SET status = 'failed', finished_at = now();
 SELECT attention.drop_model('avg');
 SELECT count(*) AS checkpoints_left FROM attention.checkpoints c
  WHERE NOT EXISTS (SELECT 1 FROM attention.models m WHERE m.model_id = c.model_id);

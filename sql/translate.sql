@@ -134,7 +134,7 @@ GRANT USAGE ON SCHEMA public TO regress_tr_reader;
 GRANT SELECT ON docs TO regress_tr_reader;
 SET ROLE regress_tr_reader;
 SELECT attention.translate('the package', 'tiny') IS NOT NULL AS reader_translates;
-SELECT count(*) FROM attention.checkpoint_tensors;
+SELECT count(*) AS readable_tensors FROM attention.checkpoint_tensors;  -- only owners see checkpoint rows
 CALL attention.translate_column('docs', 'body_en', 'body_de', 'tiny');
 RESET ROLE;
 UPDATE docs SET body_de = NULL WHERE id = 2;

@@ -7,9 +7,11 @@
 
 #include "access/xact.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "attention.h"
+#include "worker.h"
 
 PG_MODULE_MAGIC;
 
@@ -20,7 +22,11 @@ int			attention_max_input_tokens = 512;
 
 void		_PG_init(void);
 
-/* Defines the GUCs; creates no threads and no device context. */
+/*
+ * Defines the GUCs and, under shared_preload_libraries, registers the
+ * launcher that resumes interrupted training jobs; creates no threads and
+ * no device context.
+ */
 void
 _PG_init(void)
 {
@@ -53,6 +59,8 @@ _PG_init(void)
 							PGC_USERSET, 0,
 							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("attention");
+	if (process_shared_preload_libraries_in_progress)
+		register_launcher();
 }
 
 /* Number of threads the engine may use in this backend (>= 1); one in a parallel query. */

@@ -45,10 +45,33 @@ void		attention_config_from_jsonb(Jsonb *config, int vocab_size, int pad_id, TfC
 void		read_model_row(const char *name);
 
 /*
+ * Id of model `name` when the current role is a member of its owner role;
+ * ERROR (undefined_object, insufficient_privilege naming `action`)
+ * otherwise. Inside SPI.
+ */
+int32		require_model_owner(const char *name, const char *action);
+
+/*
  * Writes tensors [count] (host memory) as rows of checkpoint
  * `checkpoint_id`, each chunked below the 1 GB bytea limit. Inside SPI.
  */
 void		write_tensors(int64 checkpoint_id, const TfTensor *tensors, int count);
+
+/* Which tensors of a checkpoint read_tensors reads. */
+typedef enum TensorSet
+{
+	TENSORS_DEPLOYED,			/* parameters of a deployed checkpoint (any role) */
+	TENSORS_PARAMETERS,			/* parameters (the model's owner) */
+	TENSORS_ALL					/* parameters and training state (the model's owner) */
+} TensorSet;
+
+/*
+ * Reads tensors of a checkpoint into host memory (palloc'd), chunks joined,
+ * sorted by name; *count receives their number (0 when the checkpoint has
+ * none or, for TENSORS_DEPLOYED, is not deployed). ERROR naming a corrupt
+ * tensor. Inside SPI.
+ */
+TfTensor   *read_tensors(int64 checkpoint_id, TensorSet set, int *count);
 
 /* A deployed model loaded in this backend (model.c); owned by the cache. */
 typedef struct AttentionModel

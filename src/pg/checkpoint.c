@@ -93,10 +93,9 @@ attention_average_checkpoints(PG_FUNCTION_ARGS)
 						errmsg("last_n %d is out of range", last_n),
 						errhint("last_n must be between 1 and 1000 (the paper averages 5 or 20).")));
 	SPI_connect();
-	read_model_row(name);
-	model_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	model_id = require_model_owner(name, "average checkpoints of");
 	if (SPI_execute_with_args("SELECT checkpoint_id, step FROM attention.checkpoints "
-							  "WHERE model_id = $1 AND averaged_from IS NULL "
+							  "WHERE model_id = $1 AND kind <> 'average' "
 							  "ORDER BY step DESC, checkpoint_id DESC LIMIT $2", 2, types,
 							  (Datum[]) {Int32GetDatum(model_id), Int32GetDatum(last_n)}, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the checkpoints of model \"%s\"", name);
@@ -123,8 +122,8 @@ attention_average_checkpoints(PG_FUNCTION_ARGS)
 	for (t = 0; t < count; t++)
 		names[t] = SPI_getvalue(SPI_tuptable->vals[t], SPI_tuptable->tupdesc, 1);
 
-	if (SPI_execute_with_args("INSERT INTO attention.checkpoints (model_id, step, averaged_from) "
-							  "VALUES ($1, $2, $3) RETURNING checkpoint_id", 3,
+	if (SPI_execute_with_args("INSERT INTO attention.checkpoints (model_id, kind, step, averaged_from) "
+							  "VALUES ($1, 'average', $2, $3) RETURNING checkpoint_id", 3,
 							  (Oid[]) {INT4OID, INT8OID, INT8ARRAYOID},
 							  (Datum[]) {Int32GetDatum(model_id), Int64GetDatum(step),
 								  PointerGetDatum(construct_array(id_datums, n, INT8OID, 8, FLOAT8PASSBYVAL,

@@ -266,6 +266,18 @@ read_model_row(const char *name)
 						errhint("Create it with attention.create_model(name, vocabulary, config).")));
 }
 
+int32
+require_model_owner(const char *name, const char *action)
+{
+	bool		isnull;
+
+	if (SPI_execute_with_args("SELECT attention.require_model_owner($1, $2)", 2, (Oid[]) {TEXTOID, TEXTOID},
+							  (Datum[]) {CStringGetTextDatum(name), CStringGetTextDatum(action)}, NULL,
+							  false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not check the owner of model \"%s\"", name);
+	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 void
 write_tensors(int64 checkpoint_id, const TfTensor *tensors, int count)
 {
@@ -333,12 +345,13 @@ attention_initialize_checkpoint(PG_FUNCTION_ARGS)
 	char		err[TF_ERRLEN];
 
 	SPI_connect();
+	require_model_owner(name, "checkpoint");
 	read_model_row(name);
 	model_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	info = vocab_info(3, name);
 	attention_config_from_jsonb(DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)),
 								info.vocab_size, info.pad_id, &c);
-	if (SPI_execute_with_args("INSERT INTO attention.checkpoints (model_id, step) VALUES ($1, 0) "
+	if (SPI_execute_with_args("INSERT INTO attention.checkpoints (model_id, kind, step) VALUES ($1, 'initial', 0) "
 							  "RETURNING checkpoint_id", 1, types, (Datum[]) {Int32GetDatum(model_id)}, NULL,
 							  false, 1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert a checkpoint of model \"%s\"", name);
@@ -402,20 +415,23 @@ default_model_name(void)
 	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 }
 
-/*
- * Reads the parameter tensors of a deployed checkpoint (through
- * attention.deployed_tensors, so any role can), joining chunks; ERROR
- * naming a corrupt tensor.
- */
-static TfTensor *
-read_parameters(int64 checkpoint_id, int *count)
+TfTensor *
+read_tensors(int64 checkpoint_id, TensorSet set, int *count)
 {
+	static const char *const queries[] = {
+		[TENSORS_DEPLOYED] = "SELECT name, chunk, dtype, shape, bytes FROM attention.deployed_tensors($1)",
+		[TENSORS_PARAMETERS] = "SELECT name, chunk, dtype, shape, bytes FROM attention.checkpoint_tensors "
+		"WHERE checkpoint_id = $1 AND name NOT LIKE 'optimizer.%' AND name NOT LIKE 'rng.%' "
+		"AND name NOT LIKE 'data.%' ORDER BY name, chunk",
+		[TENSORS_ALL] = "SELECT name, chunk, dtype, shape, bytes FROM attention.checkpoint_tensors "
+		"WHERE checkpoint_id = $1 ORDER BY name, chunk",
+	};
 	Oid			types[1] = {INT8OID};
 	TfTensor   *t;
 	uint64		r;
 	int			n = -1;
 
-	if (SPI_execute_with_args("SELECT name, chunk, dtype, shape, bytes FROM attention.deployed_tensors($1)", 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL,
+	if (SPI_execute_with_args(queries[set], 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL,
 							  true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read checkpoint %lld", (long long) checkpoint_id);
 	t = palloc0(Max(SPI_processed, 1) * sizeof(TfTensor));
@@ -495,7 +511,7 @@ model_load(const char *name, int32 model_id, Jsonb *config, int64 checkpoint_id,
 	info = vocab_info(1, name);
 	bytes = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6, &isnull));
 	attention_config_from_jsonb(config, info.vocab_size, info.pad_id, &c);
-	tensors = read_parameters(checkpoint_id, &count);
+	tensors = read_tensors(checkpoint_id, TENSORS_DEPLOYED, &count);
 
 	/* from here on no ERROR until the engine objects are owned by the cache entry */
 	if (spm_load(VARDATA_ANY(bytes), VARSIZE_ANY_EXHDR(bytes), &vocab, spm_err, sizeof(spm_err)) != 0)

@@ -1,0 +1,221 @@
+/*
+ * data.c - the training data feed: a corpus split read from
+ * attention.corpus_pairs, encoded once into SentencePiece ids, sorted by
+ * length and cut into batches of about batch_tokens ids per side; each
+ * epoch visits the batches in an order drawn from (seed, epoch), so a
+ * resumed job sees exactly the order an uninterrupted one would (the
+ * table-stored corpus and seeded shuffling of Marian's corpus reader).
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+
+#include "rng.h"
+#include "worker.h"
+
+/* Philox stream of the batch order of an epoch (distinct from dropout streams). */
+#define ORDER_STREAM(epoch) ((UINT64CONST(0x5EED) << 48) | (uint64) (epoch))
+
+/* Rows fetched from the cursor at a time. */
+#define FETCH_ROWS 1000
+
+static int
+pair_cmp(const void *a, const void *b)
+{
+	const DataPair *x = *(const DataPair *const *) a;
+	const DataPair *y = *(const DataPair *const *) b;
+
+	if (x->src_len != y->src_len)
+		return x->src_len - y->src_len;
+	if (x->tgt_len != y->tgt_len)
+		return x->tgt_len - y->tgt_len;
+	return x < y ? -1 : x > y;	/* stable: corpus order */
+}
+
+/* Encodes one text into palloc'd ids; ERROR naming the pair on failure. */
+static int32 *
+encode(const SpmModel *vocab, const char *text, int32 *len, int64 pair_id)
+{
+	int		   *ids;
+	size_t		n;
+	int32	   *out;
+	char		err[512];
+
+	if (spm_encode(vocab, text, strlen(text), &ids, &n, err, sizeof(err)) != 0)
+		ereport(ERROR, (errcode(ERRCODE_DATA_EXCEPTION),
+						errmsg("could not encode corpus pair %lld: %s", (long long) pair_id, err)));
+	out = palloc(Max(n, 1) * sizeof(int32));
+	memcpy(out, ids, n * sizeof(int32));
+	spm_free_buffer(ids);
+	*len = (int32) n;
+	return out;
+}
+
+void
+data_load(DataSet *d, int32 corpus_id, const char *split, const SpmModel *vocab,
+		  int max_positions, int batch_tokens, int references)
+{
+	Portal		portal;
+	SPIPlanPtr	plan;
+	DataPair   *all = NULL,
+			  **sorted;
+	int64		capacity = 0,
+				n = 0,
+				i;
+	int32		nb = 0;
+	MemoryContext ctx = CurrentMemoryContext;	/* SPI calls return in their own */
+
+	memset(d, 0, sizeof(*d));
+	plan = SPI_prepare("SELECT pair_id, source, target FROM attention.corpus_pairs "
+					   "WHERE corpus_id = $1 AND split = $2 ORDER BY pair_id", 2, (Oid[]) {INT4OID, TEXTOID});
+	if (plan == NULL)
+		elog(ERROR, "could not prepare the corpus query");
+	portal = SPI_cursor_open(NULL, plan, (Datum[]) {Int32GetDatum(corpus_id), CStringGetTextDatum(split)},
+							 NULL, true);
+	MemoryContextSwitchTo(ctx);
+	d->references = palloc(Max(references, 1) * sizeof(char *));
+	d->ordered = palloc(Max(references, 1) * sizeof(DataPair));
+	for (;;)
+	{
+		uint64		r;
+
+		SPI_cursor_fetch(portal, true, FETCH_ROWS);
+		MemoryContextSwitchTo(ctx);
+		if (SPI_processed == 0)
+			break;
+		for (r = 0; r < SPI_processed; r++)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[r];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		isnull;
+			int64		pair_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+			char	   *source = SPI_getvalue(tup, desc, 2);
+			char	   *target = SPI_getvalue(tup, desc, 3);
+			DataPair	p;
+
+			CHECK_FOR_INTERRUPTS();
+			p.src = encode(vocab, source, &p.src_len, pair_id);
+			p.tgt = encode(vocab, target, &p.tgt_len, pair_id);
+			if (d->num_references < references)
+			{
+				d->references[d->num_references] = pstrdup(target);
+				d->ordered[d->num_references++] = p;
+			}
+			pfree(source);
+			pfree(target);
+			if (p.src_len + 1 > max_positions || p.tgt_len + 1 > max_positions)
+			{
+				d->skipped++;
+				continue;
+			}
+			if (n == capacity)
+			{
+				capacity = Max(1024, capacity * 2);
+				all = all == NULL ? palloc_extended(capacity * sizeof(DataPair), MCXT_ALLOC_HUGE)
+					: repalloc_huge(all, capacity * sizeof(DataPair));
+			}
+			all[n++] = p;
+		}
+		SPI_freetuptable(SPI_tuptable);
+	}
+	SPI_cursor_close(portal);
+	SPI_freeplan(plan);
+	MemoryContextSwitchTo(ctx);
+	if (n > PG_INT32_MAX / 2)
+		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+						errmsg("split %s of the corpus has %lld pairs, more than a job can hold", split, (long long) n)));
+
+	/* sort by length (stably), then copy into sorted order */
+	sorted = palloc_extended(Max(n, 1) * sizeof(DataPair *), MCXT_ALLOC_HUGE);
+	for (i = 0; i < n; i++)
+		sorted[i] = &all[i];
+	qsort(sorted, n, sizeof(DataPair *), pair_cmp);
+	d->pairs = palloc_extended(Max(n, 1) * sizeof(DataPair), MCXT_ALLOC_HUGE);
+	for (i = 0; i < n; i++)
+		d->pairs[i] = *sorted[i];
+	d->num_pairs = (int32) n;
+	pfree(sorted);
+	if (all != NULL)
+		pfree(all);
+
+	/* consecutive runs while (longest + 1) * count stays within batch_tokens on both sides */
+	d->batches = palloc(Max(n, 1) * sizeof(DataBatch));
+	for (i = 0; i < n;)
+	{
+		DataBatch  *b = &d->batches[nb++];
+		int64		j = i;
+
+		memset(b, 0, sizeof(*b));
+		b->first = (int32) i;
+		while (j < n)
+		{
+			int32		s = Max(b->src_len, d->pairs[j].src_len + 1);
+			int32		t = Max(b->tgt_len, d->pairs[j].tgt_len + 1);
+			int64		count = j - i + 1;
+
+			if (count > 1 && ((int64) s * count > batch_tokens || (int64) t * count > batch_tokens))
+				break;
+			b->src_len = s;
+			b->tgt_len = t;
+			b->src_tokens += d->pairs[j].src_len + 1;
+			b->tgt_tokens += d->pairs[j].tgt_len + 1;
+			j++;
+		}
+		b->count = (int32) (j - i);
+		d->max_batch_ids = Max(d->max_batch_ids, (int64) b->count * Max(b->src_len, b->tgt_len));
+		i = j;
+	}
+	d->num_batches = nb;
+}
+
+void
+data_epoch_order(const DataSet *d, int64 seed, int64 epoch, int32 *order)
+{
+	int32		i;
+
+	for (i = 0; i < d->num_batches; i++)
+		order[i] = i;
+	/* Fisher-Yates; j uniform in [0, i] (64-bit product: no modulo bias worth the name) */
+	for (i = d->num_batches - 1; i > 0; i--)
+	{
+		uint32		r = tf_random_u32((uint64) seed, ORDER_STREAM(epoch), (uint64) i);
+		int32		j = (int32) (((uint64) r * (uint64) (i + 1)) >> 32);
+		int32		tmp = order[i];
+
+		order[i] = order[j];
+		order[j] = tmp;
+	}
+}
+
+void
+data_fill(const DataSet *d, const DataBatch *b, int pad_id, int bos_id, int eos_id,
+		  int32 *src, int32 *tgt_in, int32 *labels, TfBatch *batch)
+{
+	int32		k,
+				t;
+
+	for (k = 0; k < b->count; k++)
+	{
+		const DataPair *p = &d->pairs[b->first + k];
+		int32	   *s = src + (int64) k * b->src_len;
+		int32	   *x = tgt_in + (int64) k * b->tgt_len;
+		int32	   *y = labels + (int64) k * b->tgt_len;
+
+		for (t = 0; t < b->src_len; t++)
+			s[t] = t < p->src_len ? p->src[t] : t == p->src_len ? eos_id : pad_id;
+		for (t = 0; t < b->tgt_len; t++)
+		{
+			x[t] = t == 0 ? bos_id : t <= p->tgt_len ? p->tgt[t - 1] : pad_id;
+			y[t] = t < p->tgt_len ? p->tgt[t] : t == p->tgt_len ? eos_id : pad_id;
+		}
+	}
+	batch->batch_size = b->count;
+	batch->src_len = b->src_len;
+	batch->tgt_len = b->tgt_len;
+	batch->src = src;
+	batch->tgt_in = tgt_in;
+	batch->labels = labels;
+}

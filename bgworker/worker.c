@@ -1,0 +1,703 @@
+/*
+ * worker.c - the training worker: a dynamic background worker that runs
+ * one job. It connects as the role that submitted the job, encodes the
+ * corpus once, trains with the engine, keeps attention.jobs current, writes
+ * checkpoints (parameters, optimizer state, data position) in one
+ * transaction each, and stops at its limits, on cancel_training, on SIGTERM
+ * (as die: the job then reads as interrupted) or when the postmaster dies.
+ */
+#include "postgres.h"
+
+#include <math.h>
+#include <time.h>
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "storage/lmgr.h"
+#include "storage/pmsignal.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "attention.h"
+#include "bleu.h"
+#include "worker.h"
+
+/* Seconds between progress updates of attention.jobs. */
+#define PROGRESS_SECONDS 2.0
+/* Consecutive skipped steps (non-finite gradients) after which the job fails. */
+#define MAX_SKIPPED_STEPS 10
+/* Sentences decoded at once for the validation BLEU. */
+#define BLEU_BATCH 32
+
+/* Training data position and counters stored with each checkpoint as int64 scalars. */
+static const char *const data_tensor_names[] = {
+	"data.epoch", "data.position", "data.elapsed_ms", "data.tokens_seen", "data.train_pairs"
+};
+
+#define NUM_DATA_TENSORS lengthof(data_tensor_names)
+
+/* A running job. */
+typedef struct Job
+{
+	int64		job_id;
+	int32		model_id;
+	int32		corpus_id;
+	TrainOptions o;
+	TfConfig	config;
+	TfOptimizer opt;
+	SpmModel   *vocab;
+	int			pad_id,
+				bos_id,
+				eos_id;
+	TfModel    *engine;
+	DataSet		train;
+	DataSet		valid;
+	int32	   *order;			/* batch order of the current epoch */
+	int64		data[NUM_DATA_TENSORS]; /* epoch, position, elapsed_ms, tokens_seen, train_pairs */
+	int64		resumed_pairs;	/* train pairs when the checkpoint was written; -1 = fresh */
+	int32	   *src,			/* batch buffers; src also holds BLEU_BATCH sources */
+			   *tgt_in,
+			   *labels;
+	/* since the last progress update */
+	double		loss_sum;
+	int64		loss_tokens;
+	int64		tokens;			/* source + target, no padding */
+	double		compute_seconds;
+	double		learning_rate;
+	double		valid_loss;		/* NaN: none */
+	double		valid_bleu;		/* NaN: none */
+	int64		checkpoint_step;
+	double		checkpoint_time;
+	double		run_start;
+} Job;
+
+#define EPOCH(j) ((j)->data[0])
+#define POSITION(j) ((j)->data[1])
+#define ELAPSED_MS(j) ((j)->data[2])
+#define TOKENS_SEEN(j) ((j)->data[3])
+
+static double
+now_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void
+begin(void)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+}
+
+static void
+commit(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+}
+
+/* Shows what the worker does in pg_stat_activity.query. */
+static void
+report(Job *j, const char *what)
+{
+	char		text[256];
+
+	snprintf(text, sizeof(text), "attention training job %lld: %s, step %lld, epoch %lld",
+			 (long long) j->job_id, what, (long long) tf_model_steps(j->engine), (long long) EPOCH(j));
+	pgstat_report_activity(STATE_RUNNING, text);
+}
+
+/* An engine error as an ERROR of the job. */
+static void
+engine_error(Job *j, const char *what, const char *err)
+{
+	ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+					errmsg("training job %lld: %s: %s", (long long) j->job_id, what, err)));
+}
+
+static Datum
+float8_or_null(double x, bool *isnull)
+{
+	*isnull = isnan(x);
+	return Float8GetDatum(x);
+}
+
+/*
+ * Reads the job and claims it (status running); loads the model, the
+ * vocabulary and, when the job has a checkpoint, its state. Returns false
+ * when there is nothing to run (not queued, or cancelled before it ran).
+ */
+static bool
+claim_job(Job *j, MemoryContext ctx)
+{
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	char	   *status;
+	bytea	   *vocab_bytes;
+	char		err[TF_ERRLEN];
+	char		spm_err[512];
+	int			threads;
+
+	begin();
+	if (SPI_execute_with_args("SELECT j.status, j.cancel_requested, j.options, j.model_id, j.corpus_id, m.config, "
+							  "v.vocab_size, v.pad_id, v.bos_id, v.eos_id, v.model FROM attention.jobs j "
+							  "JOIN attention.models m USING (model_id) JOIN attention.vocabularies v USING (vocabulary_id) "
+							  "WHERE j.job_id = $1 FOR UPDATE OF j", 1, (Oid[]) {INT8OID},
+							  (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read training job %lld", (long long) j->job_id);
+	if (SPI_processed == 0)
+	{
+		commit();				/* the submitting transaction rolled back */
+		return false;
+	}
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	status = SPI_getvalue(tup, desc, 1);
+	if (strcmp(status, "queued") != 0)
+	{
+		commit();
+		return false;
+	}
+	if (DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull)))
+	{
+		SPI_execute_with_args("UPDATE attention.jobs SET status = 'cancelled', finished_at = now(), updated_at = now() "
+							  "WHERE job_id = $1", 1, (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(j->job_id)},
+							  NULL, false, 0);
+		commit();
+		return false;
+	}
+	train_options_parse(DatumGetJsonbP(SPI_getbinval(tup, desc, 3, &isnull)), false, &j->o);
+	j->model_id = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
+	j->corpus_id = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+	j->pad_id = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
+	if (isnull)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("training job %lld: the model's vocabulary has no padding id", (long long) j->job_id)));
+	j->bos_id = DatumGetInt32(SPI_getbinval(tup, desc, 9, &isnull));
+	j->eos_id = DatumGetInt32(SPI_getbinval(tup, desc, 10, &isnull));
+	attention_config_from_jsonb(DatumGetJsonbP(SPI_getbinval(tup, desc, 6, &isnull)),
+								DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull)), j->pad_id, &j->config);
+	if (j->o.dropout >= 0)
+		j->config.dropout = (float) j->o.dropout;
+	if (j->o.label_smoothing >= 0)
+		j->config.label_smoothing = (float) j->o.label_smoothing;
+	vocab_bytes = DatumGetByteaPP(SPI_getbinval(tup, desc, 11, &isnull));
+	if (spm_load(VARDATA_ANY(vocab_bytes), VARSIZE_ANY_EXHDR(vocab_bytes), &j->vocab, spm_err, sizeof(spm_err)) != 0)
+		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+						errmsg("training job %lld: the vocabulary is corrupt: %s", (long long) j->job_id, spm_err)));
+
+	tf_optimizer_default(&j->opt);
+	j->opt.warmup_steps = j->o.warmup_steps;
+	j->opt.learning_rate_scale = (float) j->o.learning_rate_scale;
+	threads = j->o.threads > 0 ? j->o.threads : attention_thread_count();
+	j->engine = tf_model_create(&j->config, (uint64) j->o.seed, threads, err, sizeof(err));
+	if (j->engine == NULL)
+		engine_error(j, "could not create the model", err);
+
+	/* continue from the job's newest checkpoint */
+	j->resumed_pairs = -1;
+	if (SPI_execute_with_args("SELECT checkpoint_id FROM attention.checkpoints WHERE job_id = $1 AND kind = 'trained' "
+							  "ORDER BY step DESC, checkpoint_id DESC LIMIT 1", 1, (Oid[]) {INT8OID},
+							  (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the checkpoints of job %lld", (long long) j->job_id);
+	if (SPI_processed == 1)
+	{
+		int64		checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		int			count,
+					i,
+					k,
+					kept = 0;
+		TfTensor   *t = read_tensors(checkpoint_id, TENSORS_ALL, &count);
+
+		for (i = 0; i < count; i++)
+		{
+			for (k = 0; k < (int) NUM_DATA_TENSORS; k++)
+				if (strcmp(t[i].name, data_tensor_names[k]) == 0 && t[i].dtype == TF_INT64 && t[i].bytes == 8)
+					break;
+			if (k < (int) NUM_DATA_TENSORS)
+				memcpy(&j->data[k], t[i].data, sizeof(int64));
+			else
+				t[kept++] = t[i];
+		}
+		if (kept != count - (int) NUM_DATA_TENSORS)
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+							errmsg("checkpoint %lld of job %lld lacks its data position (data.* tensors)",
+								   (long long) checkpoint_id, (long long) j->job_id)));
+		if (tf_model_load(j->engine, t, kept, err, sizeof(err)) != TF_OK)
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+							errmsg("could not resume job %lld from checkpoint %lld: %s", (long long) j->job_id,
+								   (long long) checkpoint_id, err)));
+		j->resumed_pairs = j->data[4];
+	}
+	SPI_execute_with_args("UPDATE attention.jobs SET status = 'running', worker_pid = $2, "
+						  "started_at = coalesce(started_at, now()), updated_at = now() WHERE job_id = $1", 2,
+						  (Oid[]) {INT8OID, INT4OID}, (Datum[]) {Int64GetDatum(j->job_id), Int32GetDatum(MyProcPid)},
+						  NULL, false, 0);
+	commit();
+	MemoryContextSwitchTo(ctx);
+	return true;
+}
+
+/* Encodes and batches the train and valid splits (with the submitter's privileges). */
+static void
+load_data(Job *j, MemoryContext ctx)
+{
+	int64		ids;
+
+	report(j, "encoding the corpus");
+	begin();
+	MemoryContextSwitchTo(ctx);
+	data_load(&j->train, j->corpus_id, "train", j->vocab, j->config.max_positions, j->o.batch_tokens, 0);
+	data_load(&j->valid, j->corpus_id, "valid", j->vocab, j->config.max_positions, j->o.batch_tokens,
+			  j->o.validation_bleu_sentences);
+	commit();
+	MemoryContextSwitchTo(ctx);
+	if (j->train.num_batches == 0)
+		ereport(ERROR, (errcode(ERRCODE_NO_DATA),
+						errmsg("training job %lld: the corpus has no train pairs of at most %d tokens a side",
+							   (long long) j->job_id, j->config.max_positions - 1),
+						errhint("Add pairs to the train split (%d were too long).", j->train.skipped)));
+	if (j->resumed_pairs >= 0 && j->resumed_pairs != j->train.num_pairs)
+		ereport(WARNING, (errmsg("training job %lld: the train split had %lld usable pairs at the checkpoint and has %d now; "
+								 "the data order differs from an uninterrupted run", (long long) j->job_id,
+								 (long long) j->resumed_pairs, j->train.num_pairs)));
+	j->data[4] = j->train.num_pairs;
+	ids = Max(j->train.max_batch_ids, j->valid.max_batch_ids);
+	j->src = palloc_extended(Max(ids, (int64) BLEU_BATCH * j->config.max_positions) * sizeof(int32), MCXT_ALLOC_HUGE);
+	j->tgt_in = palloc_extended(ids * sizeof(int32), MCXT_ALLOC_HUGE);
+	j->labels = palloc_extended(ids * sizeof(int32), MCXT_ALLOC_HUGE);
+	j->order = palloc(j->train.num_batches * sizeof(int32));
+	if (POSITION(j) >= j->train.num_batches)
+	{
+		EPOCH(j)++;
+		POSITION(j) = 0;
+	}
+	data_epoch_order(&j->train, j->o.seed, EPOCH(j), j->order);
+}
+
+/* Validation cross-entropy per target token (no dropout, no label smoothing), and BLEU when asked. */
+static void
+validate(Job *j)
+{
+	double		sum = 0;
+	int64		tokens = 0;
+	int32		b,
+				k;
+	char		err[TF_ERRLEN];
+
+	if (j->valid.num_batches == 0)
+		return;
+	report(j, "validating");
+	for (b = 0; b < j->valid.num_batches; b++)
+	{
+		const DataBatch *db = &j->valid.batches[b];
+		TfBatch		batch;
+		double		log_prob[1024];
+		double	   *lp = db->count <= (int32) lengthof(log_prob) ? log_prob : palloc(db->count * sizeof(double));
+
+		CHECK_FOR_INTERRUPTS();
+		data_fill(&j->valid, db, j->pad_id, j->bos_id, j->eos_id, j->src, j->tgt_in, j->labels, &batch);
+		if (tf_model_score(j->engine, &batch, lp, err, sizeof(err)) != TF_OK)
+			engine_error(j, "validation", err);
+		for (k = 0; k < db->count; k++)
+			sum -= lp[k];
+		tokens += db->tgt_tokens;
+		if (lp != log_prob)
+			pfree(lp);
+	}
+	j->valid_loss = sum / tokens;
+
+	if (j->valid.num_references > 0)
+	{
+		BleuStats	stats;
+		TfDecodeOptions opt;
+		TfHypothesis hyps[BLEU_BATCH];
+
+		memset(&stats, 0, sizeof(stats));
+		tf_decode_options_default(&opt);
+		opt.beam_size = 1;
+		opt.nbest = 1;
+		opt.bos_id = j->bos_id;
+		opt.eos_id = j->eos_id;
+		for (b = 0; b < j->valid.num_references; b += BLEU_BATCH)
+		{
+			int32		n = Min(BLEU_BATCH, j->valid.num_references - b),
+						len = 0,
+						t;
+
+			CHECK_FOR_INTERRUPTS();
+			for (k = 0; k < n; k++)
+				len = Max(len, j->valid.ordered[b + k].src_len + 1);
+			len = Min(len, j->config.max_positions);
+			for (k = 0; k < n; k++)
+			{
+				const DataPair *p = &j->valid.ordered[b + k];
+				int32		m = Min(p->src_len, len - 1);
+
+				for (t = 0; t < len; t++)
+					j->src[k * len + t] = t < m ? p->src[t] : t == m ? j->eos_id : j->pad_id;
+			}
+			if (tf_model_translate(j->engine, j->src, n, len, &opt, hyps, err, sizeof(err)) != TF_OK)
+				engine_error(j, "validation translation", err);
+			for (k = 0; k < n; k++)
+			{
+				char	   *text;
+				size_t		text_len;
+				char		spm_err[512];
+				const char *ref = j->valid.references[b + k];
+
+				if (spm_decode(j->vocab, hyps[k].tokens, hyps[k].length, &text, &text_len, spm_err, sizeof(spm_err)) != 0)
+				{
+					tf_hypotheses_free(hyps, n);
+					engine_error(j, "decoding a validation translation", spm_err);
+				}
+				bleu_add_segment(&stats, text, text_len, ref, strlen(ref));
+				spm_free_buffer(text);
+			}
+			tf_hypotheses_free(hyps, n);
+		}
+		j->valid_bleu = bleu_score(&stats, false);
+	}
+}
+
+/* Writes the progress columns (and status, when final); returns cancel_requested. Inside a transaction. */
+static bool
+write_progress(Job *j, const char *final_status)
+{
+	Datum		values[10];
+	bool		nulls[10];
+	char		n[10];
+	bool		isnull;
+	int			i;
+	bool		cancel;
+
+	values[0] = Int64GetDatum(j->job_id);
+	values[1] = Int64GetDatum(tf_model_steps(j->engine));
+	values[2] = Int32GetDatum((int32) EPOCH(j));
+	values[3] = Int64GetDatum(TOKENS_SEEN(j));
+	values[4] = float8_or_null(j->loss_tokens > 0 ? j->loss_sum / j->loss_tokens : NAN, &nulls[4]);
+	values[5] = float8_or_null(j->learning_rate, &nulls[5]);
+	values[6] = float8_or_null(j->compute_seconds > 0 ? j->tokens / j->compute_seconds : NAN, &nulls[6]);
+	values[7] = float8_or_null(j->valid_loss, &nulls[7]);
+	values[8] = float8_or_null(j->valid_bleu, &nulls[8]);
+	values[9] = final_status ? CStringGetTextDatum(final_status) : (Datum) 0;
+	nulls[0] = nulls[1] = nulls[2] = nulls[3] = false;
+	nulls[9] = final_status == NULL;
+	for (i = 0; i < 10; i++)
+		n[i] = nulls[i] ? 'n' : ' ';
+	if (SPI_execute_with_args("UPDATE attention.jobs SET step = $2, epoch = $3, tokens_seen = $4, "
+							  "train_loss = coalesce($5, train_loss), learning_rate = coalesce($6, learning_rate), "
+							  "tokens_per_second = coalesce($7, tokens_per_second), valid_loss = coalesce($8, valid_loss), "
+							  "valid_bleu = coalesce($9, valid_bleu), updated_at = now(), status = coalesce($10, status), "
+							  "finished_at = CASE WHEN $10 IS NULL THEN NULL ELSE now() END "
+							  "WHERE job_id = $1 RETURNING cancel_requested", 10,
+							  (Oid[]) {INT8OID, INT8OID, INT4OID, INT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID,
+								  FLOAT8OID, TEXTOID}, values, n, false, 1) != SPI_OK_UPDATE_RETURNING ||
+		SPI_processed != 1)
+		elog(ERROR, "could not update training job %lld", (long long) j->job_id);
+	cancel = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	j->loss_sum = 0;
+	j->loss_tokens = 0;
+	j->tokens = 0;
+	j->compute_seconds = 0;
+	return cancel;
+}
+
+/* A progress update in its own transaction; returns whether the job was cancelled. */
+static bool
+progress(Job *j)
+{
+	bool		cancel;
+
+	begin();
+	cancel = write_progress(j, NULL);
+	commit();
+	report(j, "training");
+	return cancel;
+}
+
+/*
+ * Writes a checkpoint (every tensor of the engine plus the data position),
+ * prunes the job's older trained checkpoints beyond keep_checkpoints, and
+ * updates the job (with its final status when given): one transaction.
+ */
+static void
+checkpoint(Job *j, const char *final_status)
+{
+	TfTensor   *tensors;
+	TfTensor	data[NUM_DATA_TENSORS];
+	int			count,
+				k;
+	int64		checkpoint_id;
+	bool		isnull,
+				nulls[2];
+	char		err[TF_ERRLEN];
+	Datum		v0,
+				v1;
+
+	report(j, "writing a checkpoint");
+	ELAPSED_MS(j) += (int64) ((now_seconds() - j->run_start) * 1000);
+	j->run_start = now_seconds();
+	if (tf_model_tensors(j->engine, &tensors, &count, err, sizeof(err)) != TF_OK)
+		engine_error(j, "checkpoint", err);
+	memset(data, 0, sizeof(data));
+	for (k = 0; k < (int) NUM_DATA_TENSORS; k++)
+	{
+		strlcpy(data[k].name, data_tensor_names[k], sizeof(data[k].name));
+		data[k].dtype = TF_INT64;
+		data[k].ndim = 0;
+		data[k].data = &j->data[k];
+		data[k].bytes = sizeof(int64);
+	}
+	begin();
+	v0 = float8_or_null(j->valid_loss, &nulls[0]);
+	v1 = float8_or_null(j->valid_bleu, &nulls[1]);
+	if (SPI_execute_with_args("INSERT INTO attention.checkpoints (model_id, job_id, kind, step, valid_loss, valid_bleu) "
+							  "VALUES ($1, $2, 'trained', $3, $4, $5) RETURNING checkpoint_id", 5,
+							  (Oid[]) {INT4OID, INT8OID, INT8OID, FLOAT8OID, FLOAT8OID},
+							  (Datum[]) {Int32GetDatum(j->model_id), Int64GetDatum(j->job_id),
+								  Int64GetDatum(tf_model_steps(j->engine)), v0, v1},
+							  (char[]) {' ', ' ', ' ', nulls[0] ? 'n' : ' ', nulls[1] ? 'n' : ' '},
+							  false, 1) != SPI_OK_INSERT_RETURNING)
+	{
+		free(tensors);
+		elog(ERROR, "could not insert a checkpoint of job %lld", (long long) j->job_id);
+	}
+	checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	PG_TRY();
+	{
+		write_tensors(checkpoint_id, tensors, count);
+	}
+	PG_FINALLY();
+	{
+		free(tensors);
+	}
+	PG_END_TRY();
+	write_tensors(checkpoint_id, data, NUM_DATA_TENSORS);
+	if (j->o.keep_checkpoints > 0 &&
+		SPI_execute_with_args("DELETE FROM attention.checkpoints WHERE checkpoint_id IN ("
+							  "SELECT checkpoint_id FROM attention.checkpoints WHERE job_id = $1 AND kind = 'trained' "
+							  "AND NOT deployed ORDER BY step DESC, checkpoint_id DESC OFFSET $2)", 2,
+							  (Oid[]) {INT8OID, INT4OID},
+							  (Datum[]) {Int64GetDatum(j->job_id), Int32GetDatum(j->o.keep_checkpoints)}, NULL,
+							  false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not prune the checkpoints of job %lld", (long long) j->job_id);
+	write_progress(j, final_status);
+	commit();
+	j->checkpoint_step = tf_model_steps(j->engine);
+	j->checkpoint_time = now_seconds();
+}
+
+/* Whether a limit of the job is reached. */
+static bool
+limit_reached(Job *j)
+{
+	int64		elapsed_ms = ELAPSED_MS(j) + (int64) ((now_seconds() - j->run_start) * 1000);
+
+	return (j->o.max_steps > 0 && tf_model_steps(j->engine) >= j->o.max_steps) ||
+		(j->o.max_epochs > 0 && EPOCH(j) >= j->o.max_epochs) ||
+		(j->o.max_minutes > 0 && elapsed_ms >= j->o.max_minutes * 60000.0);
+}
+
+/* The next batch of the data order (moving to the next epoch at its end). */
+static const DataBatch *
+next_batch(Job *j)
+{
+	const DataBatch *b = &j->train.batches[j->order[POSITION(j)]];
+
+	if (++POSITION(j) == j->train.num_batches)
+	{
+		EPOCH(j)++;
+		POSITION(j) = 0;
+		data_epoch_order(&j->train, j->o.seed, EPOCH(j), j->order);
+	}
+	return b;
+}
+
+/* One optimizer step over accumulate_batches batches; the gradient is of the mean loss over their labels. */
+static void
+train_step(Job *j, int *skipped)
+{
+	const DataBatch *batches[1024];
+	int64		labels = 0;
+	double		start = now_seconds(),
+				grad_norm;
+	int			a,
+				n = j->o.accumulate_batches;
+	char		err[TF_ERRLEN];
+
+	for (a = 0; a < n; a++)
+	{
+		batches[a] = next_batch(j);
+		labels += batches[a]->tgt_tokens;
+	}
+	for (a = 0; a < n; a++)
+	{
+		TfBatch		batch;
+		double		loss_sum;
+		int64_t		tokens;
+
+		CHECK_FOR_INTERRUPTS();
+		data_fill(&j->train, batches[a], j->pad_id, j->bos_id, j->eos_id, j->src, j->tgt_in, j->labels, &batch);
+		if (tf_model_forward(j->engine, &batch, true, &loss_sum, &tokens, err, sizeof(err)) != TF_OK ||
+			tf_model_backward(j->engine, (float) (1.0 / labels), err, sizeof(err)) != TF_OK)
+			engine_error(j, "training step", err);
+		j->loss_sum += loss_sum;
+		j->loss_tokens += tokens;
+		j->tokens += batches[a]->src_tokens + batches[a]->tgt_tokens;
+	}
+	if (tf_model_step(j->engine, &j->opt, &j->learning_rate, &grad_norm, err, sizeof(err)) != TF_OK)
+	{
+		if (++*skipped >= MAX_SKIPPED_STEPS)
+			engine_error(j, "too many steps skipped", err);
+		ereport(WARNING, (errmsg("training job %lld: %s", (long long) j->job_id, err)));
+	}
+	else
+		*skipped = 0;
+	TOKENS_SEEN(j) += labels;
+	j->compute_seconds += now_seconds() - start;
+}
+
+/* Runs job `job_id` to its end. */
+static void
+run_job(Job *j, MemoryContext ctx)
+{
+	double		last_progress;
+	int			skipped = 0;
+	bool		cancelled = false;
+
+	if (!claim_job(j, ctx))
+		return;
+	j->valid_loss = NAN;
+	j->valid_bleu = NAN;
+	j->learning_rate = NAN;
+	load_data(j, ctx);
+	j->run_start = now_seconds();
+	j->checkpoint_step = tf_model_steps(j->engine);
+	j->checkpoint_time = last_progress = now_seconds();
+	report(j, "training");
+	while (!limit_reached(j))
+	{
+		int64		step;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!PostmasterIsAlive())
+			proc_exit(1);
+		train_step(j, &skipped);
+		step = tf_model_steps(j->engine);
+		if (j->o.validate_every_steps > 0 && step % j->o.validate_every_steps == 0)
+			validate(j);
+		if ((j->o.checkpoint_every_steps > 0 && step - j->checkpoint_step >= j->o.checkpoint_every_steps) ||
+			(j->o.checkpoint_every_minutes > 0 &&
+			 now_seconds() - j->checkpoint_time >= j->o.checkpoint_every_minutes * 60))
+		{
+			if (j->o.validate_every_steps == 0)
+				validate(j);
+			checkpoint(j, NULL);
+			last_progress = now_seconds();
+		}
+		else if (now_seconds() - last_progress >= PROGRESS_SECONDS)
+		{
+			if (progress(j))
+			{
+				cancelled = true;
+				break;
+			}
+			last_progress = now_seconds();
+		}
+	}
+	if (tf_model_steps(j->engine) != j->checkpoint_step)
+	{
+		validate(j);
+		checkpoint(j, cancelled ? "cancelled" : "succeeded");
+	}
+	else
+	{
+		begin();
+		write_progress(j, cancelled ? "cancelled" : "succeeded");
+		commit();
+	}
+}
+
+/* Records an ERROR that ended the job (a cancel request from pg_cancel_backend ends it as cancelled). */
+static void
+record_error(int64 job_id, ErrorData *edata)
+{
+	const char *status = edata->sqlerrcode == ERRCODE_QUERY_CANCELED ? "cancelled" : "failed";
+
+	begin();
+	SPI_execute_with_args("UPDATE attention.jobs SET status = $2, error = $3, finished_at = now(), updated_at = now() "
+						  "WHERE job_id = $1 AND status IN ('queued', 'running')", 3,
+						  (Oid[]) {INT8OID, TEXTOID, TEXTOID},
+						  (Datum[]) {Int64GetDatum(job_id), CStringGetTextDatum(status),
+							  CStringGetTextDatum(edata->message)}, NULL, false, 0);
+	commit();
+}
+
+void
+attention_training_worker_main(Datum arg)
+{
+	WorkerArgs	args;
+	MemoryContext ctx;
+	Job		   *j;
+	char		name[64];
+
+	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
+	pqsignal(SIGTERM, die);
+	pqsignal(SIGINT, StatementCancelHandler);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(args.database, args.role, 0);
+	snprintf(name, sizeof(name), "attention training job %lld", (long long) args.job_id);
+	SetConfigOption("application_name", name, PGC_USERSET, PGC_S_SESSION);
+	SetConfigOption("statement_timeout", "0", PGC_USERSET, PGC_S_SESSION);
+	pgstat_report_activity(STATE_RUNNING, "waiting for the submitting transaction");
+
+	/* the job row is visible once the transaction that submitted it ends */
+	StartTransactionCommand();
+	XactLockTableWait(args.submitter_xid, NULL, NULL, XLTW_None);
+	CommitTransactionCommand();
+
+	ctx = AllocSetContextCreate(TopMemoryContext, "attention training job", ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(ctx);
+	j = palloc0(sizeof(Job));
+	j->job_id = args.job_id;
+	PG_TRY();
+	{
+		run_job(j, ctx);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		HOLD_INTERRUPTS();
+		MemoryContextSwitchTo(ctx);
+		edata = CopyErrorData();
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		RESUME_INTERRUPTS();
+		record_error(args.job_id, edata);
+	}
+	PG_END_TRY();
+	tf_model_free(j->engine);
+	spm_free(j->vocab);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	proc_exit(0);
+}
