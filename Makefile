@@ -12,12 +12,12 @@ ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tenso
 	src/decode.c src/backend_cpu.c
 ENGINE_CXX = src/spm.cc
 GLUE_C = src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/vocabulary.c src/pg/model.c \
-	src/pg/checkpoint.c src/pg/translate.c
-WORKER_C = bgworker/jobs.c bgworker/data.c bgworker/worker.c bgworker/launcher.c
+	src/pg/checkpoint.c src/pg/translate.c src/pg/safetensors.c src/pg/evaluate.c
+WORKER_C = bgworker/jobs.c bgworker/data.c bgworker/validate.c bgworker/worker.c bgworker/launcher.c
 OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o) $(WORKER_C:.c=.o)
 
 DATA = $(wildcard sql/$(EXTENSION)--*.sql)
-REGRESS = builtin_translate corpus vocabulary bleu translate checkpoints
+REGRESS = builtin_translate corpus vocabulary bleu translate checkpoints training
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 
 WARNINGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers

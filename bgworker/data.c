@@ -65,7 +65,8 @@ data_load(DataSet *d, int32 corpus_id, const char *split, const SpmModel *vocab,
 	int64		capacity = 0,
 				n = 0,
 				i;
-	int32		nb = 0;
+	int32		nb = 0,
+				ref_capacity = 0;
 	MemoryContext ctx = CurrentMemoryContext;	/* SPI calls return in their own */
 
 	memset(d, 0, sizeof(*d));
@@ -76,8 +77,6 @@ data_load(DataSet *d, int32 corpus_id, const char *split, const SpmModel *vocab,
 	portal = SPI_cursor_open(NULL, plan, (Datum[]) {Int32GetDatum(corpus_id), CStringGetTextDatum(split)},
 							 NULL, true);
 	MemoryContextSwitchTo(ctx);
-	d->references = palloc(Max(references, 1) * sizeof(char *));
-	d->ordered = palloc(Max(references, 1) * sizeof(DataPair));
 	for (;;)
 	{
 		uint64		r;
@@ -101,6 +100,14 @@ data_load(DataSet *d, int32 corpus_id, const char *split, const SpmModel *vocab,
 			p.tgt = encode(vocab, target, &p.tgt_len, pair_id);
 			if (d->num_references < references)
 			{
+				if (d->num_references == ref_capacity)
+				{
+					ref_capacity = Max(64, ref_capacity * 2);
+					d->references = d->references == NULL ? palloc(ref_capacity * sizeof(char *))
+						: repalloc(d->references, ref_capacity * sizeof(char *));
+					d->ordered = d->ordered == NULL ? palloc(ref_capacity * sizeof(DataPair))
+						: repalloc(d->ordered, ref_capacity * sizeof(DataPair));
+				}
 				d->references[d->num_references] = pstrdup(target);
 				d->ordered[d->num_references++] = p;
 			}

@@ -28,15 +28,12 @@
 #include "utils/snapmgr.h"
 
 #include "attention.h"
-#include "bleu.h"
 #include "worker.h"
 
 /* Seconds between progress updates of attention.jobs. */
 #define PROGRESS_SECONDS 2.0
 /* Consecutive skipped steps (non-finite gradients) after which the job fails. */
 #define MAX_SKIPPED_STEPS 10
-/* Sentences decoded at once for the validation BLEU. */
-#define BLEU_BATCH 32
 
 /* Training data position and counters stored with each checkpoint as int64 scalars. */
 static const char *const data_tensor_names[] = {
@@ -55,18 +52,13 @@ typedef struct Job
 	TfConfig	config;
 	TfOptimizer opt;
 	SpmModel   *vocab;
-	int			pad_id,
-				bos_id,
-				eos_id;
 	TfModel    *engine;
 	DataSet		train;
 	DataSet		valid;
 	int32	   *order;			/* batch order of the current epoch */
 	int64		data[NUM_DATA_TENSORS]; /* epoch, position, elapsed_ms, tokens_seen, train_pairs */
 	int64		resumed_pairs;	/* train pairs when the checkpoint was written; -1 = fresh */
-	int32	   *src,			/* batch buffers; src also holds BLEU_BATCH sources */
-			   *tgt_in,
-			   *labels;
+	DataFeed	feed;			/* special ids and batch buffers */
 	/* since the last progress update */
 	double		loss_sum;
 	int64		loss_tokens;
@@ -186,14 +178,14 @@ claim_job(Job *j, MemoryContext ctx)
 	train_options_parse(DatumGetJsonbP(SPI_getbinval(tup, desc, 3, &isnull)), false, &j->o);
 	j->model_id = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
 	j->corpus_id = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
-	j->pad_id = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
+	j->feed.pad_id = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
 	if (isnull)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						errmsg("training job %lld: the model's vocabulary has no padding id", (long long) j->job_id)));
-	j->bos_id = DatumGetInt32(SPI_getbinval(tup, desc, 9, &isnull));
-	j->eos_id = DatumGetInt32(SPI_getbinval(tup, desc, 10, &isnull));
+	j->feed.bos_id = DatumGetInt32(SPI_getbinval(tup, desc, 9, &isnull));
+	j->feed.eos_id = DatumGetInt32(SPI_getbinval(tup, desc, 10, &isnull));
 	attention_config_from_jsonb(DatumGetJsonbP(SPI_getbinval(tup, desc, 6, &isnull)),
-								DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull)), j->pad_id, &j->config);
+								DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull)), j->feed.pad_id, &j->config);
 	if (j->o.dropout >= 0)
 		j->config.dropout = (float) j->o.dropout;
 	if (j->o.label_smoothing >= 0)
@@ -259,8 +251,6 @@ claim_job(Job *j, MemoryContext ctx)
 static void
 load_data(Job *j, MemoryContext ctx)
 {
-	int64		ids;
-
 	report(j, "encoding the corpus");
 	begin();
 	MemoryContextSwitchTo(ctx);
@@ -279,10 +269,7 @@ load_data(Job *j, MemoryContext ctx)
 								 "the data order differs from an uninterrupted run", (long long) j->job_id,
 								 (long long) j->resumed_pairs, j->train.num_pairs)));
 	j->data[4] = j->train.num_pairs;
-	ids = Max(j->train.max_batch_ids, j->valid.max_batch_ids);
-	j->src = palloc_extended(Max(ids, (int64) BLEU_BATCH * j->config.max_positions) * sizeof(int32), MCXT_ALLOC_HUGE);
-	j->tgt_in = palloc_extended(ids * sizeof(int32), MCXT_ALLOC_HUGE);
-	j->labels = palloc_extended(ids * sizeof(int32), MCXT_ALLOC_HUGE);
+	data_feed_alloc(&j->feed, &j->train, &j->valid, j->config.max_positions);
 	j->order = palloc(j->train.num_batches * sizeof(int32));
 	if (POSITION(j) >= j->train.num_batches)
 	{
@@ -292,89 +279,16 @@ load_data(Job *j, MemoryContext ctx)
 	data_epoch_order(&j->train, j->o.seed, EPOCH(j), j->order);
 }
 
-/* Validation cross-entropy per target token (no dropout, no label smoothing), and BLEU when asked. */
+/* Validation loss, and BLEU of greedy translations when asked. */
 static void
 validate(Job *j)
 {
-	double		sum = 0;
-	int64		tokens = 0;
-	int32		b,
-				k;
-	char		err[TF_ERRLEN];
-
 	if (j->valid.num_batches == 0)
 		return;
 	report(j, "validating");
-	for (b = 0; b < j->valid.num_batches; b++)
-	{
-		const DataBatch *db = &j->valid.batches[b];
-		TfBatch		batch;
-		double		log_prob[1024];
-		double	   *lp = db->count <= (int32) lengthof(log_prob) ? log_prob : palloc(db->count * sizeof(double));
-
-		CHECK_FOR_INTERRUPTS();
-		data_fill(&j->valid, db, j->pad_id, j->bos_id, j->eos_id, j->src, j->tgt_in, j->labels, &batch);
-		if (tf_model_score(j->engine, &batch, lp, err, sizeof(err)) != TF_OK)
-			engine_error(j, "validation", err);
-		for (k = 0; k < db->count; k++)
-			sum -= lp[k];
-		tokens += db->tgt_tokens;
-		if (lp != log_prob)
-			pfree(lp);
-	}
-	j->valid_loss = sum / tokens;
-
+	j->valid_loss = dataset_loss(j->engine, &j->valid, &j->feed);
 	if (j->valid.num_references > 0)
-	{
-		BleuStats	stats;
-		TfDecodeOptions opt;
-		TfHypothesis hyps[BLEU_BATCH];
-
-		memset(&stats, 0, sizeof(stats));
-		tf_decode_options_default(&opt);
-		opt.beam_size = 1;
-		opt.nbest = 1;
-		opt.bos_id = j->bos_id;
-		opt.eos_id = j->eos_id;
-		for (b = 0; b < j->valid.num_references; b += BLEU_BATCH)
-		{
-			int32		n = Min(BLEU_BATCH, j->valid.num_references - b),
-						len = 0,
-						t;
-
-			CHECK_FOR_INTERRUPTS();
-			for (k = 0; k < n; k++)
-				len = Max(len, j->valid.ordered[b + k].src_len + 1);
-			len = Min(len, j->config.max_positions);
-			for (k = 0; k < n; k++)
-			{
-				const DataPair *p = &j->valid.ordered[b + k];
-				int32		m = Min(p->src_len, len - 1);
-
-				for (t = 0; t < len; t++)
-					j->src[k * len + t] = t < m ? p->src[t] : t == m ? j->eos_id : j->pad_id;
-			}
-			if (tf_model_translate(j->engine, j->src, n, len, &opt, hyps, err, sizeof(err)) != TF_OK)
-				engine_error(j, "validation translation", err);
-			for (k = 0; k < n; k++)
-			{
-				char	   *text;
-				size_t		text_len;
-				char		spm_err[512];
-				const char *ref = j->valid.references[b + k];
-
-				if (spm_decode(j->vocab, hyps[k].tokens, hyps[k].length, &text, &text_len, spm_err, sizeof(spm_err)) != 0)
-				{
-					tf_hypotheses_free(hyps, n);
-					engine_error(j, "decoding a validation translation", spm_err);
-				}
-				bleu_add_segment(&stats, text, text_len, ref, strlen(ref));
-				spm_free_buffer(text);
-			}
-			tf_hypotheses_free(hyps, n);
-		}
-		j->valid_bleu = bleu_score(&stats, false);
-	}
+		j->valid_bleu = dataset_bleu(j->engine, j->vocab, &j->valid, &j->feed, 1, j->config.max_positions);
 }
 
 /* Writes the progress columns (and status, when final); returns cancel_requested. Inside a transaction. */
@@ -555,7 +469,7 @@ train_step(Job *j, int *skipped)
 		int64_t		tokens;
 
 		CHECK_FOR_INTERRUPTS();
-		data_fill(&j->train, batches[a], j->pad_id, j->bos_id, j->eos_id, j->src, j->tgt_in, j->labels, &batch);
+		data_fill(&j->train, batches[a], j->feed.pad_id, j->feed.bos_id, j->feed.eos_id, j->feed.src, j->feed.tgt_in, j->feed.labels, &batch);
 		if (tf_model_forward(j->engine, &batch, true, &loss_sum, &tokens, err, sizeof(err)) != TF_OK ||
 			tf_model_backward(j->engine, (float) (1.0 / labels), err, sizeof(err)) != TF_OK)
 			engine_error(j, "training step", err);

@@ -126,4 +126,37 @@ void		data_epoch_order(const DataSet *d, int64 seed, int64 epoch, int32 *order);
 void		data_fill(const DataSet *d, const DataBatch *b, int pad_id, int bos_id, int eos_id,
 					  int32 *src, int32 *tgt_in, int32 *labels, TfBatch *batch);
 
+/* Special ids of a vocabulary and host buffers for padded batches (validate.c). */
+typedef struct DataFeed
+{
+	int			pad_id,
+				bos_id,
+				eos_id;
+	int32	   *src;			/* also holds VALIDATE_BLEU_BATCH sources */
+	int32	   *tgt_in;
+	int32	   *labels;
+} DataFeed;
+
+/* Sentences decoded at once for BLEU. */
+#define VALIDATE_BLEU_BATCH 32
+
+/* Allocates feed's buffers for the batches of a and b (b may be NULL) and BLEU batches. */
+void		data_feed_alloc(DataFeed *feed, const DataSet *a, const DataSet *b, int max_positions);
+
+/*
+ * Cross-entropy per target token (nats; no dropout, no label smoothing) of
+ * every batch of d: -sum log P(target + EOS | source) / (target tokens +
+ * EOS). NaN when d has no batches. ERROR on an engine failure.
+ */
+double		dataset_loss(TfModel *engine, const DataSet *d, DataFeed *feed);
+
+/*
+ * Corpus BLEU (sacreBLEU defaults) of the beam-search translations of d's
+ * first num_references sources against their target texts (sources longer
+ * than max_positions - 1 tokens are cut). NaN when there are none. ERROR
+ * on an engine failure.
+ */
+double		dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed *feed,
+						 int beam_size, int max_positions);
+
 #endif

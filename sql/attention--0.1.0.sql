@@ -580,6 +580,28 @@ $$;
 COMMENT ON FUNCTION wait_training(bigint, interval) IS
 'Waits until a job stops (or the timeout passes; NULL waits without limit) and returns its status.';
 
+CREATE FUNCTION export_checkpoint(checkpoint bigint)
+RETURNS bytea
+AS 'MODULE_PATHNAME', 'attention_export_checkpoint'
+LANGUAGE C STABLE STRICT;
+COMMENT ON FUNCTION export_checkpoint(bigint) IS
+'A checkpoint''s parameters as a safetensors file (Hugging Face MarianMT tensor names; the model configuration and the base64 SentencePiece vocabulary in its metadata); needs the model''s owner.';
+
+CREATE FUNCTION import_checkpoint(model text, data bytea)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_import_checkpoint'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION import_checkpoint(text, bytea) IS
+'Stores a safetensors file holding exactly the model''s parameters (names, shapes, F32) as a new checkpoint of kind imported; returns its id.';
+
+CREATE FUNCTION evaluate(model text, corpus text, split text DEFAULT 'test', checkpoint bigint DEFAULT NULL,
+                         beam_size integer DEFAULT 4)
+RETURNS TABLE (bleu double precision, loss double precision, sentences integer, seconds double precision)
+AS 'MODULE_PATHNAME', 'attention_evaluate'
+LANGUAGE C VOLATILE COST 1000000 ROWS 1;
+COMMENT ON FUNCTION evaluate(text, text, text, bigint, integer) IS
+'Corpus BLEU of beam-search translations of a split and its cross-entropy per target token, for a checkpoint (NULL: the deployed one, else the newest); the corpus is read with the caller''s privileges.';
+
 -- Translation loads deployed parameters through this function, so any role
 -- may translate with a deployed model without reading other checkpoints.
 CREATE FUNCTION deployed_tensors(checkpoint bigint)

@@ -1,0 +1,118 @@
+-- Training jobs: options, the job lifecycle, cancel, resume equality (bit for
+-- bit), averaging trained checkpoints, export/import and evaluate.
+-- (Runs after translate.sql and checkpoints.sql; reuses corpus tr_regress and vocabulary tr_vocab.)
+SELECT attention.import_corpus('tr_regress', $$
+  SELECT 'the package provides ' || w || ' files for python', 'das Paket enthält ' || w || ' Dateien für python'
+    FROM unnest(ARRAY['data', 'example']) AS w$$, split) AS pairs
+  FROM unnest(ARRAY['valid', 'test']) AS split;
+SELECT attention.create_model('job', 'tr_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 16,
+  "num_heads": 2, "d_ff": 32, "max_positions": 64}') > 0 AS created;
+
+-- bad options and arguments: an ERROR naming the key or value, and no job
+SELECT attention.train('job', 'tr_regress', '{"max_step": 5}');
+SELECT attention.train('job', 'tr_regress', '{"max_steps": -1}');
+SELECT attention.train('job', 'tr_regress', '{"max_steps": 1.5}');
+SELECT attention.train('job', 'tr_regress', '{"batch_tokens": "many"}');
+SELECT attention.train('job', 'tr_regress', '{"device": "cuda:0"}');
+SELECT attention.train('job', 'tr_regress', '[1]');
+SELECT attention.train('nope', 'tr_regress');
+SELECT attention.train('job', 'nope');
+SELECT count(*) AS jobs FROM attention.training_jobs;
+
+-- lifecycle: a long job runs as a worker, reports progress, and stops on cancel with a final checkpoint
+SELECT attention.train('job', 'tr_regress', '{"max_steps": 1000000, "batch_tokens": 120, "warmup_steps": 20,
+  "checkpoint_every_steps": 0, "checkpoint_every_minutes": 0}') AS long_job \gset
+SELECT attention.train('job', 'tr_regress');
+DO $$
+BEGIN
+  FOR i IN 1..600 LOOP
+    EXIT WHEN (SELECT step > 0 FROM attention.training_jobs WHERE status = 'running');
+    PERFORM pg_sleep(0.1);
+  END LOOP;
+END
+$$;
+SELECT status, step > 0 AS progressed, train_loss > 0 AS loss, learning_rate > 0 AS learning_rate,
+       tokens_per_second > 0 AS speed, started_at IS NOT NULL AS started, finished_at IS NULL AS unfinished
+  FROM attention.training_jobs WHERE job_id = :long_job;
+SELECT a.backend_type, a.usename = current_user AS as_submitter, a.application_name
+  FROM pg_stat_activity a JOIN attention.training_jobs j ON a.pid = j.worker_pid WHERE j.job_id = :long_job;
+SELECT attention.cancel_training(:long_job);
+SELECT attention.wait_training(:long_job, '60 s');
+SELECT count(*) AS checkpoints, bool_and(c.step = j.step) AS at_the_last_step, bool_and(c.kind = 'trained') AS trained
+  FROM attention.checkpoints c JOIN attention.training_jobs j USING (job_id) WHERE j.job_id = :long_job;
+SELECT attention.cancel_training(:long_job);
+SELECT attention.wait_training(999999);
+
+-- an uninterrupted run of 24 steps (checkpoints every 8, 2 kept)...
+\set options '"batch_tokens": 120, "warmup_steps": 8, "learning_rate_scale": 0.5, "checkpoint_every_steps": 8, "keep_checkpoints": 2, "seed": 3, "threads": 1, "validation_bleu_sentences": 2'
+SELECT attention.train('job', 'tr_regress', format('{"max_steps": 24, %s}', :'options')::jsonb) AS full_job \gset
+SELECT attention.wait_training(:full_job);
+SELECT status, step, epoch > 1 AS epochs, tokens_seen > 0 AS tokens, valid_loss > 0 AS valid_loss,
+       valid_bleu >= 0 AS valid_bleu, error FROM attention.training_jobs WHERE job_id = :full_job;
+SELECT array_agg(step ORDER BY step) AS kept_steps FROM attention.checkpoints WHERE job_id = :full_job;
+SELECT checkpoint_id AS full_24 FROM attention.checkpoints WHERE job_id = :full_job AND step = 24 \gset
+-- ... equals a run stopped at step 10 and resumed to 24, bit for bit: parameters,
+-- Adam moments, step, dropout RNG and data position (all but the elapsed time)
+SELECT attention.train('job', 'tr_regress', format('{"max_steps": 10, %s}', :'options')::jsonb) AS part_job \gset
+SELECT attention.wait_training(:part_job);
+SELECT attention.resume_training(:part_job, '{"seed": 4}');
+SELECT attention.resume_training(:part_job, '{"max_steps": 24}') = :part_job AS resumed;
+SELECT attention.wait_training(:part_job);
+SELECT status, step FROM attention.training_jobs WHERE job_id = :part_job;
+SELECT checkpoint_id AS part_24 FROM attention.checkpoints WHERE job_id = :part_job AND step = 24 \gset
+SELECT count(*) AS tensors, bool_and(a.bytes = b.bytes AND a.shape = b.shape) AS bitwise_equal
+  FROM attention.checkpoint_tensors a JOIN attention.checkpoint_tensors b USING (name, chunk)
+ WHERE a.checkpoint_id = :full_24 AND b.checkpoint_id = :part_24 AND name <> 'data.elapsed_ms';
+SELECT (SELECT count(*) FROM attention.checkpoint_tensors WHERE checkpoint_id = :full_24) AS all_tensors;
+
+-- training lowered the validation loss below the initial model's (same seed, same initialisation)
+SELECT attention.initialize_checkpoint('job', 3) AS initial \gset
+SELECT (SELECT loss FROM attention.evaluate('job', 'tr_regress', 'valid', :full_24, 1))
+     < (SELECT loss FROM attention.evaluate('job', 'tr_regress', 'valid', :initial, 1)) AS loss_fell;
+-- evaluate reports what the worker measured for the same checkpoint
+SELECT abs(e.loss - c.valid_loss) < 1e-5 AS same_loss, abs(e.bleu - c.valid_bleu) < 1e-6 AS same_bleu, e.sentences
+  FROM attention.evaluate('job', 'tr_regress', 'valid', :full_24, 1) e, attention.checkpoints c
+ WHERE c.checkpoint_id = :full_24;
+SELECT bleu >= 0 AS bleu, loss > 0 AS loss, sentences, seconds > 0 AS timed
+  FROM attention.evaluate('job', 'tr_regress', 'test', :full_24);
+SELECT * FROM attention.evaluate('job', 'tr_regress', 'dev');
+SELECT * FROM attention.evaluate('job', 'tr_regress', 'test', 999999);
+
+-- averaging trained checkpoints (the two newest: both step 24, identical), deploying the average, translating with it
+SELECT attention.delete_checkpoint(checkpoint_id) FROM attention.checkpoints WHERE job_id = :long_job;
+SELECT attention.average_checkpoints('job', 2) AS average \gset
+SELECT kind, step, averaged_from = ARRAY[:part_24, :full_24]::bigint[] AS sources
+  FROM attention.checkpoints WHERE checkpoint_id = :average;
+SELECT count(*) AS parameters, bool_and(a.bytes = b.bytes) AS average_of_equals_is_equal
+  FROM attention.checkpoint_tensors a JOIN attention.checkpoint_tensors b USING (name, chunk)
+ WHERE a.checkpoint_id = :average AND b.checkpoint_id = :full_24;
+SELECT attention.deploy('job') = :average AS deployed_average;
+SELECT attention.translate('the package provides data files for python', 'job', 1) IS NOT NULL AS translates;
+SELECT sentences FROM attention.evaluate('job', 'tr_regress', 'test');
+
+-- export to safetensors and import back: the same bytes
+SELECT attention.export_checkpoint(:full_24) AS file \gset
+SELECT get_byte(:'file', 0) + 256 * (get_byte(:'file', 1) + 256 * (get_byte(:'file', 2) + 256 * get_byte(:'file', 3)))
+       AS header_bytes \gset
+SELECT h->'__metadata__'->>'attention.model' AS model, h->'__metadata__'->>'attention.step' AS step,
+       (h->'__metadata__'->>'attention.config')::jsonb->'d_model' AS d_model,
+       h->'model.shared.weight' AS embedding, (SELECT count(*) FROM jsonb_object_keys(h)) - 1 AS tensors
+  FROM (SELECT convert_from(substring(:'file'::bytea FROM 9 FOR :header_bytes), 'UTF8')::jsonb AS h) s;
+SELECT attention.import_checkpoint('job', :'file') AS imported \gset
+SELECT kind, step FROM attention.checkpoints WHERE checkpoint_id = :imported;
+SELECT count(*) AS parameters, bool_and(a.bytes = b.bytes AND a.shape = b.shape) AS bitwise_equal
+  FROM attention.checkpoint_tensors a JOIN attention.checkpoint_tensors b USING (name, chunk)
+ WHERE a.checkpoint_id = :imported AND b.checkpoint_id = :full_24;
+SELECT substring(attention.export_checkpoint(:imported) FROM 9 + :header_bytes)
+     = substring(:'file'::bytea FROM 9 + :header_bytes) AS same_data;
+SELECT attention.create_model('job_wide', 'tr_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1,
+  "d_model": 32, "num_heads": 2, "d_ff": 32, "max_positions": 64}') > 0 AS created;
+SELECT attention.import_checkpoint('job_wide', :'file');
+SELECT attention.import_checkpoint('job', substring(:'file'::bytea FROM 1 FOR 100));
+SELECT attention.import_checkpoint('job', '\x0102'::bytea);
+SELECT attention.export_checkpoint(999999);
+
+-- a model cannot be dropped while it trains; afterwards it can
+SELECT attention.drop_model('job_wide');
+SELECT attention.drop_model('job');
+SELECT count(*) AS jobs_left FROM attention.training_jobs;
