@@ -1,11 +1,12 @@
 -- The schema of attention 0.1.0: tables, keys, constraints, comments,
 -- function labels, and registration for pg_dump.
 BEGIN;
-SELECT plan(26);
+SELECT plan(29);
 
 SELECT has_schema('attention');
-SELECT tables_are('attention', ARRAY['corpora', 'corpus_pairs', 'vocabularies', 'models', 'training_jobs',
+SELECT tables_are('attention', ARRAY['corpora', 'corpus_pairs', 'vocabularies', 'models', 'jobs',
                                      'checkpoints', 'checkpoint_tensors']);
+SELECT views_are('attention', ARRAY['training_jobs']);
 SELECT col_is_pk('attention', 'corpora', 'corpus_id', 'corpora keyed by corpus_id');
 SELECT col_is_pk('attention', 'checkpoint_tensors', ARRAY['checkpoint_id', 'name', 'chunk'],
                  'checkpoint tensors keyed by (checkpoint_id, name, chunk)');
@@ -14,7 +15,8 @@ SELECT fk_ok('attention', 'vocabularies', 'corpus_id', 'attention', 'corpora', '
 SELECT fk_ok('attention', 'models', 'vocabulary_id', 'attention', 'vocabularies', 'vocabulary_id');
 SELECT fk_ok('attention', 'checkpoints', 'model_id', 'attention', 'models', 'model_id');
 SELECT fk_ok('attention', 'checkpoint_tensors', 'checkpoint_id', 'attention', 'checkpoints', 'checkpoint_id');
-SELECT fk_ok('attention', 'training_jobs', 'model_id', 'attention', 'models', 'model_id');
+SELECT fk_ok('attention', 'jobs', 'model_id', 'attention', 'models', 'model_id');
+SELECT fk_ok('attention', 'checkpoints', 'job_id', 'attention', 'jobs', 'job_id');
 SELECT col_is_unique('attention', 'corpora', 'name', 'corpus names are unique');
 SELECT col_is_unique('attention', 'vocabularies', 'name', 'vocabulary names are unique');
 
@@ -22,14 +24,18 @@ SELECT attention.create_corpus('schema_test', 'en', 'de');
 SELECT throws_ok($$INSERT INTO attention.corpus_pairs (corpus_id, split, source, target)
                    SELECT corpus_id, 'dev', 'a', 'b' FROM attention.corpora WHERE name = 'schema_test'$$,
                  '23514', NULL, 'split must be train, valid or test');
-SELECT throws_ok($$INSERT INTO attention.training_jobs (model_id, corpus_id, status) VALUES (1, 1, 'paused')$$,
+SELECT throws_ok($$INSERT INTO attention.jobs (model_id, corpus_id, status) VALUES (1, 1, 'paused')$$,
                  '23514', NULL, 'job status is one of the six states');
 SELECT throws_ok($$INSERT INTO attention.checkpoint_tensors VALUES (1, 'w', 0, 'float64', '{2}', '\x00')$$,
                  '23514', NULL, 'tensor dtype is checked');
 
 SELECT is_empty($$SELECT c.relname FROM pg_class c
-                   WHERE c.relnamespace = 'attention'::regnamespace AND c.relkind = 'r'
-                     AND obj_description(c.oid, 'pg_class') IS NULL$$, 'every table has a comment');
+                   WHERE c.relnamespace = 'attention'::regnamespace AND c.relkind IN ('r', 'v')
+                     AND obj_description(c.oid, 'pg_class') IS NULL$$, 'every table and view has a comment');
+SELECT is_empty($$SELECT c.relname FROM pg_class c
+                   WHERE c.relnamespace = 'attention'::regnamespace AND c.relkind = 'r' AND NOT c.relrowsecurity
+                     AND c.relname IN ('models', 'jobs', 'checkpoints', 'checkpoint_tensors')$$,
+                'models, jobs and checkpoints are guarded by row-level security');
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                    WHERE p.pronamespace = 'attention'::regnamespace
                      AND obj_description(p.oid, 'pg_proc') IS NULL$$, 'every function has a comment');
@@ -54,7 +60,8 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                    WHERE p.pronamespace = 'attention'::regnamespace
                      AND p.proname IN ('create_corpus', 'import_corpus', 'load_corpus', 'train_vocabulary', 'import_vocabulary',
                                        'create_model', 'initialize_checkpoint', 'deploy', 'average_checkpoints',
-                                       'delete_checkpoint', 'drop_model')
+                                       'delete_checkpoint', 'drop_model', 'train', 'resume_training',
+                                       'cancel_training', 'wait_training', 'import_checkpoint', 'evaluate')
                      AND NOT (p.provolatile = 'v' AND p.proparallel = 'u' AND NOT p.prosecdef)$$,
                 'functions that write are VOLATILE, PARALLEL UNSAFE and SECURITY INVOKER');
 
