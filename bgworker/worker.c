@@ -63,7 +63,10 @@ typedef struct Job
 	double		loss_sum;
 	int64		loss_tokens;
 	int64		tokens;			/* source + target, no padding */
-	double		compute_seconds;
+	double		interval_start;
+	/* this worker's run: from the end of corpus encoding */
+	int64		run_tokens;
+	double		train_start;
 	double		learning_rate;
 	double		valid_loss;		/* NaN: none */
 	double		valid_bleu;		/* NaN: none */
@@ -308,7 +311,13 @@ write_progress(Job *j, const char *final_status)
 	values[3] = Int64GetDatum(TOKENS_SEEN(j));
 	values[4] = float8_or_null(j->loss_tokens > 0 ? j->loss_sum / j->loss_tokens : NAN, &nulls[4]);
 	values[5] = float8_or_null(j->learning_rate, &nulls[5]);
-	values[6] = float8_or_null(j->compute_seconds > 0 ? j->tokens / j->compute_seconds : NAN, &nulls[6]);
+	/* wall-clock throughput since the last update; at the end, over the whole run */
+	if (final_status != NULL)
+		values[6] = float8_or_null(j->run_tokens > 0 ? j->run_tokens / (now_seconds() - j->train_start) : NAN,
+								   &nulls[6]);
+	else
+		values[6] = float8_or_null(j->tokens > 0 ? j->tokens / (now_seconds() - j->interval_start) : NAN,
+								   &nulls[6]);
 	values[7] = float8_or_null(j->valid_loss, &nulls[7]);
 	values[8] = float8_or_null(j->valid_bleu, &nulls[8]);
 	values[9] = final_status ? CStringGetTextDatum(final_status) : (Datum) 0;
@@ -330,7 +339,7 @@ write_progress(Job *j, const char *final_status)
 	j->loss_sum = 0;
 	j->loss_tokens = 0;
 	j->tokens = 0;
-	j->compute_seconds = 0;
+	j->interval_start = now_seconds();
 	return cancel;
 }
 
@@ -451,8 +460,7 @@ train_step(Job *j, int *skipped)
 {
 	const DataBatch *batches[1024];
 	int64		labels = 0;
-	double		start = now_seconds(),
-				grad_norm;
+	double		grad_norm;
 	int			a,
 				n = j->o.accumulate_batches;
 	char		err[TF_ERRLEN];
@@ -476,6 +484,7 @@ train_step(Job *j, int *skipped)
 		j->loss_sum += loss_sum;
 		j->loss_tokens += tokens;
 		j->tokens += batches[a]->src_tokens + batches[a]->tgt_tokens;
+		j->run_tokens += batches[a]->src_tokens + batches[a]->tgt_tokens;
 	}
 	if (tf_model_step(j->engine, &j->opt, &j->learning_rate, &grad_norm, err, sizeof(err)) != TF_OK)
 	{
@@ -486,7 +495,6 @@ train_step(Job *j, int *skipped)
 	else
 		*skipped = 0;
 	TOKENS_SEEN(j) += labels;
-	j->compute_seconds += now_seconds() - start;
 }
 
 /* Runs job `job_id` to its end. */
@@ -503,7 +511,7 @@ run_job(Job *j, MemoryContext ctx)
 	j->valid_bleu = NAN;
 	j->learning_rate = NAN;
 	load_data(j, ctx);
-	j->run_start = now_seconds();
+	j->run_start = j->train_start = j->interval_start = now_seconds();
 	j->checkpoint_step = tf_model_steps(j->engine);
 	j->checkpoint_time = last_progress = now_seconds();
 	report(j, "training");
@@ -539,7 +547,8 @@ run_job(Job *j, MemoryContext ctx)
 	}
 	if (tf_model_steps(j->engine) != j->checkpoint_step)
 	{
-		validate(j);
+		if (j->o.validate_every_steps == 0)
+			validate(j);
 		checkpoint(j, cancelled ? "cancelled" : "succeeded");
 	}
 	else

@@ -142,6 +142,8 @@ CREATE TABLE checkpoint_tensors (
     bytes         bytea NOT NULL,
     PRIMARY KEY (checkpoint_id, name, chunk)
 );
+-- Float data does not compress: store it out of line without trying.
+ALTER TABLE checkpoint_tensors ALTER COLUMN bytes SET STORAGE EXTERNAL;
 COMMENT ON TABLE checkpoint_tensors IS 'One row per named tensor of a checkpoint (Hugging Face MarianMT names; optimizer.*, rng.* and data.* hold the training state); tensors over the bytea limit span several chunks.';
 COMMENT ON COLUMN checkpoint_tensors.name IS 'Tensor name, e.g. model.encoder.layers.0.self_attn.q_proj.weight.';
 COMMENT ON COLUMN checkpoint_tensors.chunk IS 'Chunk number (0-based) of a tensor stored in several rows.';
@@ -178,7 +180,7 @@ COMMENT ON COLUMN training_jobs.tokens_seen IS 'Target tokens (labels) trained o
 COMMENT ON COLUMN training_jobs.train_loss IS 'Label-smoothed training loss per target token (nats), mean since the previous update.';
 COMMENT ON COLUMN training_jobs.valid_loss IS 'Validation cross-entropy per target token (nats), no label smoothing.';
 COMMENT ON COLUMN training_jobs.valid_bleu IS 'BLEU of greedy translations of the first validation_bleu_sentences validation pairs.';
-COMMENT ON COLUMN training_jobs.tokens_per_second IS 'Source plus target tokens (no padding) trained per second since the previous update.';
+COMMENT ON COLUMN training_jobs.tokens_per_second IS 'Source plus target tokens (no padding) trained per wall-clock second: since the previous update while running, over the whole run (after corpus encoding) once finished.';
 
 -- Privileges: anyone may create a model; the members of a model's owner role
 -- may train it, checkpoint it, deploy it and drop it (row-level security; the
