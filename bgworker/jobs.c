@@ -18,7 +18,6 @@
 #include "postmaster/bgworker.h"
 #include "storage/latch.h"
 #include "storage/procarray.h"
-#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/numeric.h"

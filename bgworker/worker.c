@@ -89,6 +89,7 @@ now_seconds(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Starts a transaction with SPI and a snapshot (the worker runs outside any between them). */
 static void
 begin(void)
 {
@@ -98,6 +99,7 @@ begin(void)
 	PushActiveSnapshot(GetTransactionSnapshot());
 }
 
+/* Commits what begin() started. */
 static void
 commit(void)
 {
@@ -126,6 +128,7 @@ engine_error(Job *j, const char *what, const char *err)
 					errmsg("training job %lld: %s: %s", (long long) j->job_id, what, err)));
 }
 
+/* A float8 argument that is SQL NULL when x is NaN ("not measured"). */
 static Datum
 float8_or_null(double x, bool *isnull)
 {
