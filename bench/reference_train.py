@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""PyTorch reference for the demo's training run (bench/run_reference drives it).
+
+Trains bench/torch_model.py's Transformer (the engine's exact architecture) on the same
+SentencePiece ids the database produced (exported by bench/run_reference), cut into the
+same batches in the same order as the training worker (bgworker/data.c: pairs longer than
+max_positions dropped, sorted by source then target length, cut while (longest + 1) x count
+stays within batch_tokens on both sides; each epoch visits the batches in the order of a
+Fisher-Yates shuffle drawn from the engine's Philox generator with (seed, epoch)), with the
+same initialisation scheme (Xavier-uniform projections, zero biases, LayerNorm 1/0,
+embeddings N(0, d^-0.5)), Adam (0.9, 0.98, 1e-9) and the paper's learning-rate schedule,
+for the same wall-clock budget of training. Then it measures the validation cross-entropy
+and translates the test sources with the engine's beam search rules
+(bench/reference_decode.py: beam 4, alpha 0.6, offset 50, batches of 32 in length order).
+
+Usage: /usr/bin/python3 bench/reference_train.py DATA_DIR MINUTES THREADS OUT_DIR
+DATA_DIR: setup.json (model config and job options) and {train,valid,test}.ids (one pair
+per line: source ids TAB target ids). Writes OUT_DIR/test.hyp.ids (one line of output ids
+per test pair, in file order) and prints a summary line.
+"""
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from reference_decode import Decoder, translate  # noqa: E402
+from torch_model import Transformer  # noqa: E402
+
+M32 = 0xFFFFFFFF
+
+
+def philox(c, k):
+    """Philox4x32-10 of counter c[4] under key k[2] (src/rng.h)."""
+    c0, c1, c2, c3 = c
+    k0, k1 = k
+    for _ in range(10):
+        p0 = 0xD2511F53 * c0
+        p1 = 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = ((p1 >> 32) ^ c1 ^ k0) & M32, p1 & M32, ((p0 >> 32) ^ c3 ^ k1) & M32, p0 & M32
+        k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
+    return c0, c1, c2, c3
+
+
+def random_u32(seed, stream, index):
+    """tf_random_u32 (src/rng.c)."""
+    block = index >> 2
+    out = philox((block & M32, block >> 32, stream & M32, stream >> 32), (seed & M32, seed >> 32))
+    return out[index & 3]
+
+
+def epoch_order(num_batches, seed, epoch):
+    """data_epoch_order (bgworker/data.c)."""
+    order = list(range(num_batches))
+    stream = (0x5EED << 48) | epoch
+    for i in range(num_batches - 1, 0, -1):
+        j = (random_u32(seed, stream, i) * (i + 1)) >> 32
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def read_pairs(path):
+    pairs = []
+    with open(path) as f:
+        for line in f:
+            s, t = line.rstrip("\n").split("\t")
+            pairs.append(([int(x) for x in s.split()], [int(x) for x in t.split()]))
+    return pairs
+
+
+def make_batches(pairs, max_positions, batch_tokens):
+    """data_load's sorting and cutting (bgworker/data.c)."""
+    kept = [p for p in pairs if len(p[0]) + 1 <= max_positions and len(p[1]) + 1 <= max_positions]
+    kept.sort(key=lambda p: (len(p[0]), len(p[1])))  # stable: corpus order within a length
+    batches, i = [], 0
+    while i < len(kept):
+        s = t = 0
+        j = i
+        while j < len(kept):
+            s2, t2 = max(s, len(kept[j][0]) + 1), max(t, len(kept[j][1]) + 1)
+            if j > i and (s2 * (j - i + 1) > batch_tokens or t2 * (j - i + 1) > batch_tokens):
+                break
+            s, t, j = s2, t2, j + 1
+        batches.append(kept[i:j])
+        i = j
+    return batches
+
+
+def tensors(batch, pad, bos, eos):
+    """Padded src (ids + EOS), tgt_in (BOS + ids) and labels (ids + EOS)."""
+    S = max(len(s) for s, _ in batch) + 1
+    T = max(len(t) for _, t in batch) + 1
+    src = torch.full((len(batch), S), pad, dtype=torch.long)
+    tgt = torch.full((len(batch), T), pad, dtype=torch.long)
+    lab = torch.full((len(batch), T), pad, dtype=torch.long)
+    for k, (s, t) in enumerate(batch):
+        src[k, :len(s) + 1] = torch.tensor(s + [eos])
+        tgt[k, :len(t) + 1] = torch.tensor([bos] + t)
+        lab[k, :len(t) + 1] = torch.tensor(t + [eos])
+    return src, tgt, lab
+
+
+def initialise(model, d_model):
+    """The engine's scheme (src/model.c); PyTorch's generator, so not the same numbers."""
+    for name, p in model.named_parameters():
+        if name == "model.shared.weight":
+            torch.nn.init.normal_(p, 0.0, d_model ** -0.5)
+        elif "layer_norm" in name:
+            torch.nn.init.ones_(p) if name.endswith("weight") else torch.nn.init.zeros_(p)
+        elif name.endswith("bias"):
+            torch.nn.init.zeros_(p)
+        else:
+            torch.nn.init.xavier_uniform_(p)
+
+
+def main():
+    if len(sys.argv) != 5:
+        sys.exit("usage: reference_train.py DATA_DIR MINUTES THREADS OUT_DIR")
+    data, minutes, threads, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    torch.set_num_threads(threads)
+    setup = json.load(open(os.path.join(data, "setup.json")))
+    cfg, opt = setup["config"], setup["options"]
+    pad, bos, eos = setup["pad_id"], setup["bos_id"], setup["eos_id"]
+    cfg["pad_id"] = pad
+    if opt.get("dropout") is not None:
+        cfg["dropout"] = opt["dropout"]
+    if opt.get("label_smoothing") is not None:
+        cfg["label_smoothing"] = opt["label_smoothing"]
+    seed = int(opt["seed"])
+    torch.manual_seed(seed)
+    model = Transformer(cfg)
+    initialise(model, cfg["d_model"])
+    batches = make_batches(read_pairs(os.path.join(data, "train.ids")), cfg["max_positions"], opt["batch_tokens"])
+    adam = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    warmup, scale = opt["warmup_steps"], opt["learning_rate_scale"]
+
+    model.train()
+    budget, trained, tokens, step, epoch, position = minutes * 60, 0.0, 0, 0, 0, 0
+    order = epoch_order(len(batches), seed, epoch)
+    loss_sum = loss_tokens = 0
+    while trained < budget:
+        t0 = time.perf_counter()
+        src, tgt, lab = tensors(batches[order[position]], pad, bos, eos)
+        position += 1
+        if position == len(batches):
+            epoch, position = epoch + 1, 0
+            order = epoch_order(len(batches), seed, epoch)
+        adam.zero_grad()
+        _, loss, n = model(src, tgt, lab)
+        (loss / n).backward()
+        step += 1
+        for group in adam.param_groups:
+            group["lr"] = scale * cfg["d_model"] ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+        adam.step()
+        trained += time.perf_counter() - t0
+        tokens += int((src != pad).sum()) + n
+        loss_sum, loss_tokens = loss_sum + float(loss), loss_tokens + n
+        if step % 50 == 0:
+            print(f"step {step} epoch {epoch} loss {loss_sum / loss_tokens:.3f} {tokens / trained:.0f} tok/s "
+                  f"{trained / 60:.1f} min", flush=True)
+            loss_sum = loss_tokens = 0
+
+    model.eval()
+    with torch.inference_mode():
+        nll = count = 0
+        for batch in make_batches(read_pairs(os.path.join(data, "valid.ids")), cfg["max_positions"], 4096):
+            src, tgt, lab = tensors(batch, pad, bos, eos)
+            logits, _, n = model(src, tgt, lab)
+            nll += float(torch.nn.functional.cross_entropy(logits, lab.reshape(-1), ignore_index=pad, reduction="sum"))
+            count += n
+        test = read_pairs(os.path.join(data, "test.ids"))
+        by_length = sorted(range(len(test)), key=lambda i: len(test[i][0]))
+        dec = Decoder(model, cfg["max_positions"])
+        hyps = [None] * len(test)
+        t0 = time.perf_counter()
+        for b in range(0, len(by_length), 32):
+            idx = by_length[b:b + 32]
+            L = max(len(test[i][0]) for i in idx) + 1
+            src = torch.full((len(idx), L), pad, dtype=torch.long)
+            for k, i in enumerate(idx):
+                src[k, :len(test[i][0]) + 1] = torch.tensor(test[i][0][:cfg["max_positions"] - 1] + [eos])
+            for i, h in zip(idx, translate(dec, src, 4, 50, 0.6, 1, cfg["max_positions"], pad, bos, eos)):
+                hyps[i] = h[0][1]
+        decode_seconds = time.perf_counter() - t0
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "test.hyp.ids"), "w") as f:
+        f.writelines(" ".join(map(str, h)) + "\n" for h in hyps)
+    print(f"pytorch steps={step} epochs={epoch + position / len(batches):.2f} minutes={trained / 60:.1f} "
+          f"tokens_per_s={tokens / trained:.0f} valid_loss={nll / count:.4f} decode_s={decode_seconds:.0f} "
+          f"torch={torch.__version__}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
