@@ -162,17 +162,15 @@ COMMENT ON FUNCTION worker_alive(integer) IS
 
 CREATE VIEW training_jobs AS
 SELECT j.job_id, j.model_id, j.corpus_id, j.options, j.submitted_by,
-       CASE WHEN j.status IN ('queued', 'running')
-                 AND (j.worker_pid IS NULL OR NOT attention.worker_alive(j.worker_pid))
-            THEN 'interrupted' ELSE j.status END AS status,
+       CASE WHEN w.dead THEN 'interrupted' ELSE j.status END AS status,
        j.step, j.epoch, j.tokens_seen, j.train_loss, j.valid_loss, j.valid_bleu, j.learning_rate,
        j.tokens_per_second, j.worker_pid, j.cancel_requested, j.restarts, j.submitted_at, j.started_at,
        j.updated_at, j.finished_at,
-       CASE WHEN j.status IN ('queued', 'running')
-                 AND (j.worker_pid IS NULL OR NOT attention.worker_alive(j.worker_pid))
-            THEN 'the training worker exited without finishing (server crash, restart or termination)'
+       CASE WHEN w.dead THEN 'the training worker exited without finishing (server crash, restart or termination)'
             ELSE j.error END AS error
-  FROM attention.jobs j;
+  FROM attention.jobs j,
+       LATERAL (SELECT j.status IN ('queued', 'running')
+                       AND (j.worker_pid IS NULL OR NOT attention.worker_alive(j.worker_pid)) AS dead) w;
 COMMENT ON VIEW training_jobs IS 'Training jobs, kept current by the training worker (at most every few seconds); a job whose worker died shows as interrupted.';
 COMMENT ON COLUMN training_jobs.status IS 'queued, running, succeeded, failed, cancelled or interrupted.';
 COMMENT ON COLUMN training_jobs.submitted_by IS 'Role the worker connects as: the job reads only what it can read.';
