@@ -30,14 +30,18 @@ dataset_loss(TfModel *engine, const DataSet *d, DataFeed *feed)
 	double		sum = 0;
 	int64		tokens = 0;
 	int32		b,
-				k;
+				k,
+				most = 1;
+	double	   *log_prob;
 	char		err[TF_ERRLEN];
 
+	for (b = 0; b < d->num_batches; b++)
+		most = Max(most, d->batches[b].count);
+	log_prob = palloc(most * sizeof(double));
 	for (b = 0; b < d->num_batches; b++)
 	{
 		const DataBatch *db = &d->batches[b];
 		TfBatch		batch;
-		double	   *log_prob = palloc(db->count * sizeof(double));
 
 		CHECK_FOR_INTERRUPTS();
 		data_fill(d, db, feed->pad_id, feed->bos_id, feed->eos_id, feed->src, feed->tgt_in, feed->labels, &batch);
@@ -46,8 +50,8 @@ dataset_loss(TfModel *engine, const DataSet *d, DataFeed *feed)
 		for (k = 0; k < db->count; k++)
 			sum -= log_prob[k];
 		tokens += db->tgt_tokens;
-		pfree(log_prob);
 	}
+	pfree(log_prob);
 	return tokens > 0 ? sum / tokens : NAN;
 }
 

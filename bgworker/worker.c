@@ -9,7 +9,6 @@
 #include "postgres.h"
 
 #include <math.h>
-#include <time.h>
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -17,6 +16,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "portability/instr_time.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "storage/lmgr.h"
@@ -80,13 +80,14 @@ typedef struct Job
 #define ELAPSED_MS(j) ((j)->data[2])
 #define TOKENS_SEEN(j) ((j)->data[3])
 
+/* Seconds on PostgreSQL's monotonic instrumentation clock. */
 static double
 now_seconds(void)
 {
-	struct timespec ts;
+	instr_time	now;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
+	INSTR_TIME_SET_CURRENT(now);
+	return INSTR_TIME_GET_DOUBLE(now);
 }
 
 /* Starts a transaction with SPI and a snapshot (the worker runs outside any between them). */
@@ -148,14 +149,12 @@ claim_job(Job *j, MemoryContext ctx)
 	TupleDesc	desc;
 	bool		isnull;
 	char	   *status;
-	bytea	   *vocab_bytes;
 	char		err[TF_ERRLEN];
-	char		spm_err[512];
 	int			threads;
 
 	begin();
 	if (SPI_execute_with_args("SELECT j.status, j.cancel_requested, j.options, j.model_id, j.corpus_id, m.config, "
-							  "v.vocab_size, v.pad_id, v.bos_id, v.eos_id, v.model FROM attention.jobs j "
+							  "v.vocab_size, v.pad_id, v.bos_id, v.eos_id, v.model, m.name FROM attention.jobs j "
 							  "JOIN attention.models m USING (model_id) JOIN attention.vocabularies v USING (vocabulary_id) "
 							  "WHERE j.job_id = $1 FOR UPDATE OF j", 1, (Oid[]) {INT8OID},
 							  (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false, 1) != SPI_OK_SELECT)
@@ -196,10 +195,7 @@ claim_job(Job *j, MemoryContext ctx)
 		j->config.dropout = (float) j->o.dropout;
 	if (j->o.label_smoothing >= 0)
 		j->config.label_smoothing = (float) j->o.label_smoothing;
-	vocab_bytes = DatumGetByteaPP(SPI_getbinval(tup, desc, 11, &isnull));
-	if (spm_load(VARDATA_ANY(vocab_bytes), VARSIZE_ANY_EXHDR(vocab_bytes), &j->vocab, spm_err, sizeof(spm_err)) != 0)
-		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
-						errmsg("training job %lld: the vocabulary is corrupt: %s", (long long) j->job_id, spm_err)));
+	j->vocab = vocabulary_load(DatumGetByteaPP(SPI_getbinval(tup, desc, 11, &isnull)), SPI_getvalue(tup, desc, 12));
 
 	tf_optimizer_default(&j->opt);
 	j->opt.warmup_steps = j->o.warmup_steps;

@@ -45,6 +45,13 @@ void		attention_config_from_jsonb(Jsonb *config, int vocab_size, int pad_id, TfC
 void		read_model_row(const char *name);
 
 /*
+ * The SentencePiece model in `bytes` (a vocabularies.model value) of model
+ * `model`, loaded (free with spm_free); ERROR (data_corrupted) naming the
+ * model when it does not load.
+ */
+SpmModel   *vocabulary_load(bytea *bytes, const char *model);
+
+/*
  * Id of model `name` when the current role is a member of its owner role;
  * ERROR (undefined_object, insufficient_privilege naming `action`)
  * otherwise. Inside SPI.

@@ -109,14 +109,8 @@ attention_evaluate(PG_FUNCTION_ARGS)
 								  (Oid[]) {INT4OID}, (Datum[]) {Int32GetDatum(vocabulary_id)}, NULL, true, 1) != SPI_OK_SELECT ||
 			SPI_processed != 1)
 			elog(ERROR, "could not read the vocabulary of model \"%s\"", model);
-		{
-			bytea	   *b = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-			char		spm_err[512];
-
-			if (spm_load(VARDATA_ANY(b), VARSIZE_ANY_EXHDR(b), &vocab, spm_err, sizeof(spm_err)) != 0)
-				ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
-								errmsg("the vocabulary of model \"%s\" is corrupt: %s", model, spm_err)));
-		}
+		vocab = vocabulary_load(DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)),
+								model);
 	}
 	PG_TRY();
 	{

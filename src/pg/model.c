@@ -266,6 +266,18 @@ read_model_row(const char *name)
 						errhint("Create it with attention.create_model(name, vocabulary, config).")));
 }
 
+SpmModel *
+vocabulary_load(bytea *bytes, const char *model)
+{
+	SpmModel   *vocab;
+	char		err[512];
+
+	if (spm_load(VARDATA_ANY(bytes), VARSIZE_ANY_EXHDR(bytes), &vocab, err, sizeof(err)) != 0)
+		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+						errmsg("the vocabulary of model \"%s\" is corrupt: %s", model, err)));
+	return vocab;
+}
+
 int32
 require_model_owner(const char *name, const char *action)
 {
@@ -501,7 +513,6 @@ model_load(const char *name, int32 model_id, Jsonb *config, int64 checkpoint_id,
 	TfModel    *engine;
 	AttentionModel *am;
 	char		err[TF_ERRLEN];
-	char		spm_err[512];
 
 	if (SPI_execute_with_args("SELECT vocabulary_id, vocab_size, pad_id, bos_id, eos_id, model "
 							  "FROM attention.vocabularies WHERE vocabulary_id = $1", 1, types,
@@ -514,9 +525,7 @@ model_load(const char *name, int32 model_id, Jsonb *config, int64 checkpoint_id,
 	tensors = read_tensors(checkpoint_id, TENSORS_DEPLOYED, &count);
 
 	/* from here on no ERROR until the engine objects are owned by the cache entry */
-	if (spm_load(VARDATA_ANY(bytes), VARSIZE_ANY_EXHDR(bytes), &vocab, spm_err, sizeof(spm_err)) != 0)
-		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
-						errmsg("the vocabulary of model \"%s\" is corrupt: %s", name, spm_err)));
+	vocab = vocabulary_load(bytes, name);
 	engine = tf_model_create_inference(&c, attention_thread_count(), err, sizeof(err));
 	if (engine == NULL || tf_model_load(engine, tensors, count, err, sizeof(err)) != TF_OK)
 	{
