@@ -6,17 +6,21 @@ SentencePiece ids the database produced (exported by bench/run_reference), cut i
 same batches in the same order as the training worker (bgworker/data.c: pairs longer than
 max_positions dropped, sorted by source then target length, cut while (longest + 1) x count
 stays within batch_tokens on both sides; each epoch visits the batches in the order of a
-Fisher-Yates shuffle drawn from the engine's Philox generator with (seed, epoch)), with the
-same initialisation scheme (Xavier-uniform projections, zero biases, LayerNorm 1/0,
-embeddings N(0, d^-0.5)), Adam (0.9, 0.98, 1e-9) and the paper's learning-rate schedule,
+Fisher-Yates shuffle drawn from the engine's Philox generator with (seed, epoch)), from the
+job's own initial parameters (DATA_DIR/initial.safetensors, exported from the database:
+attention.initialize_checkpoint with the job's seed draws exactly the worker's starting
+point), or without that file the same initialisation scheme drawn by PyTorch's generator
+(Xavier-uniform projections, zero biases, LayerNorm 1/0, embeddings N(0, d^-0.5)); Adam (0.9, 0.98, 1e-9) and the paper's learning-rate schedule,
 for the same wall-clock budget of training. Then it measures the validation cross-entropy
 and translates the test sources with the engine's beam search rules
 (bench/reference_decode.py: beam 4, alpha 0.6, offset 50, batches of 32 in length order).
 
-Usage: /usr/bin/python3 bench/reference_train.py DATA_DIR MINUTES THREADS OUT_DIR
+Usage: /usr/bin/python3 bench/reference_train.py DATA_DIR MINUTES THREADS OUT_DIR [AT_STEP]
 DATA_DIR: setup.json (model config and job options) and {train,valid,test}.ids (one pair
 per line: source ids TAB target ids). Writes OUT_DIR/test.hyp.ids (one line of output ids
-per test pair, in file order) and prints a summary line.
+per test pair, in file order) and prints a summary line. With AT_STEP, the same evaluation
+also runs once training reaches that step (OUT_DIR/test.hyp.AT_STEP.ids, its own summary
+line), outside the training clock, for the equal-steps comparison.
 """
 import json
 import math
@@ -117,15 +121,64 @@ def initialise(model, d_model):
             torch.nn.init.xavier_uniform_(p)
 
 
+def load_safetensors(path):
+    """The F32 tensors of a safetensors file (8-byte header length, JSON header, data)."""
+    raw = open(path, "rb").read()
+    size = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + size])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", (name, t["dtype"])
+        begin, end = t["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(raw[8 + size + begin:8 + size + end]), dtype=torch.float32).reshape(t["shape"])
+    return out
+
+
+def evaluate(model, cfg, data, out, hyp_name):
+    """Writes beam-4 translations of the test sources to OUT_DIR/hyp_name; returns the
+    validation cross-entropy and the decoding seconds. Leaves the model in train mode."""
+    pad, bos, eos = cfg["pad_id"], cfg["bos_id"], cfg["eos_id"]
+    model.eval()
+    with torch.inference_mode():
+        nll = count = 0
+        for batch in make_batches(read_pairs(os.path.join(data, "valid.ids")), cfg["max_positions"], 4096):
+            src, tgt, lab = tensors(batch, pad, bos, eos)
+            logits, _, n = model(src, tgt, lab)
+            nll += float(torch.nn.functional.cross_entropy(logits, lab.reshape(-1), ignore_index=pad, reduction="sum"))
+            count += n
+        test = read_pairs(os.path.join(data, "test.ids"))
+        by_length = sorted(range(len(test)), key=lambda i: len(test[i][0]))
+        dec = Decoder(model, cfg["max_positions"])
+        hyps = [None] * len(test)
+        t0 = time.perf_counter()
+        for b in range(0, len(by_length), 32):
+            idx = by_length[b:b + 32]
+            L = max(len(test[i][0]) for i in idx) + 1
+            src = torch.full((len(idx), L), pad, dtype=torch.long)
+            for k, i in enumerate(idx):
+                src[k, :len(test[i][0]) + 1] = torch.tensor(test[i][0][:cfg["max_positions"] - 1] + [eos])
+            for i, h in zip(idx, translate(dec, src, 4, 50, 0.6, 1, cfg["max_positions"], pad, bos, eos)):
+                hyps[i] = h[0][1]
+        decode_seconds = time.perf_counter() - t0
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, hyp_name), "w") as f:
+        f.writelines(" ".join(map(str, h)) + "\n" for h in hyps)
+    model.train()
+    return nll / count, decode_seconds
+
+
 def main():
-    if len(sys.argv) != 5:
-        sys.exit("usage: reference_train.py DATA_DIR MINUTES THREADS OUT_DIR")
+    if len(sys.argv) not in (5, 6):
+        sys.exit("usage: reference_train.py DATA_DIR MINUTES THREADS OUT_DIR [AT_STEP]")
     data, minutes, threads, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    at_step = int(sys.argv[5]) if len(sys.argv) == 6 else 0
     torch.set_num_threads(threads)
     setup = json.load(open(os.path.join(data, "setup.json")))
     cfg, opt = setup["config"], setup["options"]
     pad, bos, eos = setup["pad_id"], setup["bos_id"], setup["eos_id"]
-    cfg["pad_id"] = pad
+    cfg["pad_id"], cfg["bos_id"], cfg["eos_id"] = pad, bos, eos
     if opt.get("dropout") is not None:
         cfg["dropout"] = opt["dropout"]
     if opt.get("label_smoothing") is not None:
@@ -133,7 +186,12 @@ def main():
     seed = int(opt["seed"])
     torch.manual_seed(seed)
     model = Transformer(cfg)
-    initialise(model, cfg["d_model"])
+    initial = os.path.join(data, "initial.safetensors")
+    if os.path.exists(initial):
+        model.load_state_dict(load_safetensors(initial), strict=True)
+        print(f"initial parameters: {initial}", flush=True)
+    else:
+        initialise(model, cfg["d_model"])
     batches = make_batches(read_pairs(os.path.join(data, "train.ids")), cfg["max_positions"], opt["batch_tokens"])
     adam = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     warmup, scale = opt["warmup_steps"], opt["learning_rate_scale"]
@@ -163,35 +221,15 @@ def main():
             print(f"step {step} epoch {epoch} loss {loss_sum / loss_tokens:.3f} {tokens / trained:.0f} tok/s "
                   f"{trained / 60:.1f} min", flush=True)
             loss_sum = loss_tokens = 0
+        if step == at_step:
+            valid_loss, _ = evaluate(model, cfg, data, out, f"test.hyp.{step}.ids")
+            print(f"pytorch at_step={step} minutes={trained / 60:.1f} valid_loss={valid_loss:.4f}",
+                  flush=True)
 
-    model.eval()
-    with torch.inference_mode():
-        nll = count = 0
-        for batch in make_batches(read_pairs(os.path.join(data, "valid.ids")), cfg["max_positions"], 4096):
-            src, tgt, lab = tensors(batch, pad, bos, eos)
-            logits, _, n = model(src, tgt, lab)
-            nll += float(torch.nn.functional.cross_entropy(logits, lab.reshape(-1), ignore_index=pad, reduction="sum"))
-            count += n
-        test = read_pairs(os.path.join(data, "test.ids"))
-        by_length = sorted(range(len(test)), key=lambda i: len(test[i][0]))
-        dec = Decoder(model, cfg["max_positions"])
-        hyps = [None] * len(test)
-        t0 = time.perf_counter()
-        for b in range(0, len(by_length), 32):
-            idx = by_length[b:b + 32]
-            L = max(len(test[i][0]) for i in idx) + 1
-            src = torch.full((len(idx), L), pad, dtype=torch.long)
-            for k, i in enumerate(idx):
-                src[k, :len(test[i][0]) + 1] = torch.tensor(test[i][0][:cfg["max_positions"] - 1] + [eos])
-            for i, h in zip(idx, translate(dec, src, 4, 50, 0.6, 1, cfg["max_positions"], pad, bos, eos)):
-                hyps[i] = h[0][1]
-        decode_seconds = time.perf_counter() - t0
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "test.hyp.ids"), "w") as f:
-        f.writelines(" ".join(map(str, h)) + "\n" for h in hyps)
+    valid_loss, decode_seconds = evaluate(model, cfg, data, out, "test.hyp.ids")
     print(f"pytorch steps={step} epochs={epoch + position / len(batches):.2f} minutes={trained / 60:.1f} "
-          f"tokens_per_s={tokens / trained:.0f} valid_loss={nll / count:.4f} decode_s={decode_seconds:.0f} "
-          f"torch={torch.__version__}", flush=True)
+          f"tokens_per_s={tokens / trained:.0f} valid_loss={valid_loss:.4f} "
+          f"decode_s={decode_seconds:.0f} torch={torch.__version__}", flush=True)
 
 
 if __name__ == "__main__":
