@@ -10,8 +10,9 @@ Fisher-Yates shuffle drawn from the engine's Philox generator with (seed, epoch)
 job's own initial parameters (DATA_DIR/initial.safetensors, exported from the database:
 attention.initialize_checkpoint with the job's seed draws exactly the worker's starting
 point), or without that file the same initialisation scheme drawn by PyTorch's generator
-(Xavier-uniform projections, zero biases, LayerNorm 1/0, embeddings N(0, d^-0.5)); Adam (0.9, 0.98, 1e-9) and the paper's learning-rate schedule,
-for the same wall-clock budget of training. Then it measures the validation cross-entropy
+(Xavier-uniform projections, zero biases, LayerNorm 1/0, embeddings N(0, d^-0.5)); with
+Adam (0.9, 0.98, 1e-9) and the paper's learning-rate schedule, for the same wall-clock
+budget of training. Then it measures the validation cross-entropy
 and translates the test sources with the engine's beam search rules
 (bench/reference_decode.py: beam 4, alpha 0.6, offset 50, batches of 32 in length order).
 
@@ -132,7 +133,8 @@ def load_safetensors(path):
             continue
         assert t["dtype"] == "F32", (name, t["dtype"])
         begin, end = t["data_offsets"]
-        out[name] = torch.frombuffer(bytearray(raw[8 + size + begin:8 + size + end]), dtype=torch.float32).reshape(t["shape"])
+        data = bytearray(raw[8 + size + begin:8 + size + end])
+        out[name] = torch.frombuffer(data, dtype=torch.float32).reshape(t["shape"])
     return out
 
 
