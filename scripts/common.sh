@@ -35,7 +35,8 @@ work_dir() {
 
 # cluster_start NAME PORT: initdb (first time) and start a cluster in
 # $(work_dir)/NAME on 127.0.0.1:PORT, trust authentication, no Unix socket
-# (a cluster that already runs, e.g. kept by DEMO_KEEP_RUNNING, is used as it is).
+# (a cluster that already runs, e.g. kept by DEMO_KEEP_RUNNING, is used as it is,
+# and CLUSTER_REUSED is set to 1; empty when this call started it).
 # Exports PGHOST, PGPORT, PGUSER for psql, pg_regress and pg_prove.
 cluster_start() {
   local name=$1 port=$2 base data
@@ -48,7 +49,9 @@ cluster_start() {
       --encoding=UTF8 --locale=C.UTF-8 >"$base/$name-initdb.log" 2>&1 \
       || { cat "$base/$name-initdb.log"; return 1; }
   fi
+  CLUSTER_REUSED=1
   if ! as_cluster_user "$PGBIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+    CLUSTER_REUSED=
     as_cluster_user "$PGBIN/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 \
       -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=''" start >/dev/null \
       || { tail -20 "$data/server.log"; return 1; }
