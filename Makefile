@@ -9,7 +9,7 @@ MODULE_big = attention
 # the SQL glue lives in src/pg/.
 ENGINE_C = src/bleu.c
 ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tensors.c src/score.c \
-	src/decode.c src/backend_cpu.c
+	src/decode.c src/backend.c src/backend_cpu.c
 ENGINE_CXX = src/spm.cc
 GLUE_C = src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/vocabulary.c src/pg/model.c \
 	src/pg/checkpoint.c src/pg/translate.c src/pg/safetensors.c src/pg/evaluate.c
@@ -32,7 +32,7 @@ OPTFLAGS ?= -march=native
 OPENBLAS_DIR = /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp
 OPENBLAS_INC = /usr/include/$(shell gcc -print-multiarch)/openblas-openmp
 ENGINE_LIBS = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -fopenmp -lm
-SHLIB_LINK = -lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS)
+SHLIB_LINK = -lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

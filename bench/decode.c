@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "device.h"
 #include "transformer.h"
 
 #define SENTENCES 256
@@ -92,7 +93,7 @@ write_weights(const char *path, const char *size, int vocab)
 		tf_config_base(&c, vocab);
 	else
 		tf_config_small(&c, vocab);
-	m = tf_model_create(&c, 1, 1, err, sizeof(err));
+	m = tf_model_create(&c, 1, "cpu", 1, err, sizeof(err));
 	if (m == NULL || f == NULL)
 		die("create", m == NULL ? err : path);
 	cfg[0] = vocab, cfg[1] = c.d_model, cfg[2] = c.num_heads, cfg[3] = c.d_ff;
@@ -121,7 +122,7 @@ write_weights(const char *path, const char *size, int vocab)
 	shape[1] = MAX_SRC;
 	record(f, "sources", 1, 2, shape, src);
 	fclose(f);
-	free(t);
+	tf_tensors_free(t);
 	free(src);
 	tf_model_free(m);
 }
@@ -169,7 +170,7 @@ read_weights(const char *path, int threads, int32_t **sources, int *config)
 			c.num_encoder_layers = config[4], c.num_decoder_layers = config[5];
 			c.max_positions = config[9];
 			c.dropout = 0.0f;
-			m = tf_model_create_inference(&c, threads, err, sizeof(err));
+			m = tf_model_create_inference(&c, bench_device, threads, err, sizeof(err));
 			if (m == NULL || tf_model_tensors(m, &t, &n, err, sizeof(err)) != TF_OK)
 				die("create", err);
 			free(data);
@@ -186,7 +187,7 @@ read_weights(const char *path, int threads, int32_t **sources, int *config)
 	fclose(f);
 	if (m == NULL || tf_model_load(m, t, n, err, sizeof(err)) != TF_OK)
 		die("load", m == NULL ? "no config" : err);
-	free(t);
+	tf_tensors_free(t);
 	return m;
 }
 
@@ -252,8 +253,8 @@ run(int argc, char **argv)
 		tf_hypotheses_free(h, SENTENCES);
 	}
 	qsort(times + 1, reps, sizeof(double), cmp_double);
-	printf("engine decode d_model=%d beam=%d batch=%d threads=%d sentences=%d tokens=%ld seconds=%.3f "
-		   "tokens_per_s=%.0f sentences_per_s=%.1f\n", config[1], opt.beam_size, batch, threads, SENTENCES,
+	printf("engine decode device=%s d_model=%d beam=%d batch=%d threads=%d sentences=%d tokens=%ld seconds=%.3f "
+		   "tokens_per_s=%.0f sentences_per_s=%.1f\n", bench_device, config[1], opt.beam_size, batch, threads, SENTENCES,
 		   tokens, times[1 + reps / 2], tokens / times[1 + reps / 2], SENTENCES / times[1 + reps / 2]);
 	free(times);
 	free(h);
@@ -264,6 +265,7 @@ run(int argc, char **argv)
 int
 main(int argc, char **argv)
 {
+	argc = bench_device_option(argc, argv);
 	if (argc >= 4 && strcmp(argv[1], "weights") == 0)
 		write_weights(argv[2], argv[3], argc > 4 ? atoi(argv[4]) : 8000);
 	else if (argc >= 7 && strcmp(argv[1], "run") == 0)
@@ -271,7 +273,7 @@ main(int argc, char **argv)
 	else
 	{
 		fprintf(stderr, "usage: decode weights OUT small|base [VOCAB]\n"
-				"       decode run WEIGHTS THREADS BEAM BATCH OFFSET [REPS] [OUT_IDS]\n");
+				"       decode run WEIGHTS THREADS BEAM BATCH OFFSET [REPS] [OUT_IDS] [--device cpu|cuda|cuda:N]\n");
 		return 2;
 	}
 	return 0;

@@ -23,6 +23,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "device.h"
 #include "spm.h"
 #include "transformer.h"
 
@@ -367,7 +368,7 @@ run(const char *path, const char *size, int threads, int steps)
 		tf_config_base(&c, 8000);
 	else
 		tf_config_small(&c, 8000);
-	m = tf_model_create(&c, 1, threads, err, sizeof(err));
+	m = tf_model_create(&c, 1, bench_device, threads, err, sizeof(err));
 	if (m == NULL)
 		return fprintf(stderr, "%s\n", err), 1;
 	tf_optimizer_default(&opt);
@@ -376,16 +377,16 @@ run(const char *path, const char *size, int threads, int steps)
 	{
 		const Batch *b = &batches[(i + 2) % count];
 		TfBatch		tb = {b->B, b->S, b->T, b->src, b->tgt_in, b->labels};
-		double		loss,
-					lr,
-					norm,
-					t0 = now();
-		int64_t		n;
+		TfStepStats st;
+		double		t0 = now();
+		int64_t		n = 0;
 		int			k;
 
-		if (tf_model_forward(m, &tb, true, &loss, &n, err, sizeof(err)) != TF_OK ||
+		for (k = 0; k < b->B * b->T; k++)
+			n += b->labels[k] != 0;
+		if (tf_model_forward(m, &tb, true, NULL, NULL, err, sizeof(err)) != TF_OK ||
 			tf_model_backward(m, (float) (1.0 / n), err, sizeof(err)) != TF_OK ||
-			tf_model_step(m, &opt, &lr, &norm, err, sizeof(err)) != TF_OK)
+			tf_model_step(m, &opt, &st, err, sizeof(err)) != TF_OK)
 			return fprintf(stderr, "%s\n", err), 1;
 		if (i < 0)
 			continue;
@@ -407,9 +408,9 @@ run(const char *path, const char *size, int threads, int steps)
 
 		qsort(secs, steps, sizeof(double), by_double);
 		sorted_median = secs[steps / 2];
-		printf("engine %s threads=%d steps=%d median_step_s=%.4f tokens_per_s=%.0f gflops=%.1f "
+		printf("engine %s device=%s threads=%d steps=%d median_step_s=%.4f tokens_per_s=%.0f gflops=%.1f "
 			   "sgemm_peak_gflops=%.1f peak_fraction=%.2f max_rss_mb=%ld\n",
-			   size, threads, steps, sorted_median, tokens / total, flops / total / 1e9, peak,
+			   size, bench_device, threads, steps, sorted_median, tokens / total, flops / total / 1e9, peak,
 			   flops / total / 1e9 / peak, ru.ru_maxrss / 1024);
 	}
 	tf_model_free(m);
@@ -419,10 +420,12 @@ run(const char *path, const char *size, int threads, int steps)
 int
 main(int argc, char **argv)
 {
+	argc = bench_device_option(argc, argv);
 	if (argc >= 4 && strcmp(argv[1], "batches") == 0)
 		return make_batches(argv[2], argv[3], argc > 4 ? atoi(argv[4]) : 4096);
 	if (argc == 6 && strcmp(argv[1], "run") == 0)
 		return run(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
-	fprintf(stderr, "usage: train_step batches CORPUS_DIR OUT [TOKENS] | run BATCHES small|base THREADS STEPS\n");
+	fprintf(stderr, "usage: train_step batches CORPUS_DIR OUT [TOKENS] | run BATCHES small|base THREADS STEPS "
+			"[--device cpu|cuda|cuda:N]\n");
 	return 2;
 }

@@ -201,7 +201,7 @@ claim_job(Job *j, MemoryContext ctx)
 	j->opt.warmup_steps = j->o.warmup_steps;
 	j->opt.learning_rate_scale = (float) j->o.learning_rate_scale;
 	threads = j->o.threads > 0 ? j->o.threads : attention_thread_count();
-	j->engine = tf_model_create(&j->config, (uint64) j->o.seed, threads, err, sizeof(err));
+	j->engine = tf_model_create(&j->config, (uint64) j->o.seed, "cpu", threads, err, sizeof(err));
 	if (j->engine == NULL)
 		engine_error(j, "could not create the model", err);
 
@@ -399,7 +399,7 @@ checkpoint(Job *j, const char *final_status)
 							  (char[]) {' ', ' ', ' ', nulls[0] ? 'n' : ' ', nulls[1] ? 'n' : ' '},
 							  false, 1) != SPI_OK_INSERT_RETURNING)
 	{
-		free(tensors);
+		tf_tensors_free(tensors);
 		elog(ERROR, "could not insert a checkpoint of job %lld", (long long) j->job_id);
 	}
 	checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -409,7 +409,7 @@ checkpoint(Job *j, const char *final_status)
 	}
 	PG_FINALLY();
 	{
-		free(tensors);
+		tf_tensors_free(tensors);
 	}
 	PG_END_TRY();
 	write_tensors(checkpoint_id, data, NUM_DATA_TENSORS);
@@ -459,8 +459,9 @@ train_step(Job *j, int *skipped)
 {
 	const DataBatch *batches[1024];
 	int64		labels = 0;
-	double		grad_norm;
-	int			a,
+	TfStepStats stats = {0};
+	int			rc,
+				a,
 				n = j->o.accumulate_batches;
 	char		err[TF_ERRLEN];
 
@@ -472,20 +473,22 @@ train_step(Job *j, int *skipped)
 	for (a = 0; a < n; a++)
 	{
 		TfBatch		batch;
-		double		loss_sum;
-		int64_t		tokens;
 
 		CHECK_FOR_INTERRUPTS();
 		data_fill(&j->train, batches[a], j->feed.pad_id, j->feed.bos_id, j->feed.eos_id, j->feed.src, j->feed.tgt_in, j->feed.labels, &batch);
-		if (tf_model_forward(j->engine, &batch, true, &loss_sum, &tokens, err, sizeof(err)) != TF_OK ||
+		if (tf_model_forward(j->engine, &batch, true, NULL, NULL, err, sizeof(err)) != TF_OK ||
 			tf_model_backward(j->engine, (float) (1.0 / labels), err, sizeof(err)) != TF_OK)
 			engine_error(j, "training step", err);
-		j->loss_sum += loss_sum;
-		j->loss_tokens += tokens;
 		j->tokens += batches[a]->src_tokens + batches[a]->tgt_tokens;
 		j->run_tokens += batches[a]->src_tokens + batches[a]->tgt_tokens;
 	}
-	if (tf_model_step(j->engine, &j->opt, &j->learning_rate, &grad_norm, err, sizeof(err)) != TF_OK)
+	/* the step reports the batches' loss (also when it skips): one download per step */
+	rc = tf_model_step(j->engine, &j->opt, &stats, err, sizeof(err));
+	j->loss_sum += stats.loss_sum;
+	j->loss_tokens += stats.tokens;
+	if (rc == TF_OK)
+		j->learning_rate = stats.learning_rate;
+	else
 	{
 		if (++*skipped >= MAX_SKIPPED_STEPS)
 			engine_error(j, "too many steps skipped", err);

@@ -9,6 +9,18 @@
  * (tf_block_signals, as the tf_model_* entry points do), so that threads a
  * backend starts inherit that mask. Operations named *_backward ADD into parameter gradients
  * (dW, dgamma, dbias, dE) and WRITE input gradients unless stated.
+ *
+ * Synchronisation rules (what lets a GPU backend run ahead of the host):
+ * - upload and download are complete when they return; a download waits for
+ *   every operation before it.
+ * - No other operation returns a host result: losses, token-free reductions
+ *   and norms are written to backend memory (cross_entropy's row_loss,
+ *   accumulate, sum_squares) and reach the host with the one download the
+ *   caller makes per step (tf_model_step), per scored batch (tf_model_score)
+ *   or per decoding step (one packed buffer).
+ * - Operations may run asynchronously; errors they meet (a failed launch,
+ *   out of memory growing a workspace) are sticky and reported by the next
+ *   status call, which the model makes at the end of every entry point.
  */
 #ifndef ATTENTION_BACKEND_H
 #define ATTENTION_BACKEND_H
@@ -40,6 +52,10 @@ typedef struct TfAttentionShape
 	const int32_t *k_len;		/* NULL, or [batch] key counts: sentence b's keys are
 								 * rows k_start[b] .. k_start[b] + k_len[b] - 1 (incremental
 								 * decoding, where rows of one source share its keys) */
+	/* host copies of the extents, for launch geometry and workspaces */
+	int			max_q;			/* most queries of one sentence */
+	int			max_k;			/* most keys of one sentence */
+	int64_t		p_total;		/* p_start[batch]: probabilities of the whole call */
 } TfAttentionShape;
 
 typedef struct TfBackend TfBackend;
@@ -47,8 +63,19 @@ typedef struct TfBackend TfBackend;
 struct TfBackend
 {
 	const char *name;
+	bool		host_memory;	/* backend memory is host memory (the CPU backend) */
 
 	/* Memory: zeroed allocation (NULL when out of memory), free, copies. */
+	/* Releases the backend and its state (threads, handles, workspaces). */
+	void		(*destroy) (TfBackend *be);
+
+	/*
+	 * TF_OK, or TF_ERROR with the first error met since the last call (an
+	 * asynchronous launch failure, out of memory growing a workspace); the
+	 * error is cleared. Results computed after an error are undefined.
+	 */
+	int			(*status) (TfBackend *be, char *err, size_t errlen);
+
 	void	   *(*alloc) (TfBackend *be, size_t bytes);
 	void		(*free) (TfBackend *be, void *ptr);
 	void		(*upload) (TfBackend *be, void *dst, const void *src, size_t bytes);
@@ -58,10 +85,11 @@ struct TfBackend
 
 	/*
 	 * Reserves working memory for attention planes [queries, keys] of up to
-	 * `plane` elements (the longest sentence squared); false when out of
-	 * memory. Called before attention or attention_backward on longer sentences.
+	 * `plane` elements (the longest sentence squared) and for `probs`
+	 * attention probabilities of one call; false when out of memory. Called
+	 * before attention or attention_backward on longer sentences.
 	 */
-	bool		(*reserve) (TfBackend *be, size_t plane);
+	bool		(*reserve) (TfBackend *be, size_t plane, size_t probs);
 
 	/*
 	 * C[M,N] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T, row-major
@@ -135,15 +163,18 @@ struct TfBackend
 
 	/*
 	 * Label-smoothed cross-entropy (PyTorch's definition, q = (1 - eps) onehot
-	 * + eps / V) of logits [rows, vocab] against labels; rows whose label is
-	 * pad_id are ignored. Adds the summed loss to *loss_sum and the counted
-	 * rows to *tokens. With inv_sum != NULL (training) each logit is replaced
-	 * by exp(logit - row max) and inv_sum [rows] receives 1 / the row's sum
-	 * of those, for cross_entropy_backward; otherwise the logits are kept.
+	 * + eps / V) of logits [rows, vocab] against labels: row_loss [rows]
+	 * receives each row's loss in nats, 0 where the label is pad_id. With
+	 * inv_sum != NULL (training) each logit is replaced by exp(logit - row
+	 * max) and inv_sum [rows] receives 1 / the row's sum of those, for
+	 * cross_entropy_backward; otherwise the logits are kept.
 	 */
 	void		(*cross_entropy) (TfBackend *be, float *logits, float *inv_sum, const int32_t *labels,
 								  int rows, int vocab, int pad_id, float label_smoothing,
-								  double *loss_sum, int64_t *tokens);
+								  double *row_loss);
+
+	/* *out += x[0] + ... + x[n-1], summed in a fixed order (out, x backend memory). */
+	void		(*accumulate) (TfBackend *be, double *out, const double *x, size_t n);
 
 	/*
 	 * Turns what cross_entropy(inv_sum) left into grad_scale * dloss/dlogits
@@ -153,8 +184,8 @@ struct TfBackend
 										   const int32_t *labels, int rows, int vocab, int pad_id,
 										   float label_smoothing, float grad_scale);
 
-	/* Sum of squares of x (n elements), in double. */
-	double		(*sum_squares) (TfBackend *be, const float *x, size_t n);
+	/* *out = sum of squares of x (n elements), in double (out backend memory). */
+	void		(*sum_squares) (TfBackend *be, const float *x, size_t n, double *out);
 
 	/* x *= s. */
 	void		(*scale) (TfBackend *be, float *x, size_t n, float s);
@@ -201,11 +232,22 @@ struct TfBackend
 void		tf_positional_encoding(float *pe, int positions, int d);
 
 /*
- * The CPU backend: OpenBLAS sgemm for matrix products, OpenMP across
- * `threads` threads for the rest, created with every signal blocked.
- * Returns NULL when out of memory. Free with tf_backend_cpu_free.
+ * Creates a backend: kind "cpu" (OpenBLAS and OpenMP across `threads`
+ * threads; device must be 0) or "cuda" (device number `device`, from the
+ * CUDA library named by tf_backend_set_cuda_library, loaded on first use).
+ * Returns NULL with a message: an unknown kind, no CUDA library or device
+ * (the driver's reason), out of memory. Free with be->destroy(be).
  */
+TfBackend  *tf_backend_create(const char *kind, int device, int threads, char *err, size_t errlen);
+
+/* The CPU backend (backend_cpu.c); NULL when out of memory. */
 TfBackend  *tf_backend_cpu_create(int threads);
-void		tf_backend_cpu_free(TfBackend *be);
+
+/*
+ * The entry point a CUDA library exports (kernels/backend_cuda.cu), looked
+ * up by tf_backend_create: a backend on `device`, or NULL with a message.
+ */
+typedef TfBackend *(*TfCudaCreate) (int device, char *err, size_t errlen);
+#define TF_CUDA_CREATE_SYMBOL "tf_backend_cuda_create"
 
 #endif

@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 
 #include "rng.h"
+#include "transformer.h"
 
 /* Columns per block in column-parallel reductions (bias, LayerNorm, embedding grads). */
 #define COLUMN_BLOCK 64
@@ -443,11 +444,12 @@ cpu_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, co
 
 /* Grows the attention scratch to two planes of `per_thread` floats per thread; false when out of memory. */
 static bool
-cpu_reserve(TfBackend *be, size_t per_thread)
+cpu_reserve(TfBackend *be, size_t per_thread, size_t probs)
 {
 	CpuState   *st = be->state;
 	float	   *s;
 
+	(void) probs;				/* planes are per (sentence, head): nothing spans the call */
 	if (per_thread <= st->scratch_per_thread)
 		return true;
 	s = realloc(st->scratch, 2 * per_thread * st->threads * sizeof(float));
@@ -684,70 +686,69 @@ cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const flo
 
 static void
 cpu_cross_entropy(TfBackend *be, float *logits, float *inv_sum, const int32_t *labels, int rows,
-				  int vocab, int pad_id, float label_smoothing, double *loss_sum, int64_t *tokens)
+				  int vocab, int pad_id, float label_smoothing, double *row_loss)
 {
-	CpuState   *st = be->state;
-	int			t;
+	int			r;
 
-	memset(st->partials, 0, st->threads * sizeof(double));
-#pragma omp parallel num_threads(st->threads)
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (r = 0; r < rows; r++)
 	{
-		double		local = 0.0;
-		int			r;
+		float	   *x = logits + (size_t) r * vocab;
+		float		mx = -INFINITY;
+		float		sum = 0.0f,
+					sum_x = 0.0f,
+					label_logit;
+		int			j;
 
-#pragma omp for schedule(static)
-		for (r = 0; r < rows; r++)
+		if (labels[r] == pad_id)
 		{
-			float	   *x = logits + (size_t) r * vocab;
-			float		mx = -INFINITY;
-			float		sum = 0.0f,
-						sum_x = 0.0f,
-						label_logit;
-			int			j;
-
-			if (labels[r] == pad_id)
-			{
-				if (inv_sum != NULL)
-					inv_sum[r] = 0.0f;
-				continue;
-			}
-			label_logit = x[labels[r]];
-#pragma omp simd reduction(max:mx)
-			for (j = 0; j < vocab; j++)
-				mx = x[j] > mx ? x[j] : mx;
 			if (inv_sum != NULL)
-			{
-				/* keep exp(x - max) for the backward: one exp per logit in all */
-#pragma omp simd reduction(+:sum, sum_x)
-				for (j = 0; j < vocab; j++)
-				{
-					float		e = fast_expf(x[j] - mx);
-
-					sum_x += x[j];
-					x[j] = e;
-					sum += e;
-				}
-				inv_sum[r] = 1.0f / sum;
-			}
-			else
-			{
-#pragma omp simd reduction(+:sum, sum_x)
-				for (j = 0; j < vocab; j++)
-				{
-					sum += fast_expf(x[j] - mx);
-					sum_x += x[j];
-				}
-			}
-			local += (double) mx + log((double) sum) - (1.0 - label_smoothing) * label_logit -
-				(double) label_smoothing * sum_x / vocab;
+				inv_sum[r] = 0.0f;
+			row_loss[r] = 0.0;
+			continue;
 		}
-		st->partials[omp_get_thread_num()] = local;
+		label_logit = x[labels[r]];
+#pragma omp simd reduction(max:mx)
+		for (j = 0; j < vocab; j++)
+			mx = x[j] > mx ? x[j] : mx;
+		if (inv_sum != NULL)
+		{
+			/* keep exp(x - max) for the backward: one exp per logit in all */
+#pragma omp simd reduction(+:sum, sum_x)
+			for (j = 0; j < vocab; j++)
+			{
+				float		e = fast_expf(x[j] - mx);
+
+				sum_x += x[j];
+				x[j] = e;
+				sum += e;
+			}
+			inv_sum[r] = 1.0f / sum;
+		}
+		else
+		{
+#pragma omp simd reduction(+:sum, sum_x)
+			for (j = 0; j < vocab; j++)
+			{
+				sum += fast_expf(x[j] - mx);
+				sum_x += x[j];
+			}
+		}
+		row_loss[r] = (double) mx + log((double) sum) - (1.0 - label_smoothing) * label_logit -
+			(double) label_smoothing * sum_x / vocab;
 	}
-	for (t = 0; t < st->threads; t++)
-		*loss_sum += st->partials[t];
-	for (t = 0; t < rows; t++)
-		if (labels[t] != pad_id)
-			(*tokens)++;
+}
+
+static void
+cpu_accumulate(TfBackend *be, double *out, const double *x, size_t n)
+{
+	double		total = 0.0;
+	size_t		i;
+
+	(void) be;
+	for (i = 0; i < n; i++)
+		total += x[i];
+	*out += total;
 }
 
 static void
@@ -776,8 +777,8 @@ cpu_cross_entropy_backward(TfBackend *be, float *logits, const float *inv_sum, c
 	}
 }
 
-static double
-cpu_sum_squares(TfBackend *be, const float *x, size_t n)
+static void
+cpu_sum_squares(TfBackend *be, const float *x, size_t n, double *out)
 {
 	CpuState   *st = be->state;
 	double		total = 0.0;
@@ -796,7 +797,7 @@ cpu_sum_squares(TfBackend *be, const float *x, size_t n)
 	}
 	for (t = 0; t < st->threads; t++)
 		total += st->partials[t];
-	return total;
+	*out = total;
 }
 
 static void
@@ -992,6 +993,26 @@ cpu_set_threads(TfBackend *be, int threads)
 	start_threads(threads);
 }
 
+/* Releases the backend. */
+static void
+cpu_destroy(TfBackend *be)
+{
+	free(((CpuState *) be->state)->scratch);
+	free(((CpuState *) be->state)->partials);
+	free(be->state);
+	free(be);
+}
+
+/* Every CPU operation completes before it returns: nothing is ever pending. */
+static int
+cpu_status(TfBackend *be, char *err, size_t errlen)
+{
+	(void) be;
+	(void) err;
+	(void) errlen;
+	return TF_OK;
+}
+
 TfBackend *
 tf_backend_cpu_create(int threads)
 {
@@ -1009,6 +1030,9 @@ tf_backend_cpu_create(int threads)
 	st->threads = threads;
 	be->state = st;
 	be->name = "cpu";
+	be->host_memory = true;
+	be->destroy = cpu_destroy;
+	be->status = cpu_status;
 	be->alloc = cpu_alloc;
 	be->free = cpu_free;
 	be->upload = cpu_copy;
@@ -1031,6 +1055,7 @@ tf_backend_cpu_create(int threads)
 	be->attention = cpu_attention;
 	be->attention_backward = cpu_attention_backward;
 	be->cross_entropy = cpu_cross_entropy;
+	be->accumulate = cpu_accumulate;
 	be->cross_entropy_backward = cpu_cross_entropy_backward;
 	be->sum_squares = cpu_sum_squares;
 	be->scale = cpu_scale;
@@ -1040,15 +1065,4 @@ tf_backend_cpu_create(int threads)
 	be->set_threads = cpu_set_threads;
 	start_threads(threads);
 	return be;
-}
-
-void
-tf_backend_cpu_free(TfBackend *be)
-{
-	if (be == NULL)
-		return;
-	free(((CpuState *) be->state)->scratch);
-	free(((CpuState *) be->state)->partials);
-	free(be->state);
-	free(be);
 }

@@ -122,9 +122,10 @@ typedef struct Search
 	int32_t    *next_token;
 	int32_t    *parent;
 	Candidate  *cand;
-	float	   *top_logp;
-	int32_t    *top_id;
-	float	   *eos_logp;
+	float	   *packed;			/* one step's download: top_logp, eos_logp, top_id */
+	float	   *top_logp;		/* [R, K] */
+	float	   *eos_logp;		/* [R] */
+	int32_t    *top_id;			/* [R, K] */
 	int32_t    *ints;			/* staging for dec_idx */
 	int64_t    *longs;			/* staging for dec_pstart */
 
@@ -145,9 +146,7 @@ typedef struct Search
 			   *probs,
 			   *probs_cross,
 			   *logits,
-			   *d_top_logp,
-			   *d_eos_logp;
-	int32_t    *d_top_id;
+			   *d_packed;		/* [rows_cap, 2K + 1]: the step's results, packed as in packed */
 } Search;
 
 /* Host allocations of the search; false when out of memory. */
@@ -171,15 +170,12 @@ search_host_alloc(Search *s)
 	s->next_token = calloc(R, sizeof(int32_t));
 	s->parent = calloc(R, sizeof(int32_t));
 	s->cand = calloc(R * s->K, sizeof(Candidate));
-	s->top_logp = calloc(R * s->K, sizeof(float));
-	s->top_id = calloc(R * s->K, sizeof(int32_t));
-	s->eos_logp = calloc(R, sizeof(float));
+	s->packed = calloc(R * (2 * s->K + 1), sizeof(float));
 	s->ints = calloc(8 * R + 1, sizeof(int32_t));
 	s->longs = calloc(2 * R + 2, sizeof(int64_t));
 	return s->max_len && s->src_first && s->src_count && s->finished_n && s->done && s->finished &&
 		s->row_sent && s->row_logp && s->history && s->next_sent && s->next_logp &&
-		s->next_history && s->next_token && s->parent && s->cand && s->top_logp && s->top_id &&
-		s->eos_logp && s->ints && s->longs;
+		s->next_history && s->next_token && s->parent && s->cand && s->packed && s->ints && s->longs;
 }
 
 /* Frees the host allocations (and the tokens of finished hypotheses not handed out). */
@@ -203,9 +199,7 @@ search_host_free(Search *s)
 	free(s->next_token);
 	free(s->parent);
 	free(s->cand);
-	free(s->top_logp);
-	free(s->top_id);
-	free(s->eos_logp);
+	free(s->packed);
 	free(s->ints);
 	free(s->longs);
 }
@@ -219,9 +213,9 @@ search_backend_alloc(Search *s)
 	size_t		R = (size_t) s->rows_cap,
 				d = s->d;
 	size_t		cache = R * s->Tmax * 2 * d;
-	size_t		need = (Ld + 1) * cache + R * (7 * d + 3 * d + s->F + 2 + s->V + s->K + 1) +
+	size_t		need = (Ld + 1) * cache + R * (7 * d + 3 * d + s->F + 2 + s->V + 2 * s->K + 1) +
 		R * s->H * (s->Tmax + s->max_src);
-	size_t		ints = 8 * R + 1 + R * s->K,
+	size_t		ints = 8 * R + 1,
 				longs = 2 * R + 2;
 	float	   *p;
 	int			l;
@@ -245,7 +239,7 @@ search_backend_alloc(Search *s)
 		m->dec_pstart_capacity = m->dec_pstart != NULL ? longs : 0;
 	}
 	if (m->dec_arena == NULL || m->dec_idx == NULL || m->dec_pstart == NULL ||
-		!m->be->reserve(m->be, (size_t) s->Tmax * (s->Tmax > s->max_src ? s->Tmax : s->max_src)))
+		!m->be->reserve(m->be, (size_t) s->Tmax * (s->Tmax > s->max_src ? s->Tmax : s->max_src), 0))
 		return false;
 	p = m->dec_arena;
 	for (l = 0; l <= Ld; l++, p += cache)
@@ -262,12 +256,9 @@ search_backend_alloc(Search *s)
 	s->mean = p, p += R;
 	s->rstd = p, p += R;
 	s->logits = p, p += R * s->V;
-	s->d_top_logp = p, p += R * s->K;
-	s->d_eos_logp = p, p += R;
+	s->d_packed = p, p += R * (2 * s->K + 1);
 	s->probs = p, p += R * s->H * s->Tmax;
 	s->probs_cross = p;
-	/* top ids go after the step's index block in dec_idx */
-	s->d_top_id = m->dec_idx + 8 * R + 1;
 	return true;
 }
 
@@ -326,9 +317,14 @@ decoder_step(Search *s, int t)
 	self.k_start = dev + 3 * R + 1;
 	self.k_len = dev + 4 * R + 1;
 	self.p_start = m->dec_pstart;
+	self.max_q = cross.max_q = 1;
+	self.max_k = t + 1;
+	self.p_total = p_self[R];
 	cross.k_start = dev + 5 * R + 1;
 	cross.k_len = dev + 6 * R + 1;
 	cross.p_start = m->dec_pstart + R + 1;
+	cross.max_k = s->max_src;
+	cross.p_total = p_cross[R];
 
 	be->embed(be, s->x, dev, dev + R, P + m->off_embedding, m->pe, R, d, sqrtf((float) d));
 	for (l = 0; l < c->num_decoder_layers; l++)
@@ -538,6 +534,26 @@ check_options(const TfModel *m, const TfDecodeOptions *opt, int batch, char *err
 	return TF_ERROR;
 }
 
+/*
+ * The best K continuations of each of the R live rows from their logits
+ * [R, V], brought to the host in one download: top_logp [R, K], eos_logp
+ * [R] and top_id [R, K], packed in that order for the current R.
+ */
+static void
+topk_step(Search *s, const float *logits)
+{
+	TfBackend  *be = s->m->be;
+	size_t		RK = (size_t) s->R * s->K;
+	float	   *d = s->d_packed;
+
+	be->log_softmax_topk(be, logits, s->R, s->V, s->K, d, (int32_t *) (d + RK + s->R), s->opt->eos_id,
+						 d + RK);
+	be->download(be, s->packed, d, (2 * RK + s->R) * sizeof(float));
+	s->top_logp = s->packed;
+	s->eos_logp = s->packed + RK;
+	s->top_id = (int32_t *) (s->packed + RK + s->R);
+}
+
 /* The search (tf_model_translate after the BOS forward pass); signals are blocked only while computing. */
 static int
 search_run(Search *s, char *err, size_t errlen)
@@ -566,16 +582,14 @@ search_run(Search *s, char *err, size_t errlen)
 		be->gather(be, s->cache[l], (size_t) s->Tmax * 2 * s->d, a->qkv + s->d, 3 * (size_t) s->d,
 				   NULL, s->B, 2 * (size_t) s->d);
 	}
-	be->log_softmax_topk(be, m->logits, s->R, s->V, s->K, s->d_top_logp, s->d_top_id, s->opt->eos_id,
-						 s->d_eos_logp);
+	topk_step(s, m->logits);
 	for (;;)
 	{
 		int			next;
 
-		be->download(be, s->top_logp, s->d_top_logp, (size_t) s->R * s->K * sizeof(float));
-		be->download(be, s->top_id, s->d_top_id, (size_t) s->R * s->K * sizeof(int32_t));
-		be->download(be, s->eos_logp, s->d_eos_logp, (size_t) s->R * sizeof(float));
 		tf_restore_signals(&old);
+		if (be->status(be, err, errlen) != TF_OK)
+			return TF_ERROR;
 		next = select_candidates(s, t);
 		if (next < 0)
 		{
@@ -593,8 +607,7 @@ search_run(Search *s, char *err, size_t errlen)
 		reorder(s, next, t);
 		t++;
 		decoder_step(s, t);
-		be->log_softmax_topk(be, s->logits, s->R, s->V, s->K, s->d_top_logp, s->d_top_id,
-							 s->opt->eos_id, s->d_eos_logp);
+		topk_step(s, s->logits);
 	}
 }
 
@@ -606,8 +619,6 @@ tf_model_translate(TfModel *m, const int32_t *src, int batch, int src_len, const
 	Search		s;
 	TfBatch		b;
 	int32_t    *bos = NULL;
-	double		loss;
-	int64_t		tokens;
 	int			i,
 				rc = TF_ERROR;
 
@@ -642,8 +653,9 @@ tf_model_translate(TfModel *m, const int32_t *src, int batch, int src_len, const
 	b.src = src;
 	b.tgt_in = bos;
 	b.labels = bos + batch;
-	if (tf_model_forward(m, &b, false, &loss, &tokens, err, errlen) != TF_OK)
+	if (tf_model_forward(m, &b, false, NULL, NULL, err, errlen) != TF_OK)
 		goto done;
+	tf_model_reset_stats(m);
 
 	/* lengths and limits */
 	s.max_src = m->lay.max_src;

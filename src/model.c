@@ -159,16 +159,42 @@ init_parameters(const TfModel *m, float *host)
 	}
 }
 
+int
+tf_device_parse(const char *device, char kind[8], int *index, char *err, size_t errlen)
+{
+	char		extra;
+
+	*index = 0;
+	if (strcmp(device, "cpu") == 0 || strcmp(device, "cuda") == 0)
+	{
+		strcpy(kind, device);
+		return TF_OK;
+	}
+	if (sscanf(device, "cuda:%d%c", index, &extra) == 1 && *index >= 0 && strncmp(device, "cuda:", 5) == 0 &&
+		device[5] >= '0' && device[5] <= '9')
+	{
+		strcpy(kind, "cuda");
+		return TF_OK;
+	}
+	snprintf(err, errlen, "invalid device \"%s\" (expected \"cpu\", \"cuda\" or \"cuda:N\")", device);
+	return TF_ERROR;
+}
+
 /* tf_model_create (train: with gradients and Adam moments) and tf_model_create_inference. */
 static TfModel *
-create(const TfConfig *config, uint64_t seed, int threads, bool train, char *err, size_t errlen)
+create(const TfConfig *config, uint64_t seed, const char *device, int threads, bool train,
+	   char *err, size_t errlen)
 {
 	TfModel    *m;
 	int			layers;
 	int			max_entries;
 	float	   *host;
+	char		kind[8];
+	int			index;
+	sigset_t	old;
 
-	if (tf_config_validate(config, err, errlen) != TF_OK)
+	if (tf_config_validate(config, err, errlen) != TF_OK ||
+		tf_device_parse(device, kind, &index, err, errlen) != TF_OK)
 		return NULL;
 	m = calloc(1, sizeof(TfModel));
 	layers = config->num_encoder_layers + config->num_decoder_layers;
@@ -176,12 +202,21 @@ create(const TfConfig *config, uint64_t seed, int threads, bool train, char *err
 	if (m == NULL ||
 		(m->entries = calloc(max_entries, sizeof(ParamEntry))) == NULL ||
 		(m->layer_off = calloc(layers, sizeof(LayerOffsets))) == NULL ||
-		(m->acts = calloc(layers, sizeof(LayerActs))) == NULL ||
-		(m->be = tf_backend_cpu_create(threads)) == NULL)
+		(m->acts = calloc(layers, sizeof(LayerActs))) == NULL)
 		goto oom;
+	/* threads a backend starts (OpenMP, a driver's) inherit the blocked mask */
+	tf_block_signals(&old);
+	m->be = tf_backend_create(kind, index, threads, err, errlen);
+	tf_restore_signals(&old);
+	if (m->be == NULL)
+	{
+		tf_model_free(m);
+		return NULL;
+	}
 	m->config = *config;
 	m->seed = seed;
 	layout_parameters(m);
+	m->stats = m->be->alloc(m->be, 4 * sizeof(double));
 	m->params = m->be->alloc(m->be, m->num_params * sizeof(float));
 	if (train)
 	{
@@ -192,7 +227,7 @@ create(const TfConfig *config, uint64_t seed, int threads, bool train, char *err
 	m->pe = m->be->alloc(m->be, (size_t) config->max_positions * config->d_model * sizeof(float));
 	host = calloc(m->num_params > (size_t) config->max_positions * config->d_model
 				  ? m->num_params : (size_t) config->max_positions * config->d_model, sizeof(float));
-	if (m->params == NULL || m->pe == NULL || host == NULL ||
+	if (m->params == NULL || m->pe == NULL || host == NULL || m->stats == NULL ||
 		(train && (m->grads == NULL || m->adam_m == NULL || m->adam_v == NULL)))
 	{
 		free(host);
@@ -206,6 +241,11 @@ create(const TfConfig *config, uint64_t seed, int threads, bool train, char *err
 	tf_positional_encoding(host, config->max_positions, config->d_model);
 	m->be->upload(m->be, m->pe, host, (size_t) config->max_positions * config->d_model * sizeof(float));
 	free(host);
+	if (m->be->status(m->be, err, errlen) != TF_OK)
+	{
+		tf_model_free(m);
+		return NULL;
+	}
 	return m;
 
 oom:
@@ -215,15 +255,42 @@ oom:
 }
 
 TfModel *
-tf_model_create(const TfConfig *config, uint64_t seed, int threads, char *err, size_t errlen)
+tf_model_create(const TfConfig *config, uint64_t seed, const char *device, int threads,
+				char *err, size_t errlen)
 {
-	return create(config, seed, threads, true, err, errlen);
+	return create(config, seed, device, threads, true, err, errlen);
 }
 
 TfModel *
-tf_model_create_inference(const TfConfig *config, int threads, char *err, size_t errlen)
+tf_model_create_inference(const TfConfig *config, const char *device, int threads, char *err, size_t errlen)
 {
-	return create(config, 0, threads, false, err, errlen);
+	return create(config, 0, device, threads, false, err, errlen);
+}
+
+const char *
+tf_model_backend(const TfModel *m)
+{
+	return m->be->name;
+}
+
+int
+tf_model_download(TfModel *m, void *dst, const void *src, size_t bytes, char *err, size_t errlen)
+{
+	sigset_t	old;
+
+	tf_block_signals(&old);
+	m->be->download(m->be, dst, src, bytes);
+	tf_restore_signals(&old);
+	return m->be->status(m->be, err, errlen);
+}
+
+void
+tf_model_reset_stats(TfModel *m)
+{
+	static const double zero[4] = {0.0, 0.0, 0.0, 0.0};
+
+	m->be->upload(m->be, m->stats, zero, sizeof(zero));
+	m->pending_tokens = 0;
 }
 
 void
@@ -245,7 +312,9 @@ tf_model_free(TfModel *m)
 		m->be->free(m->be, m->dec_arena);
 		m->be->free(m->be, m->dec_idx);
 		m->be->free(m->be, m->dec_pstart);
-		tf_backend_cpu_free(m->be);
+		m->be->free(m->be, m->stats);
+		m->be->free(m->be, m->row_loss);
+		m->be->destroy(m->be);
 	}
 	free(m->lay.ints);
 	free(m->lay.longs);
@@ -410,6 +479,12 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 	size_t		masks = layout_masks(m, NULL);
 	size_t		longs = 3 * (size_t) (lay->B + 1);
 	int			longest = lay->max_src > lay->max_tgt ? lay->max_src : lay->max_tgt;
+	int64_t		probs = 0;
+	int			kind;
+
+	for (kind = 0; kind < 3; kind++)
+		if (lay->longs[kind * (lay->B + 1) + lay->B] > probs)
+			probs = lay->longs[kind * (lay->B + 1) + lay->B];
 
 	/* grow with a quarter of headroom: batch shapes vary from step to step */
 	if (need > m->arena_floats)
@@ -438,8 +513,14 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 		m->mask_arena = m->be->alloc(m->be, masks);
 		m->mask_bytes = m->mask_arena != NULL ? masks : 0;
 	}
+	if ((size_t) lay->Nt > m->row_loss_capacity)
+	{
+		m->be->free(m->be, m->row_loss);
+		m->row_loss = m->be->alloc(m->be, (size_t) lay->Nt * sizeof(double));
+		m->row_loss_capacity = m->row_loss != NULL ? (size_t) lay->Nt : 0;
+	}
 	if (m->arena == NULL || m->idx == NULL || m->pstart == NULL || m->mask_arena == NULL ||
-		!m->be->reserve(m->be, (size_t) longest * longest))
+		m->row_loss == NULL || !m->be->reserve(m->be, (size_t) longest * longest, (size_t) probs))
 	{
 		snprintf(err, errlen, "out of memory for the activations of %d source and %d target tokens (%zu MB)",
 				 lay->Ns, lay->Nt, need * sizeof(float) >> 20);
@@ -501,6 +582,10 @@ attn_shape(const TfModel *m, AttnKind kind, uint32_t site)
 	s.dropout = m->p_attention;
 	s.seed = m->seed;
 	s.stream = tf_dropout_stream(m->forwards, site);
+	s.k_len = NULL;
+	s.max_q = kind == ATTN_ENCODER ? m->lay.max_src : m->lay.max_tgt;
+	s.max_k = kind == ATTN_DECODER_SELF ? m->lay.max_tgt : m->lay.max_src;
+	s.p_total = m->lay.longs[(kind == ATTN_ENCODER ? 0 : kind == ATTN_DECODER_SELF ? B1 : 2 * B1) + m->lay.B];
 	return s;
 }
 
@@ -614,12 +699,26 @@ tf_model_backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	return rc;
 }
 
+/* Non-pad labels of the current batch (host layout). */
+static int64_t
+count_tokens(const TfModel *m)
+{
+	const int32_t *labels = m->lay.ints + 2 * (m->lay.B + 1) + m->lay.Ns + m->lay.Nt;
+	int64_t		n = 0;
+	int			i;
+
+	for (i = 0; i < m->lay.Nt; i++)
+		n += labels[i] != m->config.pad_id;
+	return n;
+}
+
 /* The forward pass (tf_model_forward without the signal mask). */
 static int
 forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *tokens,
 		char *err, size_t errlen)
 {
 	TfBackend  *be = m->be;
+	int64_t		batch_tokens;
 	const TfConfig *c = &m->config;
 	int			d = c->d_model;
 	float		emb_scale = sqrtf((float) d);
@@ -651,10 +750,23 @@ forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *
 	/* logits through the shared embedding (section 3.4) and the label-smoothed loss */
 	be->gemm(be, false, true, m->lay.Nt, c->vocab_size, d, 1.0f, m->acts[layers - 1].out, d,
 			 m->params + m->off_embedding, d, 0.0f, m->logits, c->vocab_size);
-	*loss_sum = 0.0;
-	*tokens = 0;
 	be->cross_entropy(be, m->logits, training ? m->inv_sum : NULL, LABELS(m), m->lay.Nt, c->vocab_size,
-					  c->pad_id, c->label_smoothing, loss_sum, tokens);
+					  c->pad_id, c->label_smoothing, m->row_loss);
+	be->accumulate(be, m->stats, m->row_loss, (size_t) m->lay.Nt);
+	batch_tokens = count_tokens(m);
+	m->pending_tokens += batch_tokens;
+	if (loss_sum != NULL)
+	{
+		static const double zero = 0.0;
+
+		be->upload(be, m->stats + 1, &zero, sizeof(zero));
+		be->accumulate(be, m->stats + 1, m->row_loss, (size_t) m->lay.Nt);
+		be->download(be, loss_sum, m->stats + 1, sizeof(double));
+	}
+	if (tokens != NULL)
+		*tokens = batch_tokens;
+	if (be->status(be, err, errlen) != TF_OK)
+		return TF_ERROR;
 	m->have_forward = true;
 	return TF_OK;
 }
@@ -785,7 +897,7 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 		layer_backward(m, l);
 	be->dropout_backward(be, m->g_a, m->g_a, (size_t) Ns * d, m->p_dropout, m->keep_enc_embed);
 	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, SRC_IDS(m), Ns, d, emb_scale);
-	return TF_OK;
+	return be->status(be, err, errlen);
 }
 
 void

@@ -123,6 +123,9 @@ typedef struct BatchLayout
 void		tf_linear(TfBackend *be, float *y, const float *x, const float *w, const float *bias,
 					  int rows, int in, int out);
 
+/* Zeroes the loss totals of the step (backend stats and the host token count). */
+void		tf_model_reset_stats(TfModel *m);
+
 /* Checks a padded batch and builds m->lay; TF_ERROR with a message naming the problem. */
 int			tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen);
 
@@ -144,6 +147,16 @@ struct TfModel
 			   *adam_m,
 			   *adam_v;
 	float	   *pe;				/* positional encoding [max_positions, d_model] */
+
+	/*
+	 * Step statistics in backend memory: [0] loss summed since the last
+	 * step, [1] one batch's loss (when a caller asks for it), [2] the
+	 * squared gradient norm. Tokens are counted on the host from the layout.
+	 */
+	double	   *stats;
+	double	   *row_loss;		/* [rows] per-row losses of the last cross_entropy */
+	size_t		row_loss_capacity;
+	int64_t		pending_tokens; /* non-pad labels since the last step */
 
 	/* the current batch, and the arena of its activations */
 	BatchLayout lay;

@@ -55,10 +55,10 @@ check_optimizer(const TfOptimizer *opt, char *err, size_t errlen)
 }
 
 int
-tf_model_step(TfModel *m, const TfOptimizer *opt, double *learning_rate, double *grad_norm,
-			  char *err, size_t errlen)
+tf_model_step(TfModel *m, const TfOptimizer *opt, TfStepStats *stats, char *err, size_t errlen)
 {
 	TfBackend  *be = m->be;
+	double		host[4];
 	double		norm;
 	double		lr;
 	int64_t		t = m->step + 1;
@@ -72,7 +72,18 @@ tf_model_step(TfModel *m, const TfOptimizer *opt, double *learning_rate, double 
 		return TF_ERROR;
 	}
 	tf_block_signals(&old);
-	norm = sqrt(be->sum_squares(be, m->grads, m->num_params));
+	/* the step's one download: loss total and squared gradient norm together */
+	be->sum_squares(be, m->grads, m->num_params, m->stats + 2);
+	be->download(be, host, m->stats, sizeof(host));
+	tf_restore_signals(&old);
+	if (be->status(be, err, errlen) != TF_OK)
+		return TF_ERROR;
+	stats->loss_sum = host[0];
+	stats->tokens = m->pending_tokens;
+	norm = sqrt(host[2]);
+	stats->grad_norm = norm;
+	tf_block_signals(&old);
+	tf_model_reset_stats(m);
 	if (!isfinite(norm))
 	{
 		snprintf(err, errlen, "gradient norm is not finite at step %lld; step skipped", (long long) t);
@@ -90,9 +101,8 @@ tf_model_step(TfModel *m, const TfOptimizer *opt, double *learning_rate, double 
 	m->step = t;
 	tf_model_zero_grad(m);
 	tf_restore_signals(&old);
-	*learning_rate = lr;
-	*grad_norm = norm;
-	return TF_OK;
+	stats->learning_rate = lr;
+	return be->status(be, err, errlen);
 }
 
 int64_t

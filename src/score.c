@@ -4,6 +4,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
@@ -14,28 +15,37 @@ tf_model_score(TfModel *m, const TfBatch *b, double *log_prob, char *err, size_t
 	TfBackend  *be = m->be;
 	const TfConfig *c = &m->config;
 	const int32_t *tgt_start;
-	double		loss;
-	int64_t		tokens;
+	double	   *rows;
 	sigset_t	old;
-	int			i;
+	int			i,
+				j;
 
-	if (tf_model_forward(m, b, false, &loss, &tokens, err, errlen) != TF_OK)
+	if (tf_model_forward(m, b, false, NULL, NULL, err, errlen) != TF_OK)
 		return TF_ERROR;
-	/* the forward kept the logits; the loss again per sentence, without label smoothing */
-	tgt_start = m->lay.ints + m->lay.B + 1;
+	tf_model_reset_stats(m);
+	rows = malloc((size_t) m->lay.Nt * sizeof(double));
+	if (rows == NULL)
+	{
+		snprintf(err, errlen, "out of memory scoring %d target tokens", m->lay.Nt);
+		return TF_ERROR;
+	}
+	/* the forward kept the logits: the loss again, without label smoothing, in one download */
 	tf_block_signals(&old);
+	be->cross_entropy(be, m->logits, NULL, LABELS(m), m->lay.Nt, c->vocab_size, c->pad_id, 0.0f,
+					  m->row_loss);
+	be->download(be, rows, m->row_loss, (size_t) m->lay.Nt * sizeof(double));
+	tf_restore_signals(&old);
+	tgt_start = m->lay.ints + m->lay.B + 1;
 	for (i = 0; i < m->lay.B; i++)
 	{
 		double		sum = 0.0;
-		int64_t		n = 0;
 
-		be->cross_entropy(be, m->logits + (size_t) tgt_start[i] * c->vocab_size, NULL,
-						  LABELS(m) + tgt_start[i], tgt_start[i + 1] - tgt_start[i], c->vocab_size,
-						  c->pad_id, 0.0f, &sum, &n);
+		for (j = tgt_start[i]; j < tgt_start[i + 1]; j++)
+			sum += rows[j];
 		log_prob[i] = -sum;
 	}
-	tf_restore_signals(&old);
-	return TF_OK;
+	free(rows);
+	return be->status(be, err, errlen);
 }
 
 int

@@ -2,6 +2,8 @@
  * tensors.c - the model's state as a flat list of named tensors (what the
  * checkpoint tables store), and loading it back with full checks.
  */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,12 +41,17 @@ int64_tensor(TfTensor *t, const char *name, void *data)
 	t->bytes = sizeof(int64_t);
 }
 
-int
-tf_model_tensors(TfModel *m, TfTensor **tensors, int *count, char *err, size_t errlen)
+/*
+ * The model's tensors as views of its memory (backend memory for float
+ * tensors, the model's host fields for int64 ones), in `extra` more bytes
+ * after the array; the caller frees the array.
+ */
+static int
+list_tensors(TfModel *m, size_t extra, TfTensor **tensors, int *count, char *err, size_t errlen)
 {
 	bool		train = m->grads != NULL;
 	int			n = train ? 3 * m->num_entries + EXTRA_TENSORS : m->num_entries;
-	TfTensor   *t = calloc(n, sizeof(TfTensor));
+	TfTensor   *t = calloc(1, n * sizeof(TfTensor) + extra);
 	int			i;
 
 	if (t == NULL)
@@ -73,6 +80,50 @@ tf_model_tensors(TfModel *m, TfTensor **tensors, int *count, char *err, size_t e
 	return TF_OK;
 }
 
+int
+tf_model_tensors(TfModel *m, TfTensor **tensors, int *count, char *err, size_t errlen)
+{
+	TfTensor   *t;
+	size_t		bytes;
+	char	   *copy;
+	int			n,
+				i;
+	sigset_t	old;
+
+	if (m->be->host_memory)
+		return list_tensors(m, 0, tensors, count, err, errlen);
+	/* host copies after the array, 8-byte aligned (the array's entries are) */
+	bytes = (size_t) (m->grads != NULL ? 3 : 1) * m->num_params * sizeof(float) + EXTRA_TENSORS * sizeof(int64_t);
+	if (list_tensors(m, bytes, &t, &n, err, errlen) != TF_OK)
+		return TF_ERROR;
+	copy = (char *) (t + n);
+	tf_block_signals(&old);
+	for (i = 0; i < n; i++)
+	{
+		if (t[i].dtype == TF_FLOAT32)
+			m->be->download(m->be, copy, t[i].data, t[i].bytes);
+		else
+			memcpy(copy, t[i].data, t[i].bytes);
+		t[i].data = copy;
+		copy += (t[i].bytes + 7) & ~(size_t) 7;
+	}
+	tf_restore_signals(&old);
+	if (m->be->status(m->be, err, errlen) != TF_OK)
+	{
+		free(t);
+		return TF_ERROR;
+	}
+	*tensors = t;
+	*count = n;
+	return TF_OK;
+}
+
+void
+tf_tensors_free(TfTensor *tensors)
+{
+	free(tensors);
+}
+
 /* Index of the tensor called name in list, or -1. */
 static int
 find_tensor(const TfTensor *list, int count, const char *name)
@@ -93,7 +144,7 @@ tf_model_load(TfModel *m, const TfTensor *in, int count, char *err, size_t errle
 				i;
 	int			rc = TF_OK;
 
-	if (tf_model_tensors(m, &mine, &n, err, errlen) != TF_OK)
+	if (list_tensors(m, 0, &mine, &n, err, errlen) != TF_OK)
 		return TF_ERROR;
 	/* check everything before changing anything */
 	for (i = 0; i < n && rc == TF_OK; i++)
@@ -138,6 +189,7 @@ tf_model_load(TfModel *m, const TfTensor *in, int count, char *err, size_t errle
 	{
 		m->have_forward = false;
 		tf_model_zero_grad(m);
+		tf_model_reset_stats(m);
 	}
 	for (i = 0; i < n && rc == TF_OK; i++)
 	{
@@ -149,5 +201,7 @@ tf_model_load(TfModel *m, const TfTensor *in, int count, char *err, size_t errle
 			memcpy(mine[i].data, src->data, sizeof(int64_t));
 	}
 	free(mine);
+	if (rc == TF_OK)
+		rc = m->be->status(m->be, err, errlen);
 	return rc;
 }

@@ -86,13 +86,30 @@ typedef struct TfTensor
 typedef struct TfModel TfModel;
 
 /*
- * Creates a model with freshly initialised parameters on the CPU backend:
- * Xavier-uniform projections, zero biases, LayerNorm weight 1 / bias 0,
- * embeddings N(0, d_model^-0.5); all drawn from the counter-based generator
- * with `seed`. threads is the number of compute threads (>= 1).
- * Returns NULL with a message on an invalid configuration or no memory.
+ * Path of the CUDA backend's shared object (attention_cuda.so, or the
+ * emulated attention_cuda_emu.so in tests) for the "cuda" models created
+ * after it; NULL restores the default, "attention_cuda.so" on the loader's
+ * search path. Copied. A process loads one CUDA library: a model on another
+ * path after the first is refused.
  */
-TfModel    *tf_model_create(const TfConfig *config, uint64_t seed, int threads,
+void		tf_backend_set_cuda_library(const char *path);
+
+/*
+ * Parses a device name: "cpu", "cuda" (device 0) or "cuda:N" into kind
+ * ("cpu" or "cuda") and index. TF_ERROR with a message naming the bad name.
+ */
+int			tf_device_parse(const char *device, char kind[8], int *index, char *err, size_t errlen);
+
+/*
+ * Creates a model with freshly initialised parameters on `device`
+ * (tf_device_parse): Xavier-uniform projections, zero biases, LayerNorm
+ * weight 1 / bias 0, embeddings N(0, d_model^-0.5); all drawn from the
+ * counter-based generator with `seed`, on the host, so every device starts
+ * from the same bits. threads is the number of CPU compute threads (>= 1).
+ * Returns NULL with a message on an invalid configuration or device, a
+ * device that cannot be used (the driver's reason), or no memory.
+ */
+TfModel    *tf_model_create(const TfConfig *config, uint64_t seed, const char *device, int threads,
 							char *err, size_t errlen);
 
 /*
@@ -101,7 +118,20 @@ TfModel    *tf_model_create(const TfConfig *config, uint64_t seed, int threads,
  * memory. tf_model_tensors and tf_model_load then cover the parameters
  * only; backward and step are refused. Errors as tf_model_create.
  */
-TfModel    *tf_model_create_inference(const TfConfig *config, int threads, char *err, size_t errlen);
+TfModel    *tf_model_create_inference(const TfConfig *config, const char *device, int threads,
+									  char *err, size_t errlen);
+
+/* The backend's name: "cpu" or "cuda". */
+const char *tf_model_backend(const TfModel *model);
+
+/*
+ * Copies `bytes` of the model's backend memory at src (a pointer from
+ * tf_model_logits, tf_model_grad or tf_model_param) into host memory dst;
+ * complete on return. TF_ERROR with the backend's message if an earlier
+ * operation failed.
+ */
+int			tf_model_download(TfModel *model, void *dst, const void *src, size_t bytes,
+							  char *err, size_t errlen);
 
 /*
  * Sets the number of compute threads (>= 1) for the model's next calls
@@ -120,9 +150,12 @@ size_t		tf_model_num_parameters(const TfModel *model);
 
 /*
  * Forward pass over a batch, keeping activations for backward. training
- * true applies dropout (masks from seed, step, site and index). Writes the
- * summed label-smoothed cross-entropy over non-pad labels to *loss_sum
- * (nats) and their number to *tokens, so the mean is loss_sum / tokens.
+ * true applies dropout (masks from seed, step, site and index). The summed
+ * label-smoothed cross-entropy over non-pad labels (nats) and their number
+ * are added to the totals tf_model_step reports; when loss_sum and tokens
+ * are not NULL they also receive this batch's (one download: evaluation,
+ * tests), so the mean is loss_sum / tokens. Training loops pass NULL and
+ * read the totals from the step, so that a GPU never waits mid-step.
  * After a forward with training = false the logits are available through
  * tf_model_logits.
  * Errors: ids out of [0, vocab_size), sentences longer than max_positions,
@@ -142,7 +175,7 @@ int			tf_model_backward(TfModel *model, float grad_scale, char *err, size_t errl
 /*
  * Logits of the last forward with training = false, for the target
  * positions whose label is not padding, in batch order: [non-pad labels,
- * vocab_size] (backend memory, host memory on the CPU backend). A training
+ * vocab_size] (backend memory: read it with tf_model_download). A training
  * forward keeps what its backward needs there instead.
  */
 const float *tf_model_logits(const TfModel *model);
@@ -167,15 +200,24 @@ void		tf_optimizer_default(TfOptimizer *opt);
 /* lr(step) = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step >= 1. */
 double		tf_learning_rate(const TfOptimizer *opt, int d_model, int64_t step);
 
+/* What one optimizer step reports (tf_model_step). */
+typedef struct TfStepStats
+{
+	double		learning_rate;	/* the rate this step used */
+	double		grad_norm;		/* global L2 norm of the gradients before clipping */
+	double		loss_sum;		/* label-smoothed loss summed over the forwards since the last step */
+	int64_t		tokens;			/* their non-pad labels */
+} TfStepStats;
+
 /*
  * One Adam step over the accumulated gradients (step counter + 1), after
- * optional clipping of their global L2 norm; zeroes the gradients. Writes
- * the learning rate used and the gradient norm before clipping. Errors: an
+ * optional clipping of their global L2 norm; zeroes the gradients and the
+ * loss totals. Fills *stats (one download from the backend). Errors: an
  * invalid setting (nothing changes), or a non-finite gradient norm (the
  * step is skipped, the gradients are zeroed, the message says so).
  */
-int			tf_model_step(TfModel *model, const TfOptimizer *opt, double *learning_rate,
-						  double *grad_norm, char *err, size_t errlen);
+int			tf_model_step(TfModel *model, const TfOptimizer *opt, TfStepStats *stats,
+						  char *err, size_t errlen);
 
 /* Optimizer steps taken so far. */
 int64_t		tf_model_steps(const TfModel *model);
@@ -185,12 +227,16 @@ int64_t		tf_model_steps(const TfModel *model);
  * Face MarianMT name, "optimizer.exp_avg.<name>" and
  * "optimizer.exp_avg_sq.<name>" for Adam's moments, and the int64 scalars
  * "optimizer.step", "rng.seed" and "rng.counter" (training forwards, which
- * key the dropout masks). The tensors point into the model's memory
- * (backend memory for the float tensors; valid until the model is freed);
- * *count receives their number. The array is malloc'd; free it with free().
+ * key the dropout masks). Every tensor's data is host memory: views of the
+ * model's memory on the CPU backend, one download into a host copy on
+ * others; valid until tf_tensors_free (and, for views, until the model
+ * changes). *count receives their number.
  */
 int			tf_model_tensors(TfModel *model, TfTensor **tensors, int *count,
 							 char *err, size_t errlen);
+
+/* Frees what tf_model_tensors handed out (NULL is allowed). */
+void		tf_tensors_free(TfTensor *tensors);
 
 /*
  * Loads state from named tensors in host memory (e.g. read back from a

@@ -369,7 +369,7 @@ attention_initialize_checkpoint(PG_FUNCTION_ARGS)
 		elog(ERROR, "could not insert a checkpoint of model \"%s\"", name);
 	checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 
-	m = tf_model_create(&c, (uint64_t) seed, attention_thread_count(), err, sizeof(err));
+	m = tf_model_create(&c, (uint64_t) seed, "cpu", attention_thread_count(), err, sizeof(err));
 	if (m == NULL)
 		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("could not create model \"%s\": %s", name, err)));
 	if (tf_model_tensors(m, &tensors, &count, err, sizeof(err)) != TF_OK)
@@ -383,7 +383,7 @@ attention_initialize_checkpoint(PG_FUNCTION_ARGS)
 	}
 	PG_FINALLY();
 	{
-		free(tensors);
+		tf_tensors_free(tensors);
 		tf_model_free(m);
 	}
 	PG_END_TRY();
@@ -526,7 +526,7 @@ model_load(const char *name, int32 model_id, Jsonb *config, int64 checkpoint_id,
 
 	/* from here on no ERROR until the engine objects are owned by the cache entry */
 	vocab = vocabulary_load(bytes, name);
-	engine = tf_model_create_inference(&c, attention_thread_count(), err, sizeof(err));
+	engine = tf_model_create_inference(&c, "cpu", attention_thread_count(), err, sizeof(err));
 	if (engine == NULL || tf_model_load(engine, tensors, count, err, sizeof(err)) != TF_OK)
 	{
 		bool		oom = engine == NULL;

@@ -258,7 +258,7 @@ attention_import_checkpoint(PG_FUNCTION_ARGS)
 	}
 
 	/* the engine checks names and shapes against the model, naming the first that differs */
-	engine = tf_model_create_inference(&c, 1, err, sizeof(err));
+	engine = tf_model_create_inference(&c, "cpu", 1, err, sizeof(err));
 	if (engine == NULL)
 		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("could not create model \"%s\": %s", model, err)));
 	if (tf_model_load(engine, t, count, err, sizeof(err)) != TF_OK)

@@ -10,6 +10,9 @@
 extern int	check_failures;
 extern int	check_count;
 
+/* The device the model and decode suites run on: "cpu" or "cuda" (main.c). */
+extern const char *test_device;
+
 #define CHECK(cond, ...) \
 	do { \
 		check_count++; \

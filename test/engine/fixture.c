@@ -122,7 +122,7 @@ fixture_model(const Fixture *fx, float dropout)
 
 	fixture_config(fx, &c);
 	c.dropout = dropout;
-	m = tf_model_create(&c, 1, 2, err, sizeof(err));
+	m = tf_model_create(&c, 1, test_device, 2, err, sizeof(err));
 	CHECK(m != NULL, "create: %s", err);
 	if (m == NULL || tf_model_tensors(m, &tensors, &n, err, sizeof(err)) != TF_OK)
 		return NULL;
@@ -139,7 +139,7 @@ fixture_model(const Fixture *fx, float dropout)
 			tensors[i].data = strcmp(tensors[i].name, "rng.seed") == 0 ? &seed : &zero;
 	}
 	CHECK(tf_model_load(m, tensors, n, err, sizeof(err)) == TF_OK, "load fixture: %s", err);
-	free(tensors);
+	tf_tensors_free(tensors);
 	free(zeros);
 	return m;
 }

@@ -1,14 +1,20 @@
 /*
  * main.c - engine unit-test runner (no PostgreSQL): runs every suite and
  * exits non-zero when any check failed.
- * Usage: run_tests FIXTURES_DIR
+ * Usage: run_tests FIXTURES_DIR [cuda CUDA_LIBRARY]
+ * With "cuda" the model and decode suites run on the CUDA backend of
+ * CUDA_LIBRARY (attention_cuda.so on a GPU, attention_cuda_emu.so under
+ * emulation) and the op suite compares every op of it with the CPU's.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "check.h"
+#include "transformer.h"
 
 int			check_failures = 0;
 int			check_count = 0;
+const char *test_device = "cpu";
 
 /* One suite: its name and entry point. */
 typedef struct Suite
@@ -25,6 +31,17 @@ main(int argc, char **argv)
 	const char *fixtures = argc > 1 ? argv[1] : "test/fixtures";
 	size_t		i;
 
+	if (argc > 3 && strcmp(argv[2], "cuda") == 0)
+	{
+		test_device = "cuda";
+		tf_backend_set_cuda_library(argv[3]);
+	}
+	else if (argc > 2)
+	{
+		fprintf(stderr, "usage: %s FIXTURES_DIR [cuda CUDA_LIBRARY]\n", argv[0]);
+		return 2;
+	}
+
 	for (i = 0; i < sizeof(suites) / sizeof(suites[0]); i++)
 	{
 		int			before_checks = check_count;
@@ -34,6 +51,6 @@ main(int argc, char **argv)
 		printf("%-14s %5d checks, %d failed\n", suites[i].name,
 			   check_count - before_checks, check_failures - before_failures);
 	}
-	printf("engine tests: %d checks, %d failed\n", check_count, check_failures);
+	printf("engine tests (%s): %d checks, %d failed\n", test_device, check_count, check_failures);
 	return check_failures == 0 ? 0 : 1;
 }

@@ -28,7 +28,7 @@ decode_model(const Fixture *fx)
 
 	fixture_config(fx, &c);
 	c.dropout = 0.0f;
-	m = tf_model_create_inference(&c, 2, err, sizeof(err));
+	m = tf_model_create_inference(&c, test_device, 2, err, sizeof(err));
 	CHECK(m != NULL, "create: %s", err);
 	if (m == NULL || tf_model_tensors(m, &tensors, &n, err, sizeof(err)) != TF_OK)
 		return NULL;
@@ -42,7 +42,7 @@ decode_model(const Fixture *fx)
 		tensors[i].data = f != NULL ? f->data : NULL;
 	}
 	CHECK(tf_model_load(m, tensors, n, err, sizeof(err)) == TF_OK, "load: %s", err);
-	free(tensors);
+	tf_tensors_free(tensors);
 	return m;
 }
 

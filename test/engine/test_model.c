@@ -32,6 +32,17 @@ fixture_batch(const Fixture *fx)
 	return b;
 }
 
+/* A host copy of n floats of the model's backend memory (malloc'd). */
+static float *
+download(TfModel *m, const float *src, size_t n)
+{
+	float	   *host = malloc(n * sizeof(float));
+	char		err[TF_ERRLEN];
+
+	CHECK(tf_model_download(m, host, src, n * sizeof(float), err, sizeof(err)) == TF_OK, "download: %s", err);
+	return host;
+}
+
 /* Logits, loss, every gradient and 10 Adam steps against PyTorch. */
 static void
 check_against_pytorch(const Fixture *fx)
@@ -63,10 +74,13 @@ check_against_pytorch(const Fixture *fx)
 		for (r = 0; r < b.batch_size * b.tgt_len; r++)
 			if (b.labels[r] != cfg[6])
 				memcpy(compact + (size_t) kept++ * vocab, ref + (size_t) r * vocab, vocab * sizeof(float));
+		float	   *logits = download(m, tf_model_logits(m), (size_t) kept * vocab);
+
 		CHECK(kept == tokens, "%d label rows, %lld tokens", kept, (long long) tokens);
-		CHECK(rel_error(tf_model_logits(m), compact, (size_t) kept * vocab) < 1e-5,
+		CHECK(rel_error(logits, compact, (size_t) kept * vocab) < 1e-5,
 			  "logits differ from PyTorch: relative error %.3g",
-			  rel_error(tf_model_logits(m), compact, (size_t) kept * vocab));
+			  rel_error(logits, compact, (size_t) kept * vocab));
+		free(logits);
 		free(compact);
 	}
 	CHECK(fabs(loss / tokens - *(float *) fixture_get(fx, "loss")->data) < 1e-5 * fabs(loss / tokens),
@@ -92,6 +106,7 @@ check_against_pytorch(const Fixture *fx)
 		CHECK(g != NULL && count == ref->count, "gradient %s missing or of another size", tensors[i].name);
 		if (g == NULL)
 			continue;
+		g = download(m, g, count);
 		if (strstr(tensors[i].name, "k_proj.bias") != NULL)
 		{
 			/* exactly zero in exact arithmetic: compare with the truth, not with noise */
@@ -100,17 +115,20 @@ check_against_pytorch(const Fixture *fx)
 			CHECK(count <= 1024 && rel_error(g, zeros, count) < 1e-4,
 				  "%s: gradient should vanish (softmax is shift-invariant)", tensors[i].name);
 			grads_checked++;
+			free(g);
 			continue;
 		}
 		e = rel_error(g, ref->data, count);
+		free(g);
 		worst_grad = fmax(worst_grad, e);
 		CHECK(e < 1e-5, "gradient of %s differs from PyTorch: relative error %.3g", tensors[i].name, e);
 		grads_checked++;
 	}
 	CHECK(grads_checked == (n - 3) / 3,
 		  "checked %d gradients of %d parameters", grads_checked, (n - 3) / 3);
-	free(tensors);
-	printf("  pytorch fixture: %d gradients, worst relative error %.2g\n", grads_checked, worst_grad);
+	tf_tensors_free(tensors);
+	printf("  pytorch fixture (%s): %d gradients, worst relative error %.2g\n", test_device, grads_checked,
+		   worst_grad);
 	tf_model_free(m);
 
 	/* 10 Adam steps with the paper's schedule on the same batch */
@@ -119,15 +137,14 @@ check_against_pytorch(const Fixture *fx)
 	opt.warmup_steps = cfg[7];
 	for (i = 0; i < cfg[8] && m != NULL; i++)
 	{
-		double		lr,
-					norm;
+		TfStepStats st;
 		float		want = ((float *) fixture_get(fx, "losses")->data)[i];
 
-		tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err));
-		CHECK(fabs(loss / tokens - want) < 1e-5 * fabs(want), "step %d loss %.7f, PyTorch %.7f",
-			  i + 1, loss / tokens, want);
+		tf_model_forward(m, &b, true, NULL, NULL, err, sizeof(err));
 		tf_model_backward(m, (float) (1.0 / tokens), err, sizeof(err));
-		CHECK(tf_model_step(m, &opt, &lr, &norm, err, sizeof(err)) == TF_OK, "step: %s", err);
+		CHECK(tf_model_step(m, &opt, &st, err, sizeof(err)) == TF_OK, "step: %s", err);
+		CHECK(st.tokens == tokens && fabs(st.loss_sum / st.tokens - want) < 1e-5 * fabs(want),
+			  "step %d loss %.7f, PyTorch %.7f", i + 1, st.loss_sum / st.tokens, want);
 	}
 	tf_model_free(m);
 }
@@ -181,9 +198,9 @@ check_model_gradient(const Fixture *fx)
 		m->forwards = 0;
 		tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err));
 		tf_model_backward(m, (float) (1.0 / tokens), err, sizeof(err));
-		memcpy(g, m->grads, n * sizeof(float));
+		m->be->download(m->be, g, m->grads, n * sizeof(float));
 	}
-	memcpy(p0, m->params, n * sizeof(float));
+	m->be->download(m->be, p0, m->params, n * sizeof(float));
 	for (i = 0; i < n; i++)
 	{
 		seed = seed * 1103515245u + 12345u;
@@ -201,12 +218,14 @@ check_model_gradient(const Fixture *fx)
 		analytic /= norm;
 	}
 	for (i = 0; i < n; i++)
-		m->params[i] = p0[i] + (float) h * u[i];
+		g[i] = p0[i] + (float) h * u[i];
+	m->be->upload(m->be, m->params, g, n * sizeof(float));
 	numeric = loss_at(m, &b);
 	for (i = 0; i < n; i++)
-		m->params[i] = p0[i] - (float) h * u[i];
+		g[i] = p0[i] - (float) h * u[i];
+	m->be->upload(m->be, m->params, g, n * sizeof(float));
 	numeric = (numeric - loss_at(m, &b)) / (2 * h);
-	memcpy(m->params, p0, n * sizeof(float));
+	m->be->upload(m->be, m->params, p0, n * sizeof(float));
 	CHECK(fabs(numeric - analytic) < 2e-3 * fmax(fabs(analytic), 1.0),
 		  "whole-model directional derivative: finite difference %.6f, backward %.6f", numeric, analytic);
 	printf("  whole-model gradient (dropout on): finite difference %.6f, backward %.6f\n", numeric, analytic);
@@ -253,15 +272,13 @@ train(TfModel *m, const TfBatch *b, int steps, double *out)
 	opt.clip_norm = 1.0f;
 	for (i = 0; i < steps; i++)
 	{
-		double		loss,
-					lr,
-					norm;
-		int64_t		tokens;
+		TfStepStats st;
 
-		CHECK(tf_model_forward(m, b, true, &loss, &tokens, err, sizeof(err)) == TF_OK, "forward: %s", err);
-		CHECK(tf_model_backward(m, (float) (1.0 / tokens), err, sizeof(err)) == TF_OK, "backward: %s", err);
-		CHECK(tf_model_step(m, &opt, &lr, &norm, err, sizeof(err)) == TF_OK, "step: %s", err);
-		out[i] = loss / tokens;
+		CHECK(tf_model_forward(m, b, true, NULL, NULL, err, sizeof(err)) == TF_OK, "forward: %s", err);
+		CHECK(tf_model_backward(m, 1.0f / 26, err, sizeof(err)) == TF_OK, "backward: %s", err);
+		CHECK(tf_model_step(m, &opt, &st, err, sizeof(err)) == TF_OK, "step: %s", err);
+		CHECK(st.tokens == 26, "step %d counted %lld tokens", i + 1, (long long) st.tokens);
+		out[i] = st.loss_sum / st.tokens;
 	}
 }
 
@@ -294,8 +311,8 @@ check_determinism(void)
 	c.attention_dropout = 0.1f;
 	c.relu_dropout = 0.1f;
 	synthetic_batch(src, tgt, lab, &b);
-	m1 = tf_model_create(&c, 42, 2, err, sizeof(err));
-	m2 = tf_model_create(&c, 42, 2, err, sizeof(err));
+	m1 = tf_model_create(&c, 42, test_device, 2, err, sizeof(err));
+	m2 = tf_model_create(&c, 42, test_device, 2, err, sizeof(err));
 	train(m1, &b, 20, a);
 	train(m2, &b, 10, r);
 	/* checkpoint m2 at step 10: copy every tensor, load into a fresh model with another seed */
@@ -307,7 +324,7 @@ check_determinism(void)
 		memcpy(copy, tensors[i].data, tensors[i].bytes);
 		tensors[i].data = copy;
 	}
-	m3 = tf_model_create(&c, 7, 2, err, sizeof(err));
+	m3 = tf_model_create(&c, 7, test_device, 2, err, sizeof(err));
 	CHECK(tf_model_load(m3, tensors, n, err, sizeof(err)) == TF_OK, "reload: %s", err);
 	train(m2, &b, 10, r + 10);
 	train(m3, &b, 10, resumed);
@@ -339,7 +356,7 @@ check_determinism(void)
 	}
 	for (i = 0; i < n; i++)
 		free(tensors[i].data);
-	free(tensors);
+	tf_tensors_free(tensors);
 	tf_model_free(m1);
 	tf_model_free(m2);
 	tf_model_free(m3);
@@ -405,14 +422,19 @@ check_bad_input(void)
 	c.num_heads = 4;
 	CHECK(tf_config_validate(&c, err, sizeof(err)) == TF_ERROR && strstr(err, "d_model") != NULL,
 		  "d_model %% num_heads != 0 accepted: %s", err);
-	CHECK(tf_model_create(&c, 1, 1, err, sizeof(err)) == NULL, "created an invalid model");
+	CHECK(tf_model_create(&c, 1, test_device, 1, err, sizeof(err)) == NULL, "created an invalid model");
+	c.d_model = 32;
+	CHECK(tf_model_create(&c, 1, "gpu", 1, err, sizeof(err)) == NULL && strstr(err, "\"gpu\"") != NULL,
+		  "device \"gpu\" accepted: %s", err);
+	CHECK(tf_model_create(&c, 1, "cuda:x", 1, err, sizeof(err)) == NULL && strstr(err, "cuda:x") != NULL,
+		  "device \"cuda:x\" accepted: %s", err);
 	c.d_model = 32;
 	c.dropout = 1.5f;
 	CHECK(tf_config_validate(&c, err, sizeof(err)) == TF_ERROR && strstr(err, "dropout") != NULL,
 		  "dropout 1.5 accepted: %s", err);
 	c.dropout = 0.1f;
 	c.max_positions = 6;
-	m = tf_model_create(&c, 1, 1, err, sizeof(err));
+	m = tf_model_create(&c, 1, test_device, 1, err, sizeof(err));
 	synthetic_batch(src, tgt, lab, &b);
 	CHECK(tf_model_backward(m, 1.0f, err, sizeof(err)) == TF_ERROR, "backward without forward accepted");
 	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR &&
@@ -420,7 +442,7 @@ check_bad_input(void)
 	tf_model_free(m);
 
 	c.max_positions = 64;
-	m = tf_model_create(&c, 1, 1, err, sizeof(err));
+	m = tf_model_create(&c, 1, test_device, 1, err, sizeof(err));
 	src[5] = 64;
 	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR && strstr(err, "64") != NULL,
 		  "source id 64 of vocab 64 accepted: %s", err);
@@ -448,12 +470,11 @@ check_bad_input(void)
 	CHECK(tokens == 8 + 7 + 6 + 5, "%lld target tokens, expected 26", (long long) tokens);
 	{
 		TfOptimizer opt;
-		double		lr,
-					norm;
+		TfStepStats st;
 
 		tf_optimizer_default(&opt);
 		opt.beta1 = 1.0f;
-		CHECK(tf_model_step(m, &opt, &lr, &norm, err, sizeof(err)) == TF_ERROR && strstr(err, "beta1") != NULL,
+		CHECK(tf_model_step(m, &opt, &st, err, sizeof(err)) == TF_ERROR && strstr(err, "beta1") != NULL,
 			  "beta1 = 1 accepted: %s", err);
 		CHECK(tf_model_steps(m) == 0, "a refused step counted");
 	}
