@@ -487,15 +487,16 @@ train_step(Job *j, int *skipped)
 	j->loss_sum += stats.loss_sum;
 	j->loss_tokens += stats.tokens;
 	if (rc == TF_OK)
+	{
 		j->learning_rate = stats.learning_rate;
+		*skipped = 0;
+	}
 	else
 	{
 		if (++*skipped >= MAX_SKIPPED_STEPS)
 			engine_error(j, "too many steps skipped", err);
 		ereport(WARNING, (errmsg("training job %lld: %s", (long long) j->job_id, err)));
 	}
-	else
-		*skipped = 0;
 	TOKENS_SEEN(j) += labels;
 }
 
