@@ -64,6 +64,7 @@ struct TfBackend
 {
 	const char *name;
 	bool		host_memory;	/* backend memory is host memory (the CPU backend) */
+	int64_t		allocations;	/* device allocations made so far (tests: none in a steady step) */
 
 	/* Memory: zeroed allocation (NULL when out of memory), free, copies. */
 	/* Releases the backend and its state (threads, handles, workspaces). */

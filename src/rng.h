@@ -9,11 +9,18 @@
 
 #include <stdint.h>
 
+/* The generator is shared with the CUDA kernels (kernels/dropout.cu): the same bits on both. */
+#ifdef __CUDACC__
+#define TF_HOST_DEVICE __host__ __device__
+#else
+#define TF_HOST_DEVICE
+#endif
+
 /*
  * Philox4x32-10 of counter (c0, c1, c2, c3) under key (k0, k1), into out[4].
  * Inline so that loops over blocks vectorize.
  */
-static inline void
+TF_HOST_DEVICE static inline void
 tf_philox(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
 		  uint32_t k0, uint32_t k1, uint32_t out[4])
 {

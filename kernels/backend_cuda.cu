@@ -1,0 +1,457 @@
+/*
+ * backend_cuda.cu - the CUDA backend (src/backend.h) on one device, fp32:
+ * cuBLAS for every matrix product, the kernels of this directory for the
+ * rest, all on one stream. Built by nvcc into attention_cuda.so for a GPU,
+ * and by g++ with emu/cuda_emu.h and the cuBLAS shim into
+ * attention_cuda_emu.so, which runs the same sources on the CPU in CI.
+ *
+ * Synchronisation (backend.h): upload and download wait for the stream;
+ * every other operation is queued. Failures of queued work are sticky and
+ * reported by status.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+
+#include "kernels.h"
+
+extern "C" {
+#include "transformer.h"
+}
+
+/* Backend state: the device, its stream and cuBLAS handle, the first error, workspaces. */
+struct CudaState
+{
+	int			device;
+	cudaStream_t stream;
+	cublasHandle_t blas;
+	bool		failed;
+	char		error[TF_ERRLEN];
+	float	   *dscores;		/* attention backward: one call's score gradients */
+	size_t		dscores_floats;
+	double	   *partials;		/* sum_squares' per-block sums */
+};
+
+static CudaState *
+state(TfBackend *be)
+{
+	return (CudaState *) be->state;
+}
+
+/* Records the first error; later ones are consequences. */
+static void
+fail(TfBackend *be, const char *what, const char *why)
+{
+	CudaState  *st = state(be);
+
+	if (st->failed)
+		return;
+	st->failed = true;
+	snprintf(st->error, sizeof(st->error), "CUDA device %d: %s: %s", st->device, what, why);
+}
+
+/* Checks a runtime call or the last launch. */
+static void
+check(TfBackend *be, cudaError_t rc, const char *what)
+{
+	if (rc != cudaSuccess)
+		fail(be, what, cudaGetErrorString(rc));
+}
+
+static void
+launched(TfBackend *be, const char *what)
+{
+	check(be, cudaGetLastError(), what);
+}
+
+static void *
+cuda_alloc(TfBackend *be, size_t bytes)
+{
+	void	   *p = NULL;
+
+	if (cudaMalloc(&p, bytes > 0 ? bytes : 1) != cudaSuccess)
+	{
+		(void) cudaGetLastError();	/* out of memory is reported by the caller, not sticky */
+		return NULL;
+	}
+	be->allocations++;
+	check(be, cudaMemsetAsync(p, 0, bytes, state(be)->stream), "zeroing an allocation");
+	return p;
+}
+
+static void
+cuda_free(TfBackend *be, void *ptr)
+{
+	if (ptr != NULL)
+		check(be, cudaFree(ptr), "cudaFree");
+}
+
+static void
+cuda_upload(TfBackend *be, void *dst, const void *src, size_t bytes)
+{
+	check(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, state(be)->stream), "upload");
+	check(be, cudaStreamSynchronize(state(be)->stream), "upload");
+}
+
+static void
+cuda_download(TfBackend *be, void *dst, const void *src, size_t bytes)
+{
+	check(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, state(be)->stream), "download");
+	check(be, cudaStreamSynchronize(state(be)->stream), "download");
+}
+
+static void
+cuda_zero(TfBackend *be, float *x, size_t n)
+{
+	check(be, cudaMemsetAsync(x, 0, n * sizeof(float), state(be)->stream), "zero");
+}
+
+static void
+cuda_copy(TfBackend *be, float *dst, const float *src, size_t n)
+{
+	check(be, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, state(be)->stream), "copy");
+}
+
+/* Grows the score-gradient workspace of attention_backward; false when out of memory. */
+static bool
+cuda_reserve(TfBackend *be, size_t plane, size_t probs)
+{
+	CudaState  *st = state(be);
+	float	   *p;
+
+	(void) plane;				/* one row of a plane lives in shared memory */
+	if (probs <= st->dscores_floats)
+		return true;
+	p = (float *) cuda_alloc(be, probs * sizeof(float));
+	if (p == NULL)
+		return false;
+	cuda_free(be, st->dscores);
+	st->dscores = p;
+	st->dscores_floats = probs;
+	return true;
+}
+
+/*
+ * Row-major C = alpha op(A) op(B) + beta C is column-major
+ * C^T = alpha op(B)^T op(A)^T + beta C^T: cuBLAS with the operands swapped.
+ */
+static void
+cuda_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+		  const float *b, int ldb, float beta, float *c, int ldc)
+{
+	cublasStatus_t rc;
+
+	if (m == 0 || n == 0)
+		return;
+	rc = cublasSgemm(state(be)->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+					 n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc);
+	if (rc != CUBLAS_STATUS_SUCCESS)
+	{
+		char		why[64];
+
+		snprintf(why, sizeof(why), "cuBLAS status %d (m %d, n %d, k %d)", (int) rc, m, n, k);
+		fail(be, "cublasSgemm", why);
+	}
+}
+
+static void
+cuda_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols)
+{
+	k_bias_rows(out, bias, rows, cols, state(be)->stream);
+	launched(be, "bias_rows");
+}
+
+static void
+cuda_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int cols)
+{
+	k_bias_backward(dbias, dout, rows, cols, state(be)->stream);
+	launched(be, "bias_backward");
+}
+
+static void
+cuda_embed(TfBackend *be, float *out, const int32_t *ids, const int32_t *positions, const float *embedding,
+		   const float *pe, int rows, int d, float scale)
+{
+	k_embed(out, ids, positions, embedding, pe, rows, d, scale, state(be)->stream);
+	launched(be, "embed");
+}
+
+static void
+cuda_embed_backward(TfBackend *be, float *dembedding, const float *dout, const int32_t *ids, int rows, int d,
+					float scale)
+{
+	k_embed_backward(dembedding, dout, ids, rows, d, scale, state(be)->stream);
+	launched(be, "embed_backward");
+}
+
+static void
+cuda_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t stream,
+			 uint8_t *keep_mask)
+{
+	k_dropout(out, x, n, p, seed, stream, keep_mask, state(be)->stream);
+	launched(be, "dropout");
+}
+
+static void
+cuda_dropout_backward(TfBackend *be, float *dx, const float *dout, size_t n, float p, const uint8_t *keep_mask)
+{
+	k_dropout_backward(dx, dout, n, p, keep_mask, state(be)->stream);
+	launched(be, "dropout_backward");
+}
+
+static void
+cuda_add(TfBackend *be, float *out, const float *a, const float *b, size_t n)
+{
+	k_add(out, a, b, n, state(be)->stream);
+	launched(be, "add");
+}
+
+static void
+cuda_relu(TfBackend *be, float *out, const float *x, size_t n)
+{
+	k_relu(out, x, n, state(be)->stream);
+	launched(be, "relu");
+}
+
+static void
+cuda_relu_backward(TfBackend *be, float *dx, const float *dout, const float *x, size_t n)
+{
+	k_relu_backward(dx, dout, x, n, state(be)->stream);
+	launched(be, "relu_backward");
+}
+
+static void
+cuda_layernorm(TfBackend *be, float *out, float *mean, float *rstd, const float *x, const float *gamma,
+			   const float *beta, int rows, int d, float eps)
+{
+	k_layernorm(out, mean, rstd, x, gamma, beta, rows, d, eps, state(be)->stream);
+	launched(be, "layernorm");
+}
+
+static void
+cuda_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
+						const float *mean, const float *rstd, const float *gamma, int rows, int d)
+{
+	k_layernorm_backward(dx, dgamma, dbeta, dout, x, mean, rstd, gamma, rows, d, state(be)->stream);
+	launched(be, "layernorm_backward");
+}
+
+/* Sentences longer than one block's shared memory can hold a row of scores for. */
+static bool
+attention_fits(TfBackend *be, const TfAttentionShape *sh)
+{
+	char		why[96];
+
+	if (k_attention_fits(sh))
+		return true;
+	snprintf(why, sizeof(why), "%d keys in one sentence exceed the kernel's shared-memory row", sh->max_k);
+	fail(be, "attention", why);
+	return false;
+}
+
+static void
+cuda_attention(TfBackend *be, float *ctx, float *probs, const float *q, int ldq, const float *k, const float *v,
+			   int ldk, const TfAttentionShape *sh)
+{
+	if (!attention_fits(be, sh))
+		return;
+	k_attention(ctx, probs, q, ldq, k, v, ldk, sh, state(be)->stream);
+	launched(be, "attention");
+}
+
+static void
+cuda_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const float *dctx, const float *probs,
+						const float *q, int ldq, const float *k, const float *v, int ldk,
+						const TfAttentionShape *sh)
+{
+	if (!attention_fits(be, sh))
+		return;
+	if ((size_t) sh->p_total > state(be)->dscores_floats)
+	{
+		fail(be, "attention_backward", "the score workspace was not reserved for this call");
+		return;
+	}
+	k_attention_backward(dq, dk, dv, dctx, probs, q, ldq, k, v, ldk, sh, state(be)->dscores, state(be)->stream);
+	launched(be, "attention_backward");
+}
+
+static void
+cuda_cross_entropy(TfBackend *be, float *logits, float *inv_sum, const int32_t *labels, int rows, int vocab,
+				   int pad_id, float label_smoothing, double *row_loss)
+{
+	k_cross_entropy(logits, inv_sum, labels, rows, vocab, pad_id, label_smoothing, row_loss, state(be)->stream);
+	launched(be, "cross_entropy");
+}
+
+static void
+cuda_accumulate(TfBackend *be, double *out, const double *x, size_t n)
+{
+	k_accumulate(out, x, n, state(be)->stream);
+	launched(be, "accumulate");
+}
+
+static void
+cuda_cross_entropy_backward(TfBackend *be, float *logits, const float *inv_sum, const int32_t *labels, int rows,
+							int vocab, int pad_id, float label_smoothing, float grad_scale)
+{
+	k_cross_entropy_backward(logits, inv_sum, labels, rows, vocab, pad_id, label_smoothing, grad_scale,
+							 state(be)->stream);
+	launched(be, "cross_entropy_backward");
+}
+
+static void
+cuda_sum_squares(TfBackend *be, const float *x, size_t n, double *out)
+{
+	k_sum_squares(x, n, out, state(be)->partials, state(be)->stream);
+	launched(be, "sum_squares");
+}
+
+static void
+cuda_scale(TfBackend *be, float *x, size_t n, float s)
+{
+	k_scale(x, n, s, state(be)->stream);
+	launched(be, "scale");
+}
+
+static void
+cuda_adam(TfBackend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+		  float beta2, float eps, float bc1, float bc2)
+{
+	k_adam(params, grads, m, v, n, lr, beta1, beta2, eps, bc1, bc2, state(be)->stream);
+	launched(be, "adam");
+}
+
+static void
+cuda_gather(TfBackend *be, float *dst, size_t dst_stride, const float *src, size_t src_stride,
+			const int32_t *rows, int n, size_t count)
+{
+	k_gather(dst, dst_stride, src, src_stride, rows, n, count, state(be)->stream);
+	launched(be, "gather");
+}
+
+static void
+cuda_log_softmax_topk(TfBackend *be, const float *logits, int rows, int vocab, int k, float *top_logp,
+					  int32_t *top_id, int eos_id, float *eos_logp)
+{
+	k_log_softmax_topk(logits, rows, vocab, k, top_logp, top_id, eos_id, eos_logp, state(be)->stream);
+	launched(be, "log_softmax_topk");
+}
+
+/* The GPU needs no host threads: the CPU thread count does not apply. */
+static void
+cuda_set_threads(TfBackend *be, int threads)
+{
+	(void) be;
+	(void) threads;
+}
+
+static int
+cuda_status(TfBackend *be, char *err, size_t errlen)
+{
+	CudaState  *st = state(be);
+
+	if (!st->failed)
+		return TF_OK;
+	snprintf(err, errlen, "%s", st->error);
+	st->failed = false;
+	return TF_ERROR;
+}
+
+static void
+cuda_destroy(TfBackend *be)
+{
+	CudaState  *st = state(be);
+
+	cudaStreamSynchronize(st->stream);
+	cudaFree(st->dscores);
+	cudaFree(st->partials);
+	if (st->blas != NULL)
+		cublasDestroy(st->blas);
+	if (st->stream != NULL)
+		cudaStreamDestroy(st->stream);
+	free(st);
+	free(be);
+}
+
+extern "C" __attribute__((visibility("default"))) TfBackend *
+tf_backend_cuda_create(int device, char *err, size_t errlen)
+{
+	TfBackend  *be;
+	CudaState  *st;
+	int			count = 0;
+	cudaError_t rc = cudaGetDeviceCount(&count);
+
+	if (rc != cudaSuccess)
+	{
+		snprintf(err, errlen, "no usable CUDA device: %s (CUDA error %d)", cudaGetErrorString(rc), (int) rc);
+		(void) cudaGetLastError();
+		return NULL;
+	}
+	if (device >= count)
+	{
+		snprintf(err, errlen, "CUDA device %d does not exist (%d device%s)", device, count, count == 1 ? "" : "s");
+		return NULL;
+	}
+	be = (TfBackend *) calloc(1, sizeof(TfBackend));
+	st = (CudaState *) calloc(1, sizeof(CudaState));
+	if (be == NULL || st == NULL)
+	{
+		free(be);
+		free(st);
+		snprintf(err, errlen, "out of memory creating the CUDA backend");
+		return NULL;
+	}
+	st->device = device;
+	be->state = st;
+	if ((rc = cudaSetDevice(device)) != cudaSuccess || (rc = cudaStreamCreate(&st->stream)) != cudaSuccess ||
+		(rc = cudaMalloc((void **) &st->partials, k_sum_squares_partials() * sizeof(double))) != cudaSuccess)
+	{
+		snprintf(err, errlen, "CUDA device %d: %s", device, cudaGetErrorString(rc));
+		cuda_destroy(be);
+		return NULL;
+	}
+	if (cublasCreate(&st->blas) != CUBLAS_STATUS_SUCCESS ||
+		cublasSetStream(st->blas, st->stream) != CUBLAS_STATUS_SUCCESS)
+	{
+		snprintf(err, errlen, "CUDA device %d: cuBLAS could not be initialised", device);
+		cuda_destroy(be);
+		return NULL;
+	}
+	be->name = "cuda";
+	be->host_memory = false;
+	be->destroy = cuda_destroy;
+	be->status = cuda_status;
+	be->alloc = cuda_alloc;
+	be->free = cuda_free;
+	be->upload = cuda_upload;
+	be->download = cuda_download;
+	be->zero = cuda_zero;
+	be->copy = cuda_copy;
+	be->reserve = cuda_reserve;
+	be->gemm = cuda_gemm;
+	be->bias_rows = cuda_bias_rows;
+	be->bias_backward = cuda_bias_backward;
+	be->embed = cuda_embed;
+	be->embed_backward = cuda_embed_backward;
+	be->dropout = cuda_dropout;
+	be->dropout_backward = cuda_dropout_backward;
+	be->add = cuda_add;
+	be->relu = cuda_relu;
+	be->relu_backward = cuda_relu_backward;
+	be->layernorm = cuda_layernorm;
+	be->layernorm_backward = cuda_layernorm_backward;
+	be->attention = cuda_attention;
+	be->attention_backward = cuda_attention_backward;
+	be->cross_entropy = cuda_cross_entropy;
+	be->accumulate = cuda_accumulate;
+	be->cross_entropy_backward = cuda_cross_entropy_backward;
+	be->sum_squares = cuda_sum_squares;
+	be->scale = cuda_scale;
+	be->adam = cuda_adam;
+	be->gather = cuda_gather;
+	be->log_softmax_topk = cuda_log_softmax_topk;
+	be->set_threads = cuda_set_threads;
+	return be;
+}

@@ -1,0 +1,151 @@
+/*
+ * common.cuh - what every kernel file of the CUDA backend shares: the
+ * emulation header (real CUDA under nvcc, the CPU emulation under g++),
+ * block-wide reductions and the launch-checking helpers.
+ *
+ * Every kernel here is deterministic: no floating-point atomics, every sum
+ * over threads in a fixed tree order, so a run is bitwise repeatable and
+ * equal in every fiber order under emulation.
+ */
+#ifndef ATTENTION_KERNELS_COMMON_CUH
+#define ATTENTION_KERNELS_COMMON_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "emu/cuda_emu.h"
+
+extern "C" {
+#include "rng.h"
+}
+
+/* Threads per block of the row-wise kernels (a multiple of 32). */
+#define BLOCK 256
+
+/* Blocks for n elements at `threads` per block, capped for grid-stride loops. */
+static inline unsigned
+blocks_for(size_t n, unsigned threads)
+{
+	size_t		b = (n + threads - 1) / threads;
+
+	return (unsigned) (b == 0 ? 1 : b > 65535 ? 65535 : b);
+}
+
+/* Sum of v over the warp (every lane gets it). */
+__device__ __forceinline__ float
+warp_sum(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+__device__ __forceinline__ double
+warp_sum_double(double v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+/* Max of v over the warp (every lane gets it). */
+__device__ __forceinline__ float
+warp_max(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+/*
+ * Sum over the block (blockDim.x a multiple of 32, at most 1024); every
+ * thread gets it. `part` is __shared__ scratch of 33 floats; every thread
+ * of the block must call it (it holds barriers).
+ */
+__device__ __forceinline__ float
+block_sum(float v, float *part)
+{
+	int			lane = threadIdx.x & 31,
+				warp = threadIdx.x >> 5;
+
+	v = warp_sum(v);
+	if (lane == 0)
+		part[warp] = v;
+	__syncthreads();
+	if (warp == 0)
+	{
+		float		t = lane < (int) (blockDim.x >> 5) ? part[lane] : 0.0f;
+
+		t = warp_sum(t);
+		if (lane == 0)
+			part[32] = t;
+	}
+	__syncthreads();
+	v = part[32];
+	__syncthreads();			/* part may be reused at once */
+	return v;
+}
+
+/* block_sum in double (part: 33 doubles). */
+__device__ __forceinline__ double
+block_sum_double(double v, double *part)
+{
+	int			lane = threadIdx.x & 31,
+				warp = threadIdx.x >> 5;
+
+	v = warp_sum_double(v);
+	if (lane == 0)
+		part[warp] = v;
+	__syncthreads();
+	if (warp == 0)
+	{
+		double		t = lane < (int) (blockDim.x >> 5) ? part[lane] : 0.0;
+
+		t = warp_sum_double(t);
+		if (lane == 0)
+			part[32] = t;
+	}
+	__syncthreads();
+	v = part[32];
+	__syncthreads();
+	return v;
+}
+
+/* Max over the block, as block_sum. */
+__device__ __forceinline__ float
+block_max(float v, float *part)
+{
+	int			lane = threadIdx.x & 31,
+				warp = threadIdx.x >> 5;
+
+	v = warp_max(v);
+	if (lane == 0)
+		part[warp] = v;
+	__syncthreads();
+	if (warp == 0)
+	{
+		float		t = lane < (int) (blockDim.x >> 5) ? part[lane] : -INFINITY;
+
+		t = warp_max(t);
+		if (lane == 0)
+			part[32] = t;
+	}
+	__syncthreads();
+	v = part[32];
+	__syncthreads();
+	return v;
+}
+
+/* tf_random_uniform of src/rng.c on the device: word index % 4 of Philox on counter index / 4. */
+__device__ __forceinline__ float
+device_uniform(uint64_t seed, uint64_t stream, uint64_t index)
+{
+	uint32_t	w[4];
+	uint64_t	blk = index >> 2;
+
+	tf_philox((uint32_t) blk, (uint32_t) (blk >> 32), (uint32_t) stream, (uint32_t) (stream >> 32),
+			  (uint32_t) seed, (uint32_t) (seed >> 32), w);
+	return (float) (w[index & 3] >> 8) * (1.0f / 16777216.0f);
+}
+
+#endif

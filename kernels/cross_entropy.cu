@@ -1,0 +1,208 @@
+/*
+ * cross_entropy.cu - label-smoothed cross-entropy over the whole vocabulary
+ * (PyTorch's definition) and its backward, the fixed-order sum of row
+ * losses, and the per-row top-k log-probabilities of beam search: the twins
+ * of cpu_cross_entropy, cpu_cross_entropy_backward, cpu_accumulate and
+ * cpu_log_softmax_topk.
+ */
+#include <limits.h>
+
+#include "kernels.h"
+
+/* One block per row; with inv_sum the row keeps exp(x - max) for the backward. */
+__global__ void
+cross_entropy_kernel(float *logits, float *inv_sum, const int32_t *labels, int vocab, int pad_id,
+					 float label_smoothing, double *row_loss)
+{
+	__shared__ float part[33];
+	size_t		r = blockIdx.x;
+	float	   *x = logits + r * vocab;
+	int			label = labels[r];
+	float		mx = -INFINITY,
+				sum = 0.0f,
+				sum_x = 0.0f,
+				label_logit;
+
+	if (label == pad_id)
+	{
+		if (threadIdx.x == 0)
+		{
+			if (inv_sum != NULL)
+				inv_sum[r] = 0.0f;
+			row_loss[r] = 0.0;
+		}
+		return;
+	}
+	label_logit = x[label];		/* read by every thread before any write (barriers follow) */
+	for (int j = threadIdx.x; j < vocab; j += blockDim.x)
+		mx = fmaxf(mx, x[j]);
+	mx = block_max(mx, part);
+	for (int j = threadIdx.x; j < vocab; j += blockDim.x)
+	{
+		float		e = expf(x[j] - mx);
+
+		sum_x += x[j];
+		sum += e;
+		if (inv_sum != NULL)
+			x[j] = e;
+	}
+	sum = block_sum(sum, part);
+	sum_x = block_sum(sum_x, part);
+	if (threadIdx.x == 0)
+	{
+		if (inv_sum != NULL)
+			inv_sum[r] = 1.0f / sum;
+		row_loss[r] = (double) mx + log((double) sum) - (1.0 - label_smoothing) * label_logit -
+			(double) label_smoothing * sum_x / vocab;
+	}
+}
+
+/* One block per row: grad_scale * (softmax - q), zero on ignored rows. */
+__global__ void
+cross_entropy_backward_kernel(float *logits, const float *inv_sum, const int32_t *labels, int vocab, int pad_id,
+							  float label_smoothing, float grad_scale)
+{
+	size_t		r = blockIdx.x;
+	float	   *x = logits + r * vocab;
+	float		scale = grad_scale * inv_sum[r],
+				smooth = grad_scale * label_smoothing / vocab;
+	bool		pad = labels[r] == pad_id;
+
+	for (int j = threadIdx.x; j < vocab; j += blockDim.x)
+		x[j] = pad ? 0.0f : x[j] * scale - smooth;
+	__syncthreads();
+	if (threadIdx.x == 0 && !pad)
+		x[labels[r]] -= grad_scale * (1.0f - label_smoothing);
+}
+
+/* One block: *out += the sum of x. */
+__global__ void
+accumulate_kernel(double *out, const double *x, size_t n)
+{
+	__shared__ double part[33];
+	double		s = 0.0;
+
+	for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+		s += x[i];
+	s = block_sum_double(s, part);
+	if (threadIdx.x == 0)
+		*out += s;
+}
+
+/* a ranks before b: a larger value, or an equal value and a smaller id. */
+__device__ __forceinline__ bool
+ranks_before(float av, int ai, float bv, int bi)
+{
+	return av > bv || (av == bv && ai < bi);
+}
+
+/*
+ * One block per row: log-sum-exp, then k rounds of a block-wide arg-max,
+ * each over the elements ranked after the previous round's pick (value
+ * descending, id ascending, as the CPU's insertion keeps them).
+ */
+__global__ void
+log_softmax_topk_kernel(const float *logits, int vocab, int k, float *top_logp, int32_t *top_id, int eos_id,
+						float *eos_logp)
+{
+	__shared__ float part[33];
+	__shared__ float best_v[32];
+	__shared__ int best_i[32];
+	__shared__ float pick_v;
+	__shared__ int pick_i;
+	size_t		r = blockIdx.x;
+	const float *x = logits + r * vocab;
+	int			lane = threadIdx.x & 31,
+				warp = threadIdx.x >> 5;
+	float		mx = -INFINITY,
+				sum = 0.0f,
+				lse,
+				prev_v = INFINITY;
+	int			prev_i = -1;
+
+	for (int j = threadIdx.x; j < vocab; j += blockDim.x)
+		mx = fmaxf(mx, x[j]);
+	mx = block_max(mx, part);
+	for (int j = threadIdx.x; j < vocab; j += blockDim.x)
+		sum += expf(x[j] - mx);
+	lse = mx + logf(block_sum(sum, part));
+	for (int t = 0; t < k; t++)
+	{
+		float		bv = -INFINITY;
+		int			bi = INT_MAX;
+
+		for (int j = threadIdx.x; j < vocab; j += blockDim.x)
+			if (ranks_before(prev_v, prev_i, x[j], j) && ranks_before(x[j], j, bv, bi))
+				bv = x[j], bi = j;
+		for (int o = 16; o > 0; o >>= 1)
+		{
+			float		ov = __shfl_xor_sync(0xffffffffu, bv, o);
+			int			oi = __shfl_xor_sync(0xffffffffu, bi, o);
+
+			if (ranks_before(ov, oi, bv, bi))
+				bv = ov, bi = oi;
+		}
+		if (lane == 0)
+			best_v[warp] = bv, best_i[warp] = bi;
+		__syncthreads();
+		if (warp == 0)
+		{
+			bv = lane < (int) (blockDim.x >> 5) ? best_v[lane] : -INFINITY;
+			bi = lane < (int) (blockDim.x >> 5) ? best_i[lane] : INT_MAX;
+			for (int o = 16; o > 0; o >>= 1)
+			{
+				float		ov = __shfl_xor_sync(0xffffffffu, bv, o);
+				int			oi = __shfl_xor_sync(0xffffffffu, bi, o);
+
+				if (ranks_before(ov, oi, bv, bi))
+					bv = ov, bi = oi;
+			}
+			if (lane == 0)
+			{
+				pick_v = bv;
+				pick_i = bi;
+				top_logp[r * k + t] = bv - lse;
+				top_id[r * k + t] = bi;
+			}
+		}
+		__syncthreads();
+		prev_v = pick_v;
+		prev_i = pick_i;
+		__syncthreads();		/* pick_v is written again next round */
+	}
+	if (threadIdx.x == 0)
+		eos_logp[r] = x[eos_id] - lse;
+}
+
+void
+k_cross_entropy(float *logits, float *inv_sum, const int32_t *labels, int rows, int vocab, int pad_id,
+				float label_smoothing, double *row_loss, cudaStream_t stream)
+{
+	if (rows > 0)
+		LAUNCH(cross_entropy_kernel, rows, BLOCK, 0, stream)(logits, inv_sum, labels, vocab, pad_id,
+															   label_smoothing, row_loss);
+}
+
+void
+k_cross_entropy_backward(float *logits, const float *inv_sum, const int32_t *labels, int rows, int vocab,
+						 int pad_id, float label_smoothing, float grad_scale, cudaStream_t stream)
+{
+	if (rows > 0)
+		LAUNCH(cross_entropy_backward_kernel, rows, BLOCK, 0, stream)(logits, inv_sum, labels, vocab, pad_id,
+																		label_smoothing, grad_scale);
+}
+
+void
+k_accumulate(double *out, const double *x, size_t n, cudaStream_t stream)
+{
+	LAUNCH(accumulate_kernel, 1, BLOCK, 0, stream)(out, x, n);
+}
+
+void
+k_log_softmax_topk(const float *logits, int rows, int vocab, int k, float *top_logp, int32_t *top_id, int eos_id,
+				   float *eos_logp, cudaStream_t stream)
+{
+	if (rows > 0)
+		LAUNCH(log_softmax_topk_kernel, rows, BLOCK, 0, stream)(logits, vocab, k, top_logp, top_id, eos_id,
+																  eos_logp);
+}

@@ -1,0 +1,70 @@
+/*
+ * dropout.cu - inverted dropout with the CPU backend's exact bits: element
+ * i is kept when uniform(seed, stream, i) >= p, uniform from word i % 4 of
+ * Philox4x32-10 on counter (i / 4, stream) (src/rng.h, shared).
+ */
+#include "kernels.h"
+
+/* One thread per Philox block of four elements. */
+__global__ void
+dropout_kernel(float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t stream_id,
+			   uint8_t *keep_mask)
+{
+	size_t		blocks = (n + 3) / 4;
+	float		keep_scale = 1.0f / (1.0f - p);
+
+	for (size_t blk = (size_t) blockIdx.x * blockDim.x + threadIdx.x; blk < blocks;
+		 blk += (size_t) gridDim.x * blockDim.x)
+	{
+		uint32_t	w[4];
+
+		tf_philox((uint32_t) blk, (uint32_t) (blk >> 32), (uint32_t) stream_id, (uint32_t) (stream_id >> 32),
+				  (uint32_t) seed, (uint32_t) (seed >> 32), w);
+		for (int k = 0; k < 4; k++)
+		{
+			size_t		e = blk * 4 + k;
+			bool		keep;
+
+			if (e >= n)
+				break;
+			keep = (float) (w[k] >> 8) * (1.0f / 16777216.0f) >= p;
+			out[e] = keep ? x[e] * keep_scale : 0.0f;
+			if (keep_mask != NULL)
+				keep_mask[e] = keep;
+		}
+	}
+}
+
+__global__ void
+dropout_backward_kernel(float *dx, const float *dout, size_t n, float keep_scale, const uint8_t *keep_mask)
+{
+	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
+		dx[i] = keep_mask[i] ? dout[i] * keep_scale : 0.0f;
+}
+
+void
+k_dropout(float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t stream_id, uint8_t *keep_mask,
+		  cudaStream_t stream)
+{
+	if (p <= 0.0f)
+	{
+		if (out != x)
+			cudaMemcpyAsync(out, x, n * sizeof(float), cudaMemcpyDeviceToDevice, stream);
+		return;
+	}
+	LAUNCH(dropout_kernel, blocks_for((n + 3) / 4, BLOCK), BLOCK, 0, stream)(out, x, n, p, seed, stream_id,
+																			   keep_mask);
+}
+
+void
+k_dropout_backward(float *dx, const float *dout, size_t n, float p, const uint8_t *keep_mask, cudaStream_t stream)
+{
+	if (p <= 0.0f)
+	{
+		if (dx != dout)
+			cudaMemcpyAsync(dx, dout, n * sizeof(float), cudaMemcpyDeviceToDevice, stream);
+		return;
+	}
+	LAUNCH(dropout_backward_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(dx, dout, n, 1.0f / (1.0f - p),
+																			  keep_mask);
+}

@@ -1,0 +1,72 @@
+/*
+ * kernels.h - the launchers of the CUDA backend's kernels (one .cu file per
+ * CPU op family of src/backend_cpu.c), called by backend_cuda.cu. Every
+ * pointer is device memory; shapes and semantics are those of the TfBackend
+ * operation of the same name (src/backend.h). Launches are asynchronous on
+ * `stream`; launch errors surface through cudaGetLastError.
+ */
+#ifndef ATTENTION_KERNELS_H
+#define ATTENTION_KERNELS_H
+
+#include "common.cuh"
+
+extern "C" {
+#include "backend.h"
+}
+
+/* elementwise.cu */
+void		k_add(float *out, const float *a, const float *b, size_t n, cudaStream_t stream);
+void		k_scale(float *x, size_t n, float s, cudaStream_t stream);
+void		k_bias_rows(float *out, const float *bias, int rows, int cols, cudaStream_t stream);
+void		k_bias_backward(float *dbias, const float *dout, int rows, int cols, cudaStream_t stream);
+void		k_relu(float *out, const float *x, size_t n, cudaStream_t stream);
+void		k_relu_backward(float *dx, const float *dout, const float *x, size_t n, cudaStream_t stream);
+
+/* dropout.cu */
+void		k_dropout(float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t stream_id,
+					  uint8_t *keep_mask, cudaStream_t stream);
+void		k_dropout_backward(float *dx, const float *dout, size_t n, float p, const uint8_t *keep_mask,
+							   cudaStream_t stream);
+
+/* embed.cu */
+void		k_embed(float *out, const int32_t *ids, const int32_t *positions, const float *embedding,
+					const float *pe, int rows, int d, float scale, cudaStream_t stream);
+void		k_embed_backward(float *dembedding, const float *dout, const int32_t *ids, int rows, int d,
+							 float scale, cudaStream_t stream);
+
+/* layernorm.cu */
+void		k_layernorm(float *out, float *mean, float *rstd, const float *x, const float *gamma,
+						const float *beta, int rows, int d, float eps, cudaStream_t stream);
+void		k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
+								 const float *mean, const float *rstd, const float *gamma, int rows, int d,
+								 cudaStream_t stream);
+
+/* attention.cu (dscores: sh->p_total floats of workspace) */
+bool		k_attention_fits(const TfAttentionShape *sh);
+void		k_attention(float *ctx, float *probs, const float *q, int ldq, const float *k, const float *v,
+						int ldk, const TfAttentionShape *sh, cudaStream_t stream);
+void		k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, const float *probs,
+								 const float *q, int ldq, const float *k, const float *v, int ldk,
+								 const TfAttentionShape *sh, float *dscores, cudaStream_t stream);
+
+/* cross_entropy.cu */
+void		k_cross_entropy(float *logits, float *inv_sum, const int32_t *labels, int rows, int vocab,
+							int pad_id, float label_smoothing, double *row_loss, cudaStream_t stream);
+void		k_cross_entropy_backward(float *logits, const float *inv_sum, const int32_t *labels, int rows,
+									 int vocab, int pad_id, float label_smoothing, float grad_scale,
+									 cudaStream_t stream);
+void		k_accumulate(double *out, const double *x, size_t n, cudaStream_t stream);
+void		k_log_softmax_topk(const float *logits, int rows, int vocab, int k, float *top_logp,
+							   int32_t *top_id, int eos_id, float *eos_logp, cudaStream_t stream);
+
+/* optim.cu (partials: k_sum_squares_partials() doubles of workspace) */
+size_t		k_sum_squares_partials(void);
+void		k_sum_squares(const float *x, size_t n, double *out, double *partials, cudaStream_t stream);
+void		k_adam(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+				   float beta2, float eps, float bc1, float bc2, cudaStream_t stream);
+
+/* gather.cu */
+void		k_gather(float *dst, size_t dst_stride, const float *src, size_t src_stride, const int32_t *rows,
+					 int n, size_t count, cudaStream_t stream);
+
+#endif

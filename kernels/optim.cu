@@ -1,0 +1,75 @@
+/*
+ * optim.cu - Adam as PyTorch computes it (Kingma & Ba 2015) and the sum of
+ * squares behind the global gradient norm, the twins of cpu_adam and
+ * cpu_sum_squares.
+ */
+#include "kernels.h"
+
+/* Blocks of the first pass of sum_squares (their partial sums are then added in order). */
+#define SUMSQ_BLOCKS 256
+
+__global__ void
+adam_kernel(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+			float eps, float bc1, float bc2)
+{
+	float		step_size = lr / bc1,
+				sqrt_bc2 = sqrtf(bc2);
+
+	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
+	{
+		float		g = grads[i];
+
+		m[i] = beta1 * m[i] + (1.0f - beta1) * g;
+		v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
+		params[i] -= step_size * m[i] / (sqrtf(v[i]) / sqrt_bc2 + eps);
+	}
+}
+
+/* Pass 1: block b sums the squares of its grid-stride share into partials[b]. */
+__global__ void
+sum_squares_kernel(const float *x, size_t n, double *partials)
+{
+	__shared__ double part[33];
+	double		s = 0.0;
+
+	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
+		s += (double) x[i] * x[i];
+	s = block_sum_double(s, part);
+	if (threadIdx.x == 0)
+		partials[blockIdx.x] = s;
+}
+
+/* Pass 2: one block adds the partials; *out = the total. */
+__global__ void
+sum_partials_kernel(const double *partials, int n, double *out)
+{
+	__shared__ double part[33];
+	double		s = 0.0;
+
+	for (int i = threadIdx.x; i < n; i += blockDim.x)
+		s += partials[i];
+	s = block_sum_double(s, part);
+	if (threadIdx.x == 0)
+		*out = s;
+}
+
+size_t
+k_sum_squares_partials(void)
+{
+	return SUMSQ_BLOCKS;
+}
+
+void
+k_sum_squares(const float *x, size_t n, double *out, double *partials, cudaStream_t stream)
+{
+	LAUNCH(sum_squares_kernel, SUMSQ_BLOCKS, BLOCK, 0, stream)(x, n, partials);
+	LAUNCH(sum_partials_kernel, 1, BLOCK, 0, stream)(partials, SUMSQ_BLOCKS, out);
+}
+
+void
+k_adam(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+	   float eps, float bc1, float bc2, cudaStream_t stream)
+{
+	LAUNCH(adam_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(params, grads, m, v, n, lr, beta1, beta2, eps,
+																  bc1, bc2);
+}
