@@ -31,5 +31,6 @@ void		test_spm(const char *fixtures);
 void		test_ops(const char *fixtures);
 void		test_model(const char *fixtures);
 void		test_decode(const char *fixtures);
+void		test_backend(const char *fixtures);
 
 #endif

@@ -27,7 +27,7 @@ int
 main(int argc, char **argv)
 {
 	const Suite suites[] = {{"bleu", test_bleu}, {"sentencepiece", test_spm}, {"ops", test_ops},
-	{"model", test_model}, {"decode", test_decode}};
+	{"backend", test_backend}, {"model", test_model}, {"decode", test_decode}};
 	const char *fixtures = argc > 1 ? argv[1] : "test/fixtures";
 	size_t		i;
 

@@ -1,0 +1,621 @@
+/*
+ * test_backend.c - the CUDA backend against the CPU backend, op by op, on
+ * random non-square shapes (fp32: normwise relative error <= 1e-5; dropout
+ * masks and top-k ids equal), then 20 training steps of a small model with
+ * dropout on both backends (losses equal to 1e-5), and no device
+ * allocation in steps whose batch fits the arena. Runs when the suite's
+ * device is "cuda" (under emulation in CI, on a GPU with make check-cuda).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "fixture.h"
+#include "model.h"
+
+#define TOL 1e-5
+
+static unsigned seed_state = 2024;
+
+/* Uniform in [-1, 1). */
+static float
+rnd(void)
+{
+	seed_state = seed_state * 1664525u + 1013904223u;
+	return (float) ((seed_state >> 8) & 0xFFFFFF) / 8388608.0f - 1.0f;
+}
+
+/* n random floats (malloc'd). */
+static float *
+randoms(size_t n)
+{
+	float	   *x = malloc((n > 0 ? n : 1) * sizeof(float));
+	size_t		i;
+
+	for (i = 0; i < n; i++)
+		x[i] = rnd();
+	return x;
+}
+
+/* The two backends under comparison. */
+typedef struct Both
+{
+	TfBackend  *cpu,
+			   *gpu;
+} Both;
+
+/* A device copy of `bytes` of host memory. */
+static void *
+up(TfBackend *be, const void *host, size_t bytes)
+{
+	void	   *d = be->alloc(be, bytes > 0 ? bytes : 1);
+
+	if (bytes > 0)
+		be->upload(be, d, host, bytes);
+	return d;
+}
+
+/* A host copy of `bytes` of device memory (malloc'd). */
+static void *
+down(TfBackend *be, const void *dev, size_t bytes)
+{
+	void	   *h = malloc(bytes > 0 ? bytes : 1);
+
+	if (bytes > 0)
+		be->download(be, h, dev, bytes);
+	return h;
+}
+
+/* Compares n floats of GPU memory with the CPU's host result. */
+static void
+same(Both *b, const char *what, const float *gpu, const float *cpu, size_t n)
+{
+	float	   *h = down(b->gpu, gpu, n * sizeof(float));
+	double		e = rel_error(h, cpu, n);
+	char		err[TF_ERRLEN];
+
+	CHECK(b->gpu->status(b->gpu, err, sizeof(err)) == TF_OK, "%s: %s", what, err);
+	CHECK(e <= TOL, "%s: cuda differs from cpu, relative error %.3g", what, e);
+	free(h);
+}
+
+static void
+compare_gemm(Both *b)
+{
+	int			t;
+
+	for (t = 0; t < 4; t++)
+	{
+		bool		ta = t & 1,
+					tb = t & 2;
+		int			m = 37,
+					n = 23,
+					k = 19;
+		int			lda = (ta ? m : k) + 3,
+					ldb = (tb ? k : n) + 2,
+					ldc = n + 5;
+		size_t		asz = (size_t) (ta ? k : m) * lda,
+					bsz = (size_t) (tb ? n : k) * ldb,
+					csz = (size_t) m * ldc;
+		float	   *A = randoms(asz),
+				   *B = randoms(bsz),
+				   *C = randoms(csz);
+		float	   *dA = up(b->gpu, A, asz * 4),
+				   *dB = up(b->gpu, B, bsz * 4),
+				   *dC = up(b->gpu, C, csz * 4);
+		char		what[64];
+
+		b->cpu->gemm(b->cpu, ta, tb, m, n, k, 0.7f, A, lda, B, ldb, 0.3f, C, ldc);
+		b->gpu->gemm(b->gpu, ta, tb, m, n, k, 0.7f, dA, lda, dB, ldb, 0.3f, dC, ldc);
+		snprintf(what, sizeof(what), "gemm trans_a %d trans_b %d", ta, tb);
+		same(b, what, dC, C, csz);
+		/* four rows or fewer take the CPU's sgemv path */
+		b->cpu->gemm(b->cpu, ta, tb, 3, n, k, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+		b->gpu->gemm(b->gpu, ta, tb, 3, n, k, 1.0f, dA, lda, dB, ldb, 0.0f, dC, ldc);
+		same(b, "gemm, 3 rows", dC, C, csz);
+		free(A), free(B), free(C);
+		b->gpu->free(b->gpu, dA), b->gpu->free(b->gpu, dB), b->gpu->free(b->gpu, dC);
+	}
+}
+
+static void
+compare_elementwise(Both *b)
+{
+	enum {R = 29, D = 71, V = 13, P = 9};
+	size_t		n = (size_t) R * D;
+	float	   *x = randoms(n),
+			   *y = randoms(n),
+			   *out = randoms(n),
+			   *bias = randoms(D),
+			   *E = randoms((size_t) V * D),
+			   *pe = malloc((size_t) P * D * sizeof(float));
+	int32_t		ids[R],
+				pos[R];
+	float	   *dx = up(b->gpu, x, n * 4),
+			   *dy = up(b->gpu, y, n * 4),
+			   *dout = up(b->gpu, out, n * 4),
+			   *dbias = up(b->gpu, bias, D * 4),
+			   *dE = up(b->gpu, E, (size_t) V * D * 4),
+			   *dpe;
+	int32_t    *dids,
+			   *dpos;
+	uint8_t    *mask = malloc(n),
+			   *dmask = b->gpu->alloc(b->gpu, n),
+			   *hmask;
+	int			i;
+	double		sum_cpu = 0.0,
+				sum_gpu = 0.0,
+			   *dsum = b->gpu->alloc(b->gpu, sizeof(double));
+
+	tf_positional_encoding(pe, P, D);
+	dpe = up(b->gpu, pe, (size_t) P * D * 4);
+	for (i = 0; i < R; i++)
+	{
+		ids[i] = (i * 7) % V;	/* repeated ids: the embedding gradient adds them */
+		pos[i] = i % P;
+	}
+	dids = up(b->gpu, ids, sizeof(ids));
+	dpos = up(b->gpu, pos, sizeof(pos));
+
+	b->cpu->add(b->cpu, out, x, y, n);
+	b->gpu->add(b->gpu, dout, dx, dy, n);
+	same(b, "add", dout, out, n);
+	b->cpu->scale(b->cpu, out, n, -1.5f);
+	b->gpu->scale(b->gpu, dout, n, -1.5f);
+	same(b, "scale", dout, out, n);
+	b->cpu->relu(b->cpu, out, x, n);
+	b->gpu->relu(b->gpu, dout, dx, n);
+	same(b, "relu", dout, out, n);
+	b->cpu->relu_backward(b->cpu, out, y, x, n);
+	b->gpu->relu_backward(b->gpu, dout, dy, dx, n);
+	same(b, "relu_backward", dout, out, n);
+	b->cpu->bias_rows(b->cpu, out, bias, R, D);
+	b->gpu->bias_rows(b->gpu, dout, dbias, R, D);
+	same(b, "bias_rows", dout, out, n);
+	b->cpu->bias_backward(b->cpu, bias, y, R, D);
+	b->gpu->bias_backward(b->gpu, dbias, dy, R, D);
+	same(b, "bias_backward", dbias, bias, D);
+	b->cpu->embed(b->cpu, out, ids, pos, E, pe, R, D, 2.5f);
+	b->gpu->embed(b->gpu, dout, dids, dpos, dE, dpe, R, D, 2.5f);
+	same(b, "embed", dout, out, n);
+	b->cpu->embed_backward(b->cpu, E, y, ids, R, D, 2.5f);
+	b->gpu->embed_backward(b->gpu, dE, dy, dids, R, D, 2.5f);
+	same(b, "embed_backward", dE, E, (size_t) V * D);
+	/* dropout: the same bits, so bitwise the same values and mask */
+	b->cpu->dropout(b->cpu, out, x, n - 3, 0.3f, 77, (5ull << 32) | 9, mask);
+	b->gpu->dropout(b->gpu, dout, dx, n - 3, 0.3f, 77, (5ull << 32) | 9, dmask);
+	hmask = down(b->gpu, dmask, n - 3);
+	{
+		float	   *h = down(b->gpu, dout, (n - 3) * 4);
+
+		CHECK(memcmp(h, out, (n - 3) * 4) == 0 && memcmp(hmask, mask, n - 3) == 0,
+			  "dropout: cuda's values or mask differ from cpu's bits");
+		free(h);
+	}
+	b->cpu->dropout_backward(b->cpu, out, y, n - 3, 0.3f, mask);
+	b->gpu->dropout_backward(b->gpu, dout, dy, n - 3, 0.3f, dmask);
+	same(b, "dropout_backward", dout, out, n - 3);
+	b->cpu->dropout(b->cpu, out, x, n, 0.0f, 1, 1, NULL);
+	b->gpu->dropout(b->gpu, dout, dx, n, 0.0f, 1, 1, NULL);
+	same(b, "dropout p = 0", dout, out, n);
+	b->cpu->sum_squares(b->cpu, x, n, &sum_cpu);
+	b->gpu->sum_squares(b->gpu, dx, n, dsum);
+	b->gpu->download(b->gpu, &sum_gpu, dsum, sizeof(double));
+	CHECK(fabs(sum_gpu - sum_cpu) <= 1e-12 * sum_cpu, "sum_squares %.17g, cpu %.17g", sum_gpu, sum_cpu);
+	{
+		float	   *m = randoms(n),
+				   *v = randoms(n);
+		float	   *dm,
+				   *dv;
+
+		for (i = 0; i < (int) n; i++)
+			v[i] = fabsf(v[i]);
+		dm = up(b->gpu, m, n * 4);
+		dv = up(b->gpu, v, n * 4);
+		b->cpu->adam(b->cpu, out, y, m, v, n, 1e-3f, 0.9f, 0.98f, 1e-9f, 0.1f, 0.02f);
+		b->gpu->adam(b->gpu, dout, dy, dm, dv, n, 1e-3f, 0.9f, 0.98f, 1e-9f, 0.1f, 0.02f);
+		same(b, "adam parameters", dout, out, n);
+		same(b, "adam m", dm, m, n);
+		same(b, "adam v", dv, v, n);
+		free(m), free(v);
+		b->gpu->free(b->gpu, dm), b->gpu->free(b->gpu, dv);
+	}
+	free(x), free(y), free(out), free(bias), free(E), free(pe), free(mask), free(hmask);
+	b->gpu->free(b->gpu, dx), b->gpu->free(b->gpu, dy), b->gpu->free(b->gpu, dout), b->gpu->free(b->gpu, dbias);
+	b->gpu->free(b->gpu, dE), b->gpu->free(b->gpu, dpe), b->gpu->free(b->gpu, dids), b->gpu->free(b->gpu, dpos);
+	b->gpu->free(b->gpu, dmask), b->gpu->free(b->gpu, dsum);
+}
+
+static void
+compare_layernorm(Both *b)
+{
+	enum {R = 17, D = 300};
+	size_t		n = (size_t) R * D;
+	float	   *x = randoms(n),
+			   *g = randoms(D),
+			   *be = randoms(D),
+			   *dout = randoms(n),
+			   *out = malloc(n * 4),
+			   *mean = malloc(R * 4),
+			   *rstd = malloc(R * 4),
+			   *dg = randoms(D),
+			   *db = randoms(D),
+			   *dx = malloc(n * 4);
+	float	   *d_x = up(b->gpu, x, n * 4),
+			   *d_g = up(b->gpu, g, D * 4),
+			   *d_be = up(b->gpu, be, D * 4),
+			   *d_dout = up(b->gpu, dout, n * 4),
+			   *d_out = b->gpu->alloc(b->gpu, n * 4),
+			   *d_mean = b->gpu->alloc(b->gpu, R * 4),
+			   *d_rstd = b->gpu->alloc(b->gpu, R * 4),
+			   *d_dg = up(b->gpu, dg, D * 4),
+			   *d_db = up(b->gpu, db, D * 4),
+			   *d_dx = b->gpu->alloc(b->gpu, n * 4);
+
+	b->cpu->layernorm(b->cpu, out, mean, rstd, x, g, be, R, D, 1e-5f);
+	b->gpu->layernorm(b->gpu, d_out, d_mean, d_rstd, d_x, d_g, d_be, R, D, 1e-5f);
+	same(b, "layernorm", d_out, out, n);
+	same(b, "layernorm mean", d_mean, mean, R);
+	same(b, "layernorm rstd", d_rstd, rstd, R);
+	b->cpu->layernorm_backward(b->cpu, dx, dg, db, dout, x, mean, rstd, g, R, D);
+	b->gpu->layernorm_backward(b->gpu, d_dx, d_dg, d_db, d_dout, d_x, d_mean, d_rstd, d_g, R, D);
+	same(b, "layernorm_backward dx", d_dx, dx, n);
+	same(b, "layernorm_backward dgamma", d_dg, dg, D);
+	same(b, "layernorm_backward dbeta", d_db, db, D);
+	free(x), free(g), free(be), free(dout), free(out), free(mean), free(rstd), free(dg), free(db), free(dx);
+	b->gpu->free(b->gpu, d_x), b->gpu->free(b->gpu, d_g), b->gpu->free(b->gpu, d_be), b->gpu->free(b->gpu, d_dout);
+	b->gpu->free(b->gpu, d_out), b->gpu->free(b->gpu, d_mean), b->gpu->free(b->gpu, d_rstd);
+	b->gpu->free(b->gpu, d_dg), b->gpu->free(b->gpu, d_db), b->gpu->free(b->gpu, d_dx);
+}
+
+/*
+ * Attention over 3 sentences (queries 5, 1, 7; keys 6, 3, 7 for cross or
+ * the query counts for self), 3 heads of 5, q/k/v inside wider rows.
+ */
+static void
+compare_attention_case(Both *b, bool causal, bool cross, float dropout)
+{
+	enum {B = 3, H = 3, DK = 5, D = H * DK, LD = 3 * D + 2};
+	int			lq[B] = {5, 1, 7},
+				lk_cross[B] = {6, 3, 7};
+	int32_t		q_start[B + 1],
+				k_start[B + 1];
+	int64_t		p_start[B + 1];
+	int			i,
+				max_q = 0,
+				max_k = 0;
+	size_t		nq,
+				nk,
+				np;
+	float	   *qkv,
+			   *probs,
+			   *ctx,
+			   *dctx,
+			   *dq,
+			   *dkv;
+	float	   *d_qkv,
+			   *d_probs,
+			   *d_ctx,
+			   *d_dctx,
+			   *d_dq,
+			   *d_dkv;
+	int32_t    *d_qs,
+			   *d_ks;
+	int64_t    *d_ps;
+	TfAttentionShape sh = {0},
+				dsh;
+	char		what[80];
+
+	q_start[0] = k_start[0] = 0;
+	p_start[0] = 0;
+	for (i = 0; i < B; i++)
+	{
+		int			k = cross ? lk_cross[i] : lq[i];
+
+		q_start[i + 1] = q_start[i] + lq[i];
+		k_start[i + 1] = k_start[i] + k;
+		p_start[i + 1] = p_start[i] + (int64_t) H * lq[i] * k;
+		max_q = lq[i] > max_q ? lq[i] : max_q;
+		max_k = k > max_k ? k : max_k;
+	}
+	nq = (size_t) q_start[B], nk = (size_t) k_start[B], np = (size_t) p_start[B];
+	qkv = randoms((nq > nk ? nq : nk) * LD);
+	dctx = randoms(nq * D);
+	ctx = malloc(nq * D * 4), probs = malloc(np * 4);
+	dq = randoms((nq > nk ? nq : nk) * LD), dkv = randoms((nq > nk ? nq : nk) * LD);
+	d_qkv = up(b->gpu, qkv, (nq > nk ? nq : nk) * LD * 4);
+	d_dctx = up(b->gpu, dctx, nq * D * 4);
+	d_ctx = b->gpu->alloc(b->gpu, nq * D * 4), d_probs = b->gpu->alloc(b->gpu, np * 4);
+	d_dq = up(b->gpu, dq, (nq > nk ? nq : nk) * LD * 4), d_dkv = up(b->gpu, dkv, (nq > nk ? nq : nk) * LD * 4);
+	d_qs = up(b->gpu, q_start, sizeof(q_start)), d_ks = up(b->gpu, k_start, sizeof(k_start));
+	d_ps = up(b->gpu, p_start, sizeof(p_start));
+	sh.batch = B, sh.num_heads = H, sh.head_dim = DK, sh.causal = causal, sh.dropout = dropout;
+	sh.seed = 11, sh.stream = (3ull << 32) | 4, sh.max_q = max_q, sh.max_k = max_k, sh.p_total = p_start[B];
+	sh.q_start = q_start, sh.k_start = k_start, sh.p_start = p_start;
+	dsh = sh;
+	dsh.q_start = d_qs, dsh.k_start = d_ks, dsh.p_start = d_ps;
+	b->cpu->reserve(b->cpu, (size_t) max_q * max_k, np);
+	b->gpu->reserve(b->gpu, (size_t) max_q * max_k, np);
+	/* queries at column 1 of the rows, keys at D + 1, values at 2D + 1 (leading dimension LD) */
+	b->cpu->attention(b->cpu, ctx, probs, qkv + 1, LD, qkv + D + 1, qkv + 2 * D + 1, LD, &sh);
+	b->gpu->attention(b->gpu, d_ctx, d_probs, d_qkv + 1, LD, d_qkv + D + 1, d_qkv + 2 * D + 1, LD, &dsh);
+	snprintf(what, sizeof(what), "attention%s%s dropout %.1f", causal ? " causal" : "", cross ? " cross" : "",
+			 dropout);
+	same(b, what, d_ctx, ctx, nq * D);
+	same(b, "attention probabilities", d_probs, probs, np);
+	b->cpu->attention_backward(b->cpu, dq + 1, dkv + D + 1, dkv + 2 * D + 1, dctx, probs, qkv + 1, LD,
+							   qkv + D + 1, qkv + 2 * D + 1, LD, &sh);
+	b->gpu->attention_backward(b->gpu, d_dq + 1, d_dkv + D + 1, d_dkv + 2 * D + 1, d_dctx, d_probs, d_qkv + 1, LD,
+							   d_qkv + D + 1, d_qkv + 2 * D + 1, LD, &dsh);
+	strcat(what, " backward dq");
+	same(b, what, d_dq, dq, nq * LD);
+	what[strlen(what) - 2] = '\0';
+	strcat(what, "dk, dv");
+	same(b, what, d_dkv, dkv, nk * LD);
+	free(qkv), free(dctx), free(ctx), free(probs), free(dq), free(dkv);
+	b->gpu->free(b->gpu, d_qkv), b->gpu->free(b->gpu, d_dctx), b->gpu->free(b->gpu, d_ctx);
+	b->gpu->free(b->gpu, d_probs), b->gpu->free(b->gpu, d_dq), b->gpu->free(b->gpu, d_dkv);
+	b->gpu->free(b->gpu, d_qs), b->gpu->free(b->gpu, d_ks), b->gpu->free(b->gpu, d_ps);
+}
+
+/* Incremental decoding's attention: one query per row over k_len keys of a strided cache. */
+static void
+compare_attention_cache(Both *b)
+{
+	enum {R = 4, H = 2, DK = 4, D = H * DK, T = 6};
+	int32_t		q_start[R + 1] = {0, 1, 2, 3, 4},
+				k_start[R] = {0, T, 2 * T, 3 * T},
+				k_len[R] = {3, 6, 1, 4};
+	int64_t		p_start[R + 1];
+	float	   *q = randoms(R * D),
+			   *cache = randoms(R * T * 2 * D),
+			   *ctx = malloc(R * D * 4),
+			   *probs = malloc(R * H * T * 4);
+	float	   *d_q = up(b->gpu, q, R * D * 4),
+			   *d_cache = up(b->gpu, cache, R * T * 2 * D * 4),
+			   *d_ctx = b->gpu->alloc(b->gpu, R * D * 4),
+			   *d_probs = b->gpu->alloc(b->gpu, R * H * T * 4);
+	int32_t    *d_qs = up(b->gpu, q_start, sizeof(q_start)),
+			   *d_ks = up(b->gpu, k_start, sizeof(k_start)),
+			   *d_kl = up(b->gpu, k_len, sizeof(k_len));
+	int64_t    *d_ps;
+	TfAttentionShape sh = {0},
+				dsh;
+	int			r;
+
+	p_start[0] = 0;
+	for (r = 0; r < R; r++)
+		p_start[r + 1] = p_start[r] + H * k_len[r];
+	d_ps = up(b->gpu, p_start, sizeof(p_start));
+	sh.batch = R, sh.num_heads = H, sh.head_dim = DK, sh.max_q = 1, sh.max_k = T, sh.p_total = p_start[R];
+	sh.q_start = q_start, sh.k_start = k_start, sh.k_len = k_len, sh.p_start = p_start;
+	dsh = sh;
+	dsh.q_start = d_qs, dsh.k_start = d_ks, dsh.k_len = d_kl, dsh.p_start = d_ps;
+	b->cpu->attention(b->cpu, ctx, probs, q, D, cache, cache + D, 2 * D, &sh);
+	b->gpu->attention(b->gpu, d_ctx, d_probs, d_q, D, d_cache, d_cache + D, 2 * D, &dsh);
+	same(b, "attention over a key/value cache", d_ctx, ctx, R * D);
+	same(b, "attention over a key/value cache, probabilities", d_probs, probs, (size_t) p_start[R]);
+	free(q), free(cache), free(ctx), free(probs);
+	b->gpu->free(b->gpu, d_q), b->gpu->free(b->gpu, d_cache), b->gpu->free(b->gpu, d_ctx);
+	b->gpu->free(b->gpu, d_probs), b->gpu->free(b->gpu, d_qs), b->gpu->free(b->gpu, d_ks);
+	b->gpu->free(b->gpu, d_kl), b->gpu->free(b->gpu, d_ps);
+}
+
+static void
+compare_cross_entropy(Both *b)
+{
+	enum {R = 9, V = 503, K = 5};
+	size_t		n = (size_t) R * V;
+	float	   *x = randoms(n),
+			   *inv = malloc(R * 4),
+			   *top = malloc(R * K * 4),
+			   *eos = malloc(R * 4);
+	int32_t		labels[R] = {4, 0, 17, 502, 3, 0, 99, 1, 250},
+				ids[R * K];
+	double		rows[R],
+				total = 0.0,
+				gtotal = 0.0;
+	float	   *d_x,
+			   *d_inv = b->gpu->alloc(b->gpu, R * 4),
+			   *d_top = b->gpu->alloc(b->gpu, R * K * 4),
+			   *d_eos = b->gpu->alloc(b->gpu, R * 4);
+	int32_t    *d_labels = up(b->gpu, labels, sizeof(labels)),
+			   *d_ids = b->gpu->alloc(b->gpu, sizeof(ids)),
+			   *h_ids;
+	double	   *d_rows = b->gpu->alloc(b->gpu, sizeof(rows)),
+			   *d_total = b->gpu->alloc(b->gpu, sizeof(double)),
+			   *h_rows;
+	int			i;
+
+	/* ties: equal logits in row 2 must rank by ascending id */
+	x[2 * V + 10] = x[2 * V + 20] = x[2 * V + 30] = 5.0f;
+	d_x = up(b->gpu, x, n * 4);
+	b->cpu->log_softmax_topk(b->cpu, x, R, V, K, top, ids, 3, eos);
+	b->gpu->log_softmax_topk(b->gpu, d_x, R, V, K, d_top, d_ids, 3, d_eos);
+	h_ids = down(b->gpu, d_ids, sizeof(ids));
+	CHECK(memcmp(h_ids, ids, sizeof(ids)) == 0 && h_ids[2 * K] == 10 && h_ids[2 * K + 1] == 20,
+		  "log_softmax_topk: cuda's ids differ from cpu's (row 2: %d %d %d)", h_ids[2 * K], h_ids[2 * K + 1],
+		  h_ids[2 * K + 2]);
+	same(b, "log_softmax_topk values", d_top, top, R * K);
+	same(b, "log_softmax_topk eos", d_eos, eos, R);
+	for (i = 0; i < 2; i++)
+	{
+		bool		train = i == 1;
+
+		b->cpu->cross_entropy(b->cpu, x, train ? inv : NULL, labels, R, V, 0, 0.1f, rows);
+		b->gpu->cross_entropy(b->gpu, d_x, train ? d_inv : NULL, d_labels, R, V, 0, 0.1f, d_rows);
+		h_rows = down(b->gpu, d_rows, sizeof(rows));
+		{
+			double		worst = 0.0;
+			int			r;
+
+			for (r = 0; r < R; r++)
+				worst = fmax(worst, fabs(h_rows[r] - rows[r]) / fmax(fabs(rows[r]), 1e-2));
+			CHECK(worst <= TOL && h_rows[1] == 0.0, "cross_entropy row losses: relative error %.3g", worst);
+		}
+		free(h_rows);
+	}
+	same(b, "cross_entropy exp(logits - max)", d_x, x, n);
+	same(b, "cross_entropy inv_sum", d_inv, inv, R);
+	b->cpu->accumulate(b->cpu, &total, rows, R);
+	b->gpu->accumulate(b->gpu, d_total, d_rows, R);
+	b->gpu->accumulate(b->gpu, d_total, d_rows, R);
+	b->gpu->download(b->gpu, &gtotal, d_total, sizeof(double));
+	CHECK(fabs(gtotal - 2 * total) <= TOL * fabs(total), "accumulate twice: %.9g, cpu %.9g", gtotal, 2 * total);
+	b->cpu->cross_entropy_backward(b->cpu, x, inv, labels, R, V, 0, 0.1f, 0.25f);
+	b->gpu->cross_entropy_backward(b->gpu, d_x, d_inv, d_labels, R, V, 0, 0.1f, 0.25f);
+	same(b, "cross_entropy_backward", d_x, x, n);
+	free(x), free(inv), free(top), free(eos), free(h_ids);
+	b->gpu->free(b->gpu, d_x), b->gpu->free(b->gpu, d_inv), b->gpu->free(b->gpu, d_top), b->gpu->free(b->gpu, d_eos);
+	b->gpu->free(b->gpu, d_labels), b->gpu->free(b->gpu, d_ids), b->gpu->free(b->gpu, d_rows);
+	b->gpu->free(b->gpu, d_total);
+}
+
+static void
+compare_gather(Both *b)
+{
+	enum {N = 6, S = 40, C = 33};
+	float	   *src = randoms(N * S),
+			   *dst = randoms(N * S);
+	int32_t		rows[N] = {5, 0, 0, 3, 2, 1},
+				inc[N - 2] = {1, 3, 4, 5};
+	float	   *d_src = up(b->gpu, src, N * S * 4),
+			   *d_dst = up(b->gpu, dst, N * S * 4);
+	int32_t    *d_rows = up(b->gpu, rows, sizeof(rows)),
+			   *d_inc = up(b->gpu, inc, sizeof(inc));
+
+	b->cpu->gather(b->cpu, dst, S, src, S, rows, N, C);
+	b->gpu->gather(b->gpu, d_dst, S, d_src, S, d_rows, N, C);
+	same(b, "gather", d_dst, dst, N * S);
+	b->cpu->gather(b->cpu, dst + 3, S, src, S - 7, NULL, N, C - 4);
+	b->gpu->gather(b->gpu, d_dst + 3, S, d_src, S - 7, NULL, N, C - 4);
+	same(b, "gather without rows", d_dst, dst, N * S);
+	/* in place, dropping rows 0 and 2: row 1 is read before it is overwritten */
+	b->cpu->gather(b->cpu, src, S, src, S, inc, N - 2, S);
+	b->gpu->gather(b->gpu, d_src, S, d_src, S, d_inc, N - 2, S);
+	same(b, "gather in place", d_src, src, N * S);
+	free(src), free(dst);
+	b->gpu->free(b->gpu, d_src), b->gpu->free(b->gpu, d_dst), b->gpu->free(b->gpu, d_rows);
+	b->gpu->free(b->gpu, d_inc);
+}
+
+/* The synthetic batch of test_model.c's determinism check, lengths 8 down to 5. */
+static void
+small_batch(int32_t *src, int32_t *tgt, int32_t *lab, TfBatch *b)
+{
+	int			i,
+				t;
+
+	for (i = 0; i < 4; i++)
+		for (t = 0; t < 8; t++)
+		{
+			int			len = 8 - i;
+
+			src[i * 8 + t] = t < len - 1 ? 4 + (i * 7 + t * 3) % 60 : t == len - 1 ? 3 : 0;
+			tgt[i * 8 + t] = t == 0 ? 2 : t < len ? 4 + (i * 5 + t * 11) % 60 : 0;
+			lab[i * 8 + t] = t < len - 1 ? 4 + (i * 5 + (t + 1) * 11) % 60 : t == len - 1 ? 3 : 0;
+		}
+	b->batch_size = 4, b->src_len = 8, b->tgt_len = 8, b->src = src, b->tgt_in = tgt, b->labels = lab;
+}
+
+/* 20 steps with every dropout on, on both backends: the same losses to 1e-5; no allocation after step 1. */
+static void
+compare_training(void)
+{
+	TfConfig	c;
+	TfModel    *m[2];
+	TfOptimizer opt;
+	TfBatch		batch;
+	int32_t		src[32],
+				tgt[32],
+				lab[32];
+	char		err[TF_ERRLEN];
+	double		worst = 0.0,
+				loss[2][20];
+	int64_t		allocs = 0;
+	int			s,
+				i;
+
+	tf_config_small(&c, 64);
+	c.d_model = 32, c.num_heads = 4, c.d_ff = 64, c.num_encoder_layers = 2, c.num_decoder_layers = 2;
+	c.attention_dropout = 0.1f, c.relu_dropout = 0.1f;
+	small_batch(src, tgt, lab, &batch);
+	tf_optimizer_default(&opt);
+	/*
+	 * lr <= 3.5e-3 as in the paper's early steps; at 10x that (warmup 10)
+	 * this tiny model is chaotic and rounding differences of 1e-8 grow to
+	 * 3% in 20 steps on any two summation orders.
+	 */
+	opt.warmup_steps = 100, opt.clip_norm = 1.0f;
+	m[0] = tf_model_create(&c, 42, "cpu", 2, err, sizeof(err));
+	m[1] = tf_model_create(&c, 42, "cuda", 2, err, sizeof(err));
+	CHECK(m[0] != NULL && m[1] != NULL, "create: %s", err);
+	if (m[0] == NULL || m[1] == NULL)
+		return;
+	for (s = 0; s < 20; s++)
+		for (i = 0; i < 2; i++)
+		{
+			TfStepStats st;
+
+			CHECK(tf_model_forward(m[i], &batch, true, NULL, NULL, err, sizeof(err)) == TF_OK &&
+				  tf_model_backward(m[i], 1.0f / 26, err, sizeof(err)) == TF_OK &&
+				  tf_model_step(m[i], &opt, &st, err, sizeof(err)) == TF_OK, "step %d on %s: %s", s + 1,
+				  tf_model_backend(m[i]), err);
+			loss[i][s] = st.loss_sum / st.tokens;
+			if (i == 1 && s == 0)
+				allocs = m[1]->be->allocations;
+		}
+	for (s = 0; s < 20; s++)
+		worst = fmax(worst, fabs(loss[1][s] - loss[0][s]) / loss[0][s]);
+	CHECK(worst <= TOL, "20 steps: cuda's losses differ from cpu's by %.3g (step 20: %.9f vs %.9f)", worst,
+		  loss[1][19], loss[0][19]);
+	CHECK(m[1]->be->allocations == allocs, "steps 2-20 made %lld device allocations (the arena fits)",
+		  (long long) (m[1]->be->allocations - allocs));
+	printf("  20 training steps, dropout on: cuda vs cpu losses, worst relative difference %.2g "
+		   "(%.4f -> %.4f); %lld allocations after step 1\n", worst, loss[1][0], loss[1][19],
+		   (long long) (m[1]->be->allocations - allocs));
+	tf_model_free(m[0]);
+	tf_model_free(m[1]);
+}
+
+void
+test_backend(const char *fixtures)
+{
+	Both		b;
+	char		err[TF_ERRLEN];
+	sigset_t	old;
+
+	(void) fixtures;
+	if (strcmp(test_device, "cuda") != 0)
+	{
+		printf("  (compares the cuda backend with the cpu one: run with cuda LIBRARY)\n");
+		return;
+	}
+	tf_block_signals(&old);
+	b.cpu = tf_backend_create("cpu", 0, 2, err, sizeof(err));
+	b.gpu = tf_backend_create("cuda", 0, 1, err, sizeof(err));
+	CHECK(b.cpu != NULL && b.gpu != NULL, "backends: %s", err);
+	if (b.cpu != NULL && b.gpu != NULL)
+	{
+		compare_gemm(&b);
+		compare_elementwise(&b);
+		compare_layernorm(&b);
+		compare_attention_case(&b, false, false, 0.0f);
+		compare_attention_case(&b, true, false, 0.0f);
+		compare_attention_case(&b, true, false, 0.2f);
+		compare_attention_case(&b, false, true, 0.0f);
+		compare_attention_case(&b, false, true, 0.2f);
+		compare_attention_cache(&b);
+		compare_cross_entropy(&b);
+		compare_gather(&b);
+		CHECK(b.gpu->status(b.gpu, err, sizeof(err)) == TF_OK, "cuda backend: %s", err);
+		b.gpu->destroy(b.gpu);
+		b.cpu->destroy(b.cpu);
+	}
+	tf_restore_signals(&old);
+	compare_training();
+}
