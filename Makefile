@@ -56,28 +56,67 @@ override CPPFLAGS := -isystem $(includedir_server) $(CPPFLAGS)
 	$(CXX) $(CXXFLAGS) $(CFLAGS_SL) $(CPPFLAGS) -c -o $@ $<
 
 # ---------------------------------------------------------------------------
-# CUDA backend (kernels/*.cu -> attention_cuda.so), loaded with dlopen only on
-# request. nvcc is autodetected; USE_CUDA=0 forces a CPU-only build.
+# CUDA backend (kernels/*.cu), never linked into attention.so: the engine
+# loads it with dlopen when a model asks for "cuda".
+# - attention_cuda.so: nvcc for sm_80, sm_90 and compute_90 PTX; warnings are
+#   errors, and ptxas must report 0 spill bytes for every kernel.
+# - attention_cuda_emu.so: the same sources by g++ with kernels/emu/cuda_emu.h
+#   and the cuBLAS shim over OpenBLAS, run on the CPU (CI; selected in the
+#   server by the superuser GUC attention.cuda_library).
+# nvcc and the toolkit's headers are autodetected; USE_CUDA=0 skips both.
 USE_CUDA ?= 1
-NVCC ?= $(shell command -v nvcc 2>/dev/null)
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
 CUDA_SRCS = $(wildcard kernels/*.cu)
+CUDA_DEPS = $(CUDA_SRCS) $(wildcard kernels/*.cuh kernels/*.h kernels/emu/*) src/backend.h src/rng.h src/transformer.h
+CUDA_WARNINGS = -Wall,-Wextra,-Werror,-Wno-unused-parameter
+EMU_CXXFLAGS = -std=c++17 -O2 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror -Wno-unused-parameter \
+	-Isrc -Ikernels -I$(CUDA_HOME)/include -isystem $(OPENBLAS_INC)
+EMU_LIBS = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -pthread
 ifneq ($(USE_CUDA),0)
 ifneq ($(NVCC),)
-ifneq ($(CUDA_SRCS),)
 CUDA_LIB = attention_cuda$(DLSUFFIX)
-NVCC_FLAGS = -O3 -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Isrc \
+NVCC_FLAGS = -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden,$(CUDA_WARNINGS) -Werror all-warnings \
+	-Isrc -Ikernels -Xptxas -v \
 	-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
 	-gencode arch=compute_90,code=compute_90
 all: $(CUDA_LIB)
-$(CUDA_LIB): $(CUDA_SRCS)
-	$(NVCC) $(NVCC_FLAGS) -shared -o $@ $(CUDA_SRCS) -lcublas -lcublasLt
+$(CUDA_LIB): $(CUDA_DEPS)
+	$(NVCC) $(NVCC_FLAGS) -shared -o $@ $(CUDA_SRCS) -lcublas 2> kernels/ptxas.log || { cat kernels/ptxas.log; exit 1; }
+	@spills=$$(grep -c "[1-9][0-9]* bytes spill" kernels/ptxas.log || true); \
+	  kernels=$$(grep -c "spill stores" kernels/ptxas.log || true); \
+	  echo "nvcc: $$kernels kernel builds (sm_80, sm_90), $$spills with spills"; \
+	  [ "$$spills" = 0 ] || { grep -B3 "[1-9][0-9]* bytes spill" kernels/ptxas.log; exit 1; }
 install: install-cuda
 install-cuda: $(CUDA_LIB)
 	$(INSTALL_SHLIB) $(CUDA_LIB) '$(DESTDIR)$(pkglibdir)/$(CUDA_LIB)'
-EXTRA_CLEAN += $(CUDA_LIB)
+EXTRA_CLEAN += $(CUDA_LIB) kernels/ptxas.log
+endif
+ifneq ($(wildcard $(CUDA_HOME)/include/cublas_v2.h),)
+CUDA_EMU_LIB = attention_cuda_emu$(DLSUFFIX)
+all: $(CUDA_EMU_LIB)
+$(CUDA_EMU_LIB): $(CUDA_DEPS) kernels/emu/cublas_emu.cc
+	$(CXX) $(EMU_CXXFLAGS) -shared -o $@ -x c++ $(CUDA_SRCS) -x none kernels/emu/cublas_emu.cc $(EMU_LIBS)
+install: install-cuda-emu
+install-cuda-emu: $(CUDA_EMU_LIB)
+	$(INSTALL_SHLIB) $(CUDA_EMU_LIB) '$(DESTDIR)$(pkglibdir)/$(CUDA_EMU_LIB)'
+# The harness's own checks (cuBLAS goldens, planted bugs), plain and under ThreadSanitizer.
+test/cuda/test_harness: test/cuda/test_harness.cu kernels/emu/cuda_emu.h kernels/emu/cublas_emu.cc
+	$(CXX) $(EMU_CXXFLAGS) -O1 -o $@ -x c++ test/cuda/test_harness.cu -x none kernels/emu/cublas_emu.cc $(EMU_LIBS)
+test/cuda/test_harness_tsan: test/cuda/test_harness.cu kernels/emu/cuda_emu.h kernels/emu/cublas_emu.cc
+	$(CXX) $(EMU_CXXFLAGS) -O1 -fsanitize=thread -DCUEMU_UCONTEXT -o $@ -x c++ test/cuda/test_harness.cu \
+		-x none kernels/emu/cublas_emu.cc $(EMU_LIBS)
+EXTRA_CLEAN += $(CUDA_EMU_LIB) test/cuda/test_harness test/cuda/test_harness_tsan
 endif
 endif
-endif
+
+.PHONY: check-cuda-emu check-cuda
+# Every kernel on the emulator against the CPU backend, in three fiber orders (scripts/test-cuda-emu).
+check-cuda-emu: $(ENGINE_TEST_BIN) $(CUDA_EMU_LIB) test/cuda/test_harness test/cuda/test_harness_tsan
+	scripts/test-cuda-emu
+# The same engine tests on a real GPU.
+check-cuda: $(ENGINE_TEST_BIN) $(CUDA_LIB)
+	./$(ENGINE_TEST_BIN) test/fixtures cuda ./$(CUDA_LIB)
 
 # ---------------------------------------------------------------------------
 # Engine unit tests: a standalone C program (no PostgreSQL) built with the
@@ -90,18 +129,18 @@ EXTRA_CLEAN += $(ENGINE_TEST_BIN) test/engine/spm.o test/engine/spm_asan.o
 test/engine/spm.o: $(ENGINE_CXX) src/spm.h
 	$(CXX) -std=c++17 -O2 -g $(WARNINGS) -Isrc -c -o $@ $<
 
-$(ENGINE_TEST_BIN): $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) $(wildcard src/*.h) test/engine/spm.o
+$(ENGINE_TEST_BIN): $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) $(wildcard src/*.h test/engine/*.h) test/engine/spm.o
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) test/engine/spm.o \
-		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS)
+		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl
 
 # Benchmarks (bench/run drives them).
 BENCH_BIN = bench/train_step bench/decode
 EXTRA_CLEAN += $(BENCH_BIN)
-bench/train_step: bench/train_step.c $(ENGINE_NN) $(wildcard src/*.h) test/engine/spm.o
+bench/train_step: bench/train_step.c bench/device.h $(ENGINE_NN) $(wildcard src/*.h) test/engine/spm.o
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/train_step.c $(ENGINE_NN) test/engine/spm.o \
-		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS)
-bench/decode: bench/decode.c $(ENGINE_NN) $(wildcard src/*.h)
-	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/decode.c $(ENGINE_NN) $(ENGINE_LIBS)
+		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl
+bench/decode: bench/decode.c bench/device.h $(ENGINE_NN) $(wildcard src/*.h)
+	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/decode.c $(ENGINE_NN) $(ENGINE_LIBS) -ldl
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer.
 ENGINE_ASAN_BIN = test/engine/run_tests_asan
@@ -111,7 +150,7 @@ $(ENGINE_ASAN_BIN): $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) $(ENGINE_CXX) $
 		-c -o test/engine/spm_asan.o $(ENGINE_CXX)
 	$(CC) $(ENGINE_STD_CFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all \
 		-o $@ $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) test/engine/spm_asan.o \
-		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS)
+		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl
 
 .PHONY: check-engine check-engine-asan test demo
 check-engine: $(ENGINE_TEST_BIN)

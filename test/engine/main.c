@@ -4,9 +4,11 @@
  * Usage: run_tests FIXTURES_DIR [cuda CUDA_LIBRARY]
  * With "cuda" the model and decode suites run on the CUDA backend of
  * CUDA_LIBRARY (attention_cuda.so on a GPU, attention_cuda_emu.so under
- * emulation) and the op suite compares every op of it with the CPU's.
+ * emulation) and the backend suite compares every op of it with the CPU's.
+ * ATTENTION_TEST_SUITES=backend,model runs only the suites named.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -46,6 +48,18 @@ main(int argc, char **argv)
 	{
 		int			before_checks = check_count;
 		int			before_failures = check_failures;
+		const char *only = getenv("ATTENTION_TEST_SUITES");
+		char		padded[64];
+
+		snprintf(padded, sizeof(padded), ",%s,", suites[i].name);
+		if (only != NULL && only[0] != '\0')
+		{
+			char		list[512];
+
+			snprintf(list, sizeof(list), ",%s,", only);
+			if (strstr(list, padded) == NULL)
+				continue;
+		}
 
 		suites[i].run(fixtures);
 		printf("%-14s %5d checks, %d failed\n", suites[i].name,

@@ -1,0 +1,215 @@
+/*
+ * test_harness.cu - checks of the CUDA emulation harness itself
+ * (kernels/emu): the cuBLAS shim against products written out by hand from
+ * cuBLAS's documented definition (C = alpha op(A) op(B) + beta C,
+ * column-major, element (i, j) of A at A[i + j * lda]; no expected value is
+ * computed by code), and planted bugs the harness must catch.
+ * Usage: test_harness gemm | barrier | barrier-bug | host-read | out-of-bounds
+ * barrier and barrier-bug print a block sum: scripts/test-cuda-emu runs them
+ * in three fiber orders and requires equal values for the correct kernel and
+ * different ones for the kernel with its barrier removed.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+
+#include "emu/cuda_emu.h"
+
+static int	failures;
+
+static float *
+up(const float *h, int n)
+{
+	void	   *d = NULL;
+
+	cudaMalloc(&d, n * sizeof(float));
+	cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice);
+	return (float *) d;
+}
+
+/* Small integers: products are exact, so equality is the test. */
+static void
+expect(const char *what, const float *d, const float *want, int n)
+{
+	float		got[16];
+	int			bad = 0;
+
+	cudaMemcpy(got, d, n * sizeof(float), cudaMemcpyDeviceToHost);
+	for (int i = 0; i < n; i++)
+		bad |= !(got[i] == want[i]);
+	printf("%s %s\n", bad ? "FAIL" : "ok  ", what);
+	failures += bad;
+}
+
+static int
+gemm_goldens(void)
+{
+	const float X = NAN;		/* padding and operands that must not be read */
+	cublasHandle_t h;
+	float		one = 1,
+				two = 2,
+				zero = 0,
+				half = 0.5f;
+
+	cublasCreate(&h);
+	/* A = [1 2 3; 4 5 6] (2x3), lda 3 with a padding row; B = [7 8; 9 10; 11 12] (3x2), ldb 3 */
+	float		hA[] = {1, 4, X, 2, 5, X, 3, 6, X},
+				hB[] = {7, 9, 11, 8, 10, 12},
+				hC[] = {X, X, X, X, X, X};
+	float	   *A = up(hA, 9),
+			   *B = up(hB, 6),
+			   *C = up(hC, 6);
+
+	/* A B = [58 64; 139 154], column-major 58 139 64 154 */
+	float		w1[] = {58, 139, 64, 154};
+
+	cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, A, 3, B, 3, &zero, C, 2);
+	expect("NN, lda > m, beta 0 ignores NaN in C", C, w1, 4);
+
+	/* S = A^T stored 3x2: op(S) = S^T = A; 2 A B + 1 = [117 129; 279 309] */
+	float		hS[] = {1, 2, 3, 4, 5, 6},
+				ones[] = {1, 1, 1, 1},
+				w2[] = {117, 279, 129, 309};
+	float	   *S = up(hS, 6);
+
+	cudaMemcpy(C, ones, sizeof(ones), cudaMemcpyHostToDevice);
+	cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, 2, 2, 3, &two, S, 3, B, 3, &one, C, 2);
+	expect("TN, alpha 2, beta 1", C, w2, 4);
+
+	/* R = B^T stored 2x3 (ldb 2): op(R) = B; A R^T... i.e. NT gives A B again, ldc 3 with padding */
+	float		hR[] = {7, 8, 9, 10, 11, 12},
+				hC3[] = {X, X, X, X, X, X},
+				w3[] = {58, 139, X, 64, 154, X};
+	float	   *R = up(hR, 6),
+			   *C3 = up(hC3, 6);
+
+	cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, 2, 2, 3, &one, A, 3, R, 2, &zero, C3, 3);
+	{
+		float		got[6];
+		int			bad;
+
+		cudaMemcpy(got, C3, sizeof(got), cudaMemcpyDeviceToHost);
+		bad = got[0] != w3[0] || got[1] != w3[1] || !isnan(got[2]) || got[3] != w3[3] || got[4] != w3[4] ||
+			!isnan(got[5]);
+		printf("%s NT, ldc 3: the padding row of C untouched\n", bad ? "FAIL" : "ok  ");
+		failures += bad;
+	}
+
+	/* TT: op(S) op(R) = A B; alpha 0.5, beta 0.5 on C = [58 64; 139 154] -> the same */
+	cudaMemcpy(C, w1, sizeof(w1), cudaMemcpyHostToDevice);
+	cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_T, 2, 2, 3, &half, S, 3, R, 2, &half, C, 2);
+	expect("TT, alpha 0.5, beta 0.5", C, w1, 4);
+
+	/*
+	 * The backend's row-major idiom: Y[2,2] = X[2,3] W[3,2], all row-major,
+	 * as Sgemm(N, N, n, m, k, W, ldw, X, ldx, Y, ldy): Y^T = W^T X^T.
+	 * X = [1 2 3; 4 5 6], W = [7 8; 9 10; 11 12]: Y = [58 64; 139 154] row-major.
+	 */
+	float		hX[] = {1, 2, 3, 4, 5, 6},
+				hW[] = {7, 8, 9, 10, 11, 12},
+				w4[] = {58, 64, 139, 154};
+	float	   *Xd = up(hX, 6),
+			   *Wd = up(hW, 6),
+			   *Y = up(hC, 4);
+
+	cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, Wd, 2, Xd, 3, &zero, Y, 2);
+	expect("row-major Y = X W through the swapped operands", Y, w4, 4);
+
+	/* strided batch: batch 1 uses A1 = [1 0 0; 0 1 0], selecting B's first two rows: [7 8; 9 10] */
+	float		hA2[] = {1, 4, X, 2, 5, X, 3, 6, X, 1, 0, X, 0, 1, X, 0, 0, X},
+				hB2[] = {7, 9, 11, 8, 10, 12, 7, 9, 11, 8, 10, 12},
+				hC2[] = {X, X, X, X, X, X, X, X},
+				w5[] = {58, 139, 64, 154, 7, 9, 8, 10};
+	float	   *A2 = up(hA2, 18),
+			   *B2 = up(hB2, 12),
+			   *C2 = up(hC2, 8);
+
+	cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, A2, 3, 9, B2, 3, 6, &zero, C2, 2, 4, 2);
+	expect("strided batch of 2", C2, w5, 8);
+
+	/* a documented argument check: lda < max(1, m) with op N */
+	{
+		cublasStatus_t st = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, A, 1, B, 3, &zero, C, 2);
+
+		printf("%s lda < m gives CUBLAS_STATUS_INVALID_VALUE (%d)\n",
+			   st == CUBLAS_STATUS_INVALID_VALUE ? "ok  " : "FAIL", (int) st);
+		failures += st != CUBLAS_STATUS_INVALID_VALUE;
+	}
+	cublasDestroy(h);
+	printf("gemm goldens: %d failed\n", failures);
+	return failures != 0;
+}
+
+/* A block sum over 256 threads; with `bug` the barrier between writing and reading the warp partials is gone. */
+__global__ void
+block_sum_kernel(const float *x, float *out, int bug)
+{
+	__shared__ float part[8];
+	float		v = x[threadIdx.x];
+
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	if ((threadIdx.x & 31) == 0)
+		part[threadIdx.x >> 5] = v;
+	if (!bug)
+		__syncthreads();
+	if (threadIdx.x == 0)
+	{
+		float		s = 0.0f;
+
+		for (int w = 0; w < 8; w++)
+			s += part[w];
+		*out = s;
+	}
+}
+
+/* Prints the sum (the script compares it across fiber orders). */
+static int
+block_sum(int bug)
+{
+	float		x[256],
+				s;
+	float	   *dx,
+			   *ds;
+
+	for (int i = 0; i < 256; i++)
+		x[i] = (float) (i % 7 + 1);
+	dx = up(x, 256);
+	cudaMalloc((void **) &ds, sizeof(float));
+	LAUNCH(block_sum_kernel, 1, 256, 0, 0)(dx, ds, bug);
+	cudaMemcpy(&s, ds, sizeof(float), cudaMemcpyDeviceToHost);
+	printf("block sum %g\n", s);
+	return 0;
+}
+
+__global__ void
+write_kernel(float *x, int n)
+{
+	x[threadIdx.x] = (float) n;	/* threads past n write past the allocation */
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *c = argc > 1 ? argv[1] : "";
+	float	   *d = NULL;
+
+	if (strcmp(c, "gemm") == 0)
+		return gemm_goldens();
+	if (strcmp(c, "barrier") == 0 || strcmp(c, "barrier-bug") == 0)
+		return block_sum(strcmp(c, "barrier-bug") == 0);
+	cudaMalloc((void **) &d, 64 * sizeof(float));
+	if (strcmp(c, "host-read") == 0)
+		printf("host read of device memory gave %g\n", d[0]);	/* must fault */
+	else if (strcmp(c, "out-of-bounds") == 0)
+		LAUNCH(write_kernel, 1, 128, 0, 0)(d, 64);	/* must fault */
+	else
+	{
+		fprintf(stderr, "usage: %s gemm | barrier | barrier-bug | host-read | out-of-bounds\n", argv[0]);
+		return 2;
+	}
+	printf("%s: not caught\n", c);
+	return 0;
+}
