@@ -12,12 +12,12 @@ ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tenso
 	src/decode.c src/backend.c src/backend_cpu.c
 ENGINE_CXX = src/spm.cc
 GLUE_C = src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/vocabulary.c src/pg/model.c \
-	src/pg/checkpoint.c src/pg/translate.c src/pg/safetensors.c src/pg/evaluate.c
+	src/pg/checkpoint.c src/pg/translate.c src/pg/safetensors.c src/pg/evaluate.c src/pg/device.c
 WORKER_C = bgworker/jobs.c bgworker/data.c bgworker/validate.c bgworker/worker.c bgworker/launcher.c
 OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o) $(WORKER_C:.c=.o)
 
 DATA = $(wildcard sql/$(EXTENSION)--*.sql)
-REGRESS = builtin_translate corpus vocabulary bleu translate checkpoints training
+REGRESS = builtin_translate corpus vocabulary bleu translate checkpoints training cuda
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 
 WARNINGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
@@ -46,6 +46,9 @@ include $(PGXS)
 # The engine's objects inside attention.so: C11, optimised for this machine,
 # OpenMP, and OpenBLAS's headers.
 $(ENGINE_NN:.c=.o): override CFLAGS += -std=c11 -O3 $(OPTFLAGS) -fopenmp -isystem $(OPENBLAS_INC)
+
+# PGXS tracks no header dependencies: every object depends on the headers it may include.
+$(OBJS): $(wildcard src/*.h src/pg/*.h bgworker/*.h)
 
 # PostgreSQL's own headers are not -Wextra clean; treat them as system headers
 # so our code is held to -Wall -Wextra -Werror and theirs is not.
@@ -82,7 +85,7 @@ NVCC_FLAGS = -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden,$(CUDA_WARNINGS
 	-gencode arch=compute_90,code=compute_90
 all: $(CUDA_LIB)
 $(CUDA_LIB): $(CUDA_DEPS)
-	$(NVCC) $(NVCC_FLAGS) -shared -o $@ $(CUDA_SRCS) -lcublas 2> kernels/ptxas.log || { cat kernels/ptxas.log; exit 1; }
+	$(NVCC) $(NVCC_FLAGS) -shared -o $@ $(CUDA_SRCS) -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas 2> kernels/ptxas.log || { cat kernels/ptxas.log; exit 1; }
 	@spills=$$(grep -c "[1-9][0-9]* bytes spill" kernels/ptxas.log || true); \
 	  kernels=$$(grep -c "spill stores" kernels/ptxas.log || true); \
 	  echo "nvcc: $$kernels kernel builds (sm_80, sm_90), $$spills with spills"; \

@@ -104,10 +104,10 @@ apply_option(TrainOptions *o, const OptionSpec *spec, const JsonbValue *v)
 			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 							errmsg("training option \"%s\" must be a string", spec->name)));
 		s = pnstrdup(v->val.string.val, v->val.string.len);
-		if (strcmp(s, "cpu") != 0)
-			ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-							errmsg("training option \"device\" is \"%s\", but this build trains on the CPU only", s),
-							errhint("Use \"cpu\"; the CUDA backend is not part of this build.")));
+		if (strlen(s) >= sizeof(o->device))
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("training option \"device\" is too long: \"%s\"", s)));
+		attention_check_device(s);
 		strlcpy(field, s, sizeof(o->device));
 		return;
 	}

@@ -201,7 +201,8 @@ claim_job(Job *j, MemoryContext ctx)
 	j->opt.warmup_steps = j->o.warmup_steps;
 	j->opt.learning_rate_scale = (float) j->o.learning_rate_scale;
 	threads = j->o.threads > 0 ? j->o.threads : attention_thread_count();
-	j->engine = tf_model_create(&j->config, (uint64) j->o.seed, "cpu", threads, err, sizeof(err));
+	attention_use_cuda_library();
+	j->engine = tf_model_create(&j->config, (uint64) j->o.seed, j->o.device, threads, err, sizeof(err));
 	if (j->engine == NULL)
 		engine_error(j, "could not create the model", err);
 

@@ -30,7 +30,7 @@ typedef struct TrainOptions
 	int64		validate_every_steps;	/* 0: at checkpoints only */
 	int32		validation_bleu_sentences;	/* 0: no BLEU */
 	int64		seed;
-	char		device[32];		/* "cpu" */
+	char		device[32];		/* "cpu", "cuda" or "cuda:N" */
 	int32		threads;		/* 0: attention.num_threads */
 } TrainOptions;
 

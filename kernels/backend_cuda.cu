@@ -375,6 +375,19 @@ cuda_destroy(TfBackend *be)
 	free(be);
 }
 
+extern "C" __attribute__((visibility("default"))) int
+tf_cuda_device_count(char *err, size_t errlen)
+{
+	int			count = 0;
+	cudaError_t rc = cudaGetDeviceCount(&count);
+
+	if (rc == cudaSuccess)
+		return count;
+	snprintf(err, errlen, "no usable CUDA device: %s (CUDA error %d)", cudaGetErrorString(rc), (int) rc);
+	(void) cudaGetLastError();
+	return -1;
+}
+
 extern "C" __attribute__((visibility("default"))) TfBackend *
 tf_backend_cuda_create(int device, char *err, size_t errlen)
 {

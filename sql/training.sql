@@ -13,7 +13,7 @@ SELECT attention.train('job', 'tr_regress', '{"max_step": 5}');
 SELECT attention.train('job', 'tr_regress', '{"max_steps": -1}');
 SELECT attention.train('job', 'tr_regress', '{"max_steps": 1.5}');
 SELECT attention.train('job', 'tr_regress', '{"batch_tokens": "many"}');
-SELECT attention.train('job', 'tr_regress', '{"device": "cuda:0"}');
+SELECT attention.train('job', 'tr_regress', '{"device": "tpu"}');
 SELECT attention.train('job', 'tr_regress', '[1]');
 SELECT attention.train('nope', 'tr_regress');
 SELECT attention.train('job', 'nope');

@@ -18,8 +18,17 @@
 
 static pthread_mutex_t cuda_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *cuda_library;		/* NULL: DEFAULT_CUDA_LIBRARY */
-static char *cuda_loaded;		/* the library cuda_create came from */
-static TfCudaCreate cuda_create;
+
+/* A CUDA library loaded in this process, and its entry points. */
+typedef struct CudaLibrary
+{
+	struct CudaLibrary *next;
+	char	   *path;
+	TfCudaCreate create;
+	TfCudaDeviceCount count;
+} CudaLibrary;
+
+static CudaLibrary *cuda_loaded;
 
 void
 tf_backend_set_cuda_library(const char *path)
@@ -31,42 +40,61 @@ tf_backend_set_cuda_library(const char *path)
 }
 
 /*
- * The CUDA library's entry point, loading the library on first use (a
- * library once loaded stays: CUDA libraries are not safe to unload).
- * NULL with a message when it cannot be loaded or is another library than
- * the one already loaded.
+ * The current CUDA library, loading it on first use. A library once loaded
+ * stays (CUDA libraries are not safe to unload; backends created from it
+ * keep its code); another path loads beside it (RTLD_LOCAL keeps their
+ * symbols apart). NULL with a message when it cannot be loaded.
  */
-static TfCudaCreate
+static CudaLibrary *
 load_cuda(char *err, size_t errlen)
 {
 	const char *path;
-	TfCudaCreate create = NULL;
-	void	   *lib;
+	CudaLibrary *lib;
+	void	   *handle;
 
 	pthread_mutex_lock(&cuda_lock);
 	path = cuda_library != NULL ? cuda_library : DEFAULT_CUDA_LIBRARY;
-	if (cuda_create != NULL && strcmp(cuda_loaded, path) == 0)
-		create = cuda_create;
-	else if (cuda_create != NULL)
-		snprintf(err, errlen, "CUDA library \"%s\" is loaded in this process; \"%s\" cannot replace it",
-				 cuda_loaded, path);
-	else if ((lib = dlopen(path, RTLD_NOW | RTLD_LOCAL)) == NULL)
+	for (lib = cuda_loaded; lib != NULL && strcmp(lib->path, path) != 0; lib = lib->next)
+		;
+	if (lib == NULL && (handle = dlopen(path, RTLD_NOW | RTLD_LOCAL)) == NULL)
 		snprintf(err, errlen, "cannot load the CUDA backend \"%s\": %s", path, dlerror());
-	else if ((*(void **) &create = dlsym(lib, TF_CUDA_CREATE_SYMBOL)) == NULL)
+	else if (lib == NULL)
 	{
-		snprintf(err, errlen, "\"%s\" is not a CUDA backend of this engine (no %s)", path,
-				 TF_CUDA_CREATE_SYMBOL);
-		dlclose(lib);
+		TfCudaCreate create;
+		TfCudaDeviceCount count;
+
+		*(void **) &create = dlsym(handle, TF_CUDA_CREATE_SYMBOL);
+		*(void **) &count = dlsym(handle, TF_CUDA_COUNT_SYMBOL);
+		if (create == NULL || count == NULL)
+		{
+			snprintf(err, errlen, "\"%s\" is not a CUDA backend of this engine (no %s)", path,
+					 create == NULL ? TF_CUDA_CREATE_SYMBOL : TF_CUDA_COUNT_SYMBOL);
+			dlclose(handle);
+		}
+		else if ((lib = calloc(1, sizeof(CudaLibrary))) == NULL || (lib->path = strdup(path)) == NULL)
+		{
+			free(lib);
+			lib = NULL;
+			snprintf(err, errlen, "out of memory");
+		}
+		else
+		{
+			lib->create = create;
+			lib->count = count;
+			lib->next = cuda_loaded;
+			cuda_loaded = lib;
+		}
 	}
-	else if ((cuda_loaded = strdup(path)) == NULL)
-	{
-		snprintf(err, errlen, "out of memory");
-		create = NULL;
-	}
-	else
-		cuda_create = create;
 	pthread_mutex_unlock(&cuda_lock);
-	return create;
+	return lib;
+}
+
+int
+tf_cuda_device_count(char *err, size_t errlen)
+{
+	CudaLibrary *lib = load_cuda(err, errlen);
+
+	return lib != NULL ? lib->count(err, errlen) : -1;
 }
 
 TfBackend *
@@ -88,14 +116,15 @@ tf_backend_create(const char *kind, int device, int threads, char *err, size_t e
 	}
 	if (strcmp(kind, "cuda") == 0)
 	{
-		TfCudaCreate create = load_cuda(err, errlen);
+		CudaLibrary *lib;
 
 		if (device < 0)
 		{
 			snprintf(err, errlen, "invalid CUDA device number %d", device);
 			return NULL;
 		}
-		return create != NULL ? create(device, err, errlen) : NULL;
+		lib = load_cuda(err, errlen);
+		return lib != NULL ? lib->create(device, err, errlen) : NULL;
 	}
 	snprintf(err, errlen, "unknown backend \"%s\" (expected \"cpu\" or \"cuda\")", kind);
 	return NULL;

@@ -251,4 +251,8 @@ TfBackend  *tf_backend_cpu_create(int threads);
 typedef TfBackend *(*TfCudaCreate) (int device, char *err, size_t errlen);
 #define TF_CUDA_CREATE_SYMBOL "tf_backend_cuda_create"
 
+/* Its device count: >= 0, or -1 with the driver's reason (no context is created). */
+typedef int (*TfCudaDeviceCount) (char *err, size_t errlen);
+#define TF_CUDA_COUNT_SYMBOL "tf_cuda_device_count"
+
 #endif

@@ -89,10 +89,18 @@ typedef struct TfModel TfModel;
  * Path of the CUDA backend's shared object (attention_cuda.so, or the
  * emulated attention_cuda_emu.so in tests) for the "cuda" models created
  * after it; NULL restores the default, "attention_cuda.so" on the loader's
- * search path. Copied. A process loads one CUDA library: a model on another
- * path after the first is refused.
+ * search path. Copied. Libraries stay loaded once used; models created
+ * earlier keep theirs.
  */
 void		tf_backend_set_cuda_library(const char *path);
+
+/*
+ * Number of CUDA devices the CUDA library can use, loading the library;
+ * -1 with a message when it cannot be loaded or the driver cannot be used
+ * (no driver, a driver too old: the driver's own reason). Creates no CUDA
+ * context, so it is safe in processes that will not compute on a GPU.
+ */
+int			tf_cuda_device_count(char *err, size_t errlen);
 
 /*
  * Parses a device name: "cpu", "cuda" (device 0) or "cuda:N" into kind

@@ -19,6 +19,7 @@ int			attention_num_threads = 0;
 char	   *attention_default_model = NULL;
 int			attention_beam_size = 4;
 int			attention_max_input_tokens = 512;
+char	   *attention_cuda_library = NULL;
 
 void		_PG_init(void);
 
@@ -58,6 +59,14 @@ _PG_init(void)
 							512, 1, 65535,
 							PGC_USERSET, 0,
 							NULL, NULL, NULL);
+	DefineCustomStringVariable("attention.cuda_library",
+							   "Shared object of the CUDA backend that \"cuda\" devices use.",
+							   "$libdir/attention_cuda.so for GPUs; $libdir/attention_cuda_emu.so runs the same "
+							   "kernels on the CPU under emulation (tests). Read when a worker creates its model.",
+							   &attention_cuda_library,
+							   "$libdir/attention_cuda.so",
+							   PGC_SUSET, 0,
+							   NULL, NULL, NULL);
 	MarkGUCPrefixReserved("attention");
 	if (process_shared_preload_libraries_in_progress)
 		register_launcher();

@@ -16,6 +16,20 @@ extern int	attention_num_threads;	/* attention.num_threads: 0 = one per CPU */
 extern char *attention_default_model;	/* attention.default_model */
 extern int	attention_beam_size;	/* attention.beam_size */
 extern int	attention_max_input_tokens; /* attention.max_input_tokens */
+extern char *attention_cuda_library;	/* attention.cuda_library */
+
+/*
+ * Hands attention.cuda_library to the engine ("$libdir/" expanded to the
+ * server's package library directory) for the CUDA models created after it.
+ */
+void		attention_use_cuda_library(void);
+
+/*
+ * ERROR unless `device` names a device training can use: "cpu", or "cuda" /
+ * "cuda:N" with the CUDA library loadable and device N present. Loads the
+ * library to count devices but creates no CUDA context (device.c).
+ */
+void		attention_check_device(const char *device);
 
 /*
  * Number of threads the engine may use in this backend (>= 1): one inside

@@ -1,0 +1,72 @@
+-- Training on a CUDA device: the "device" option, a clean ERROR where no
+-- device can be used (before any job is queued), and a job on the emulated
+-- CUDA library (the same kernel sources run on the CPU) that trains,
+-- checkpoints and resumes with the losses of the same job on the CPU.
+-- (Runs after training.sql; reuses corpus tr_regress and vocabulary tr_vocab.)
+SELECT attention.create_model('gpu_job', 'tr_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 16,
+  "num_heads": 2, "d_ff": 32, "max_positions": 64}') > 0 AS created;
+SELECT count(*) AS jobs_before FROM attention.training_jobs \gset
+
+-- names that are no device
+SELECT attention.train('gpu_job', 'tr_regress', '{"device": "gpu"}');
+SELECT attention.train('gpu_job', 'tr_regress', '{"device": "cuda:x"}');
+SELECT attention.train('gpu_job', 'tr_regress', '{"device": 0}');
+
+-- the real CUDA library without a usable GPU (here: no driver): the driver's reason in the detail
+CREATE FUNCTION pg_temp.train_error(options jsonb)
+RETURNS TABLE (error_state text, error_message text, error_hint text, detail_names_cause boolean) LANGUAGE plpgsql AS $$
+DECLARE
+  detail text;
+BEGIN
+  PERFORM attention.train('gpu_job', 'tr_regress', options);
+EXCEPTION WHEN OTHERS THEN
+  GET STACKED DIAGNOSTICS error_state = RETURNED_SQLSTATE, error_message = MESSAGE_TEXT,
+    detail = PG_EXCEPTION_DETAIL, error_hint = PG_EXCEPTION_HINT;
+  detail_names_cause := detail ~ '(no usable CUDA device|cannot load the CUDA backend)';
+  RETURN NEXT;
+END
+$$;
+\x on
+SELECT * FROM pg_temp.train_error('{"device": "cuda"}');
+\x off
+SELECT count(*) = :jobs_before AS no_job_queued FROM attention.training_jobs;
+
+-- only a superuser chooses the library a worker loads
+CREATE ROLE cuda_regress_user;
+SET ROLE cuda_regress_user;
+SET attention.cuda_library = '/tmp/anything.so';
+RESET ROLE;
+DROP ROLE cuda_regress_user;
+
+-- the emulated library: one device, so device 1 does not exist
+SET attention.cuda_library = '$libdir/attention_cuda_emu.so';
+SELECT attention.train('gpu_job', 'tr_regress', '{"device": "cuda:1"}');
+-- workers read the setting at connection: give it to this database's new sessions
+SELECT current_database() AS db \gset
+ALTER DATABASE :"db" SET attention.cuda_library = '$libdir/attention_cuda_emu.so';
+
+-- the same 16 steps on the CPU and on the emulated GPU (dropout on, checkpoints at 8 and 16) ...
+\set options '"batch_tokens": 120, "warmup_steps": 8, "learning_rate_scale": 0.5, "checkpoint_every_steps": 8, "keep_checkpoints": 2, "seed": 5, "dropout": 0.1, "threads": 1, "validation_bleu_sentences": 2'
+SELECT attention.train('gpu_job', 'tr_regress', format('{"max_steps": 16, "device": "cpu", %s}', :'options')::jsonb)
+  AS cpu_job \gset
+SELECT attention.wait_training(:cpu_job);
+-- ... the GPU run stopped at step 8 and resumed to 16
+SELECT attention.train('gpu_job', 'tr_regress', format('{"max_steps": 8, "device": "cuda", %s}', :'options')::jsonb)
+  AS cuda_job \gset
+SELECT attention.wait_training(:cuda_job);
+SELECT status, step, options->>'device' AS device, error FROM attention.training_jobs WHERE job_id = :cuda_job;
+SELECT attention.resume_training(:cuda_job, '{"max_steps": 16}') = :cuda_job AS resumed;
+SELECT attention.wait_training(:cuda_job);
+SELECT status, step, error FROM attention.training_jobs WHERE job_id = :cuda_job;
+-- validation losses at both checkpoints agree to 1e-5; so do the trained parameters, evaluated on the CPU
+SELECT c.step, abs(g.valid_loss - c.valid_loss) / c.valid_loss < 1e-5 AS same_valid_loss
+  FROM attention.checkpoints c JOIN attention.checkpoints g USING (step)
+ WHERE c.job_id = :cpu_job AND g.job_id = :cuda_job ORDER BY step;
+SELECT abs(g.loss - c.loss) / c.loss < 1e-5 AS same_test_loss, g.sentences
+  FROM attention.evaluate('gpu_job', 'tr_regress', 'test',
+         (SELECT checkpoint_id FROM attention.checkpoints WHERE job_id = :cpu_job AND step = 16)) c,
+       attention.evaluate('gpu_job', 'tr_regress', 'test',
+         (SELECT checkpoint_id FROM attention.checkpoints WHERE job_id = :cuda_job AND step = 16)) g;
+ALTER DATABASE :"db" RESET attention.cuda_library;
+RESET attention.cuda_library;
+SELECT attention.drop_model('gpu_job');
