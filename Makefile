@@ -17,7 +17,7 @@ WORKER_C = bgworker/jobs.c bgworker/data.c bgworker/validate.c bgworker/worker.c
 OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o) $(WORKER_C:.c=.o)
 
 DATA = $(wildcard sql/$(EXTENSION)--*.sql)
-REGRESS = builtin_translate corpus vocabulary bleu translate checkpoints training cuda
+REGRESS = builtin_translate corpus vocabulary bleu translate checkpoints training
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 
 WARNINGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
@@ -110,6 +110,8 @@ test/cuda/test_harness_tsan: test/cuda/test_harness.cu kernels/emu/cuda_emu.h ke
 	$(CXX) $(EMU_CXXFLAGS) -O1 -fsanitize=thread -DCUEMU_UCONTEXT -o $@ -x c++ test/cuda/test_harness.cu \
 		-x none kernels/emu/cublas_emu.cc $(EMU_LIBS)
 EXTRA_CLEAN += $(CUDA_EMU_LIB) test/cuda/test_harness test/cuda/test_harness_tsan
+# a training job on the emulated GPU through the server
+REGRESS += cuda
 endif
 endif
 

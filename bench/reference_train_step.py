@@ -3,7 +3,9 @@
 same batches file, the same thread count, full steps (forward, backward, Adam with the
 paper's schedule), eager mode. Prints one result line like the engine's.
 
-Usage: reference_train_step.py BATCHES_FILE small|base THREADS STEPS
+Usage: reference_train_step.py BATCHES_FILE small|base THREADS STEPS [cpu|cuda] [fp32|tf32]
+On cuda the step time waits for the device (torch.cuda.synchronize); tf32 lets cuBLAS round
+matrix-product inputs to TF32 on tensor cores, fp32 forbids it (the engine's fp32 backend).
 """
 import os
 import resource
@@ -36,11 +38,15 @@ def read_batches(path):
 
 def main():
     path, size, threads, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    device = sys.argv[5] if len(sys.argv) > 5 else "cpu"
+    precision = sys.argv[6] if len(sys.argv) > 6 else "fp32"
     torch.set_num_threads(threads)
     torch.manual_seed(1)
-    batches = read_batches(path)
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    batches = [tuple(t.to(device) for t in b) for b in read_batches(path)]
     cfg = config(size, 8000)
-    model = Transformer(cfg)
+    model = Transformer(cfg).to(device)
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     times, tokens = [], 0
@@ -54,11 +60,12 @@ def main():
         for group in opt.param_groups:
             group["lr"] = cfg["d_model"] ** -0.5 * min(step ** -0.5, step * 4000 ** -1.5)
         opt.step()
+        sync()
         if i >= 0:
             times.append(time.perf_counter() - t0)
             tokens += int((src != 0).sum()) + n
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-    print(f"pytorch {size} threads={threads} steps={steps} median_step_s={statistics.median(times):.4f} "
+    print(f"pytorch {size} device={device} precision={precision} threads={threads} steps={steps} median_step_s={statistics.median(times):.4f} "
           f"tokens_per_s={tokens / sum(times):.0f} torch={torch.__version__} max_rss_mb={rss}")
 
 
