@@ -32,6 +32,8 @@ struct CudaState
 	float	   *dscores;		/* attention backward: one call's score gradients */
 	size_t		dscores_floats;
 	double	   *partials;		/* sum_squares' per-block sums */
+	float	   *columns;		/* column sums' per-chunk partials, grown as needed */
+	size_t		columns_floats;
 };
 
 static CudaState *
@@ -156,6 +158,34 @@ cuda_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float 
 	}
 }
 
+/*
+ * The column-sum workspace for `parts` partial arrays of `cols` columns over
+ * `rows` rows, grown on first need (so no step after the first allocates);
+ * NULL after recording out of memory.
+ */
+static float *
+columns_workspace(TfBackend *be, int rows, int cols, int parts, size_t *floats)
+{
+	CudaState  *st = state(be);
+	size_t		need = (size_t) (rows < MAX_CHUNKS ? rows : MAX_CHUNKS) * cols * parts;
+
+	if (need > st->columns_floats)
+	{
+		float	   *p = (float *) cuda_alloc(be, need * sizeof(float));
+
+		if (p == NULL)
+		{
+			fail(be, "column sums", "out of device memory for the workspace");
+			return NULL;
+		}
+		cuda_free(be, st->columns);
+		st->columns = p;
+		st->columns_floats = need;
+	}
+	*floats = st->columns_floats;
+	return st->columns;
+}
+
 static void
 cuda_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols)
 {
@@ -166,7 +196,12 @@ cuda_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols)
 static void
 cuda_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int cols)
 {
-	k_bias_backward(dbias, dout, rows, cols, state(be)->stream);
+	size_t		floats;
+	float	   *ws = columns_workspace(be, rows, cols, 1, &floats);
+
+	if (ws == NULL)
+		return;
+	k_bias_backward(dbias, dout, rows, cols, ws, floats, state(be)->stream);
 	launched(be, "bias_backward");
 }
 
@@ -209,17 +244,17 @@ cuda_add(TfBackend *be, float *out, const float *a, const float *b, size_t n)
 }
 
 static void
-cuda_relu(TfBackend *be, float *out, const float *x, size_t n)
+cuda_activation(TfBackend *be, TfActivation f, float *out, const float *x, size_t n)
 {
-	k_relu(out, x, n, state(be)->stream);
-	launched(be, "relu");
+	k_activation(f, out, x, n, state(be)->stream);
+	launched(be, "activation");
 }
 
 static void
-cuda_relu_backward(TfBackend *be, float *dx, const float *dout, const float *x, size_t n)
+cuda_activation_backward(TfBackend *be, TfActivation f, float *dx, const float *dout, const float *x, size_t n)
 {
-	k_relu_backward(dx, dout, x, n, state(be)->stream);
-	launched(be, "relu_backward");
+	k_activation_backward(f, dx, dout, x, n, state(be)->stream);
+	launched(be, "activation_backward");
 }
 
 static void
@@ -234,7 +269,12 @@ static void
 cuda_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
 						const float *mean, const float *rstd, const float *gamma, int rows, int d)
 {
-	k_layernorm_backward(dx, dgamma, dbeta, dout, x, mean, rstd, gamma, rows, d, state(be)->stream);
+	size_t		floats;
+	float	   *ws = columns_workspace(be, rows, d, 2, &floats);
+
+	if (ws == NULL)
+		return;
+	k_layernorm_backward(dx, dgamma, dbeta, dout, x, mean, rstd, gamma, rows, d, ws, floats, state(be)->stream);
 	launched(be, "layernorm_backward");
 }
 
@@ -367,6 +407,7 @@ cuda_destroy(TfBackend *be)
 	cudaStreamSynchronize(st->stream);
 	cudaFree(st->dscores);
 	cudaFree(st->partials);
+	cudaFree(st->columns);
 	if (st->blas != NULL)
 		cublasDestroy(st->blas);
 	if (st->stream != NULL)
@@ -451,8 +492,8 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 	be->dropout = cuda_dropout;
 	be->dropout_backward = cuda_dropout_backward;
 	be->add = cuda_add;
-	be->relu = cuda_relu;
-	be->relu_backward = cuda_relu_backward;
+	be->activation = cuda_activation;
+	be->activation_backward = cuda_activation_backward;
 	be->layernorm = cuda_layernorm;
 	be->layernorm_backward = cuda_layernorm_backward;
 	be->attention = cuda_attention;

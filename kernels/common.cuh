@@ -22,6 +22,26 @@ extern "C" {
 /* Threads per block of the row-wise kernels (a multiple of 32). */
 #define BLOCK 256
 
+/*
+ * Column sums over many rows run in two passes (rows cut into at most
+ * MAX_CHUNKS chunks summed in row order, then the chunks in order): enough
+ * parallelism for a GPU, the same sums in every run. `workspace` floats of
+ * scratch hold the per-chunk partials.
+ */
+#define MAX_CHUNKS 256
+
+/* Chunks of a two-pass column sum of `rows` x `cols` with `parts` partial arrays in `workspace` floats. */
+static inline int
+column_chunks(int rows, int cols, int parts, size_t workspace)
+{
+	size_t		fit = workspace / ((size_t) cols * parts);
+	int			chunks = rows < MAX_CHUNKS ? rows : MAX_CHUNKS;
+
+	if ((size_t) chunks > fit)
+		chunks = (int) fit;
+	return chunks > 0 ? chunks : 1;
+}
+
 /* Blocks for n elements at `threads` per block, capped for grid-stride loops. */
 static inline unsigned
 blocks_for(size_t n, unsigned threads)

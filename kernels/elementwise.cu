@@ -1,12 +1,9 @@
 /*
  * elementwise.cu - residual add, scaling, bias rows and their column sums,
- * ReLU and its backward: the CUDA twins of the elementwise ops of
+ * the feed-forward activations and their backward: the CUDA twins of the elementwise ops of
  * src/backend_cpu.c.
  */
 #include "kernels.h"
-
-/* Rows of one partial column sum: column blocks x row chunks, summed in row order. */
-#define ROW_CHUNK 256
 
 __global__ void
 add_kernel(float *out, const float *a, const float *b, size_t n)
@@ -31,32 +28,74 @@ bias_rows_kernel(float *out, const float *bias, int rows, int cols)
 		out[i] = bias[i % cols];
 }
 
-/* One thread per column: dbias[c] += sum over rows in order (deterministic). */
+/* Pass 1: partial[chunk, c] = sum of column c over the chunk's rows, in row order. */
 __global__ void
-bias_backward_kernel(float *dbias, const float *dout, int rows, int cols)
+column_partials_kernel(float *partial, const float *dout, int rows, int cols, int chunks)
+{
+	int			c = blockIdx.x * blockDim.x + threadIdx.x,
+				chunk = blockIdx.y,
+				per = (rows + chunks - 1) / chunks,
+				r1 = (chunk + 1) * per < rows ? (chunk + 1) * per : rows;
+	float		s = 0.0f;
+
+	if (c >= cols)
+		return;
+	for (int r = chunk * per; r < r1; r++)
+		s += dout[(size_t) r * cols + c];
+	partial[(size_t) chunk * cols + c] = s;
+}
+
+/* Pass 2: dbias[c] += the chunks' partials in order. */
+__global__ void
+column_total_kernel(float *dbias, const float *partial, int cols, int chunks)
 {
 	int			c = blockIdx.x * blockDim.x + threadIdx.x;
 	float		s = 0.0f;
 
 	if (c >= cols)
 		return;
-	for (int r = 0; r < rows; r++)
-		s += dout[(size_t) r * cols + c];
+	for (int k = 0; k < chunks; k++)
+		s += partial[(size_t) k * cols + c];
 	dbias[c] += s;
 }
 
-__global__ void
-relu_kernel(float *out, const float *x, size_t n)
+/* f(x) and f'(x) of the feed-forward activations, as src/backend_cpu.c computes them. */
+__device__ __forceinline__ float
+activation_value(TfActivation f, float x)
 {
-	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
-		out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+	if (f == TF_SWISH)
+		return x / (1.0f + expf(-x));
+	if (f == TF_GELU)
+		return 0.5f * x * (1.0f + erff(x * 0.70710678f));
+	return x > 0.0f ? x : 0.0f;
+}
+
+__device__ __forceinline__ float
+activation_slope(TfActivation f, float x)
+{
+	if (f == TF_SWISH)
+	{
+		float		s = 1.0f / (1.0f + expf(-x));
+
+		return s * (1.0f + x * (1.0f - s));
+	}
+	if (f == TF_GELU)
+		return 0.5f * (1.0f + erff(x * 0.70710678f)) + x * 0.39894228f * expf(-0.5f * x * x);
+	return x > 0.0f ? 1.0f : 0.0f;
 }
 
 __global__ void
-relu_backward_kernel(float *dx, const float *dout, const float *x, size_t n)
+activation_kernel(TfActivation f, float *out, const float *x, size_t n)
 {
 	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
-		dx[i] = x[i] > 0.0f ? dout[i] : 0.0f;
+		out[i] = activation_value(f, x[i]);
+}
+
+__global__ void
+activation_backward_kernel(TfActivation f, float *dx, const float *dout, const float *x, size_t n)
+{
+	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
+		dx[i] = f == TF_RELU ? (x[i] > 0.0f ? dout[i] : 0.0f) : dout[i] * activation_slope(f, x[i]);
 }
 
 void
@@ -78,19 +117,26 @@ k_bias_rows(float *out, const float *bias, int rows, int cols, cudaStream_t stre
 }
 
 void
-k_bias_backward(float *dbias, const float *dout, int rows, int cols, cudaStream_t stream)
+k_bias_backward(float *dbias, const float *dout, int rows, int cols, float *workspace, size_t workspace_floats,
+				cudaStream_t stream)
 {
-	LAUNCH(bias_backward_kernel, blocks_for(cols, BLOCK), BLOCK, 0, stream)(dbias, dout, rows, cols);
+	int			chunks = column_chunks(rows, cols, 1, workspace_floats);
+
+	if (rows <= 0 || cols <= 0)
+		return;
+	LAUNCH(column_partials_kernel, dim3(blocks_for(cols, 64), (unsigned) chunks), 64, 0, stream)
+		(workspace, dout, rows, cols, chunks);
+	LAUNCH(column_total_kernel, blocks_for(cols, BLOCK), BLOCK, 0, stream)(dbias, workspace, cols, chunks);
 }
 
 void
-k_relu(float *out, const float *x, size_t n, cudaStream_t stream)
+k_activation(TfActivation f, float *out, const float *x, size_t n, cudaStream_t stream)
 {
-	LAUNCH(relu_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(out, x, n);
+	LAUNCH(activation_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(f, out, x, n);
 }
 
 void
-k_relu_backward(float *dx, const float *dout, const float *x, size_t n, cudaStream_t stream)
+k_activation_backward(TfActivation f, float *dx, const float *dout, const float *x, size_t n, cudaStream_t stream)
 {
-	LAUNCH(relu_backward_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(dx, dout, x, n);
+	LAUNCH(activation_backward_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(f, dx, dout, x, n);
 }

@@ -14,13 +14,15 @@ extern "C" {
 #include "backend.h"
 }
 
-/* elementwise.cu */
+/* elementwise.cu (column sums: workspace of column_chunks(...) * cols floats) */
 void		k_add(float *out, const float *a, const float *b, size_t n, cudaStream_t stream);
 void		k_scale(float *x, size_t n, float s, cudaStream_t stream);
 void		k_bias_rows(float *out, const float *bias, int rows, int cols, cudaStream_t stream);
-void		k_bias_backward(float *dbias, const float *dout, int rows, int cols, cudaStream_t stream);
-void		k_relu(float *out, const float *x, size_t n, cudaStream_t stream);
-void		k_relu_backward(float *dx, const float *dout, const float *x, size_t n, cudaStream_t stream);
+void		k_bias_backward(float *dbias, const float *dout, int rows, int cols, float *workspace,
+							size_t workspace_floats, cudaStream_t stream);
+void		k_activation(TfActivation f, float *out, const float *x, size_t n, cudaStream_t stream);
+void		k_activation_backward(TfActivation f, float *dx, const float *dout, const float *x, size_t n,
+								  cudaStream_t stream);
 
 /* dropout.cu */
 void		k_dropout(float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t stream_id,
@@ -34,12 +36,12 @@ void		k_embed(float *out, const int32_t *ids, const int32_t *positions, const fl
 void		k_embed_backward(float *dembedding, const float *dout, const int32_t *ids, int rows, int d,
 							 float scale, cudaStream_t stream);
 
-/* layernorm.cu */
+/* layernorm.cu (parameter gradients: workspace of column_chunks(...) * 2 * d floats) */
 void		k_layernorm(float *out, float *mean, float *rstd, const float *x, const float *gamma,
 						const float *beta, int rows, int d, float eps, cudaStream_t stream);
 void		k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
 								 const float *mean, const float *rstd, const float *gamma, int rows, int d,
-								 cudaStream_t stream);
+								 float *workspace, size_t workspace_floats, cudaStream_t stream);
 
 /* attention.cu (dscores: sh->p_total floats of workspace) */
 bool		k_attention_fits(const TfAttentionShape *sh);

@@ -63,10 +63,37 @@ layernorm_dx_kernel(float *dx, const float *dout, const float *x, const float *m
 		dx[row * d + j] = rs * (g[j] * gamma[j] - a - (xr[j] - m) * rs * b);
 }
 
-/* One thread per column, rows in order: dgamma += sum dout * xhat, dbeta += sum dout. */
+/*
+ * Pass 1 of dgamma += sum dout * xhat and dbeta += sum dout: per chunk of
+ * rows, in row order, into pg [chunks, d] and pb [chunks, d].
+ */
 __global__ void
-layernorm_dparams_kernel(float *dgamma, float *dbeta, const float *dout, const float *x, const float *mean,
-						 const float *rstd, int rows, int d)
+layernorm_dparams_kernel(float *pg, float *pb, const float *dout, const float *x, const float *mean,
+						 const float *rstd, int rows, int d, int chunks)
+{
+	int			c = blockIdx.x * blockDim.x + threadIdx.x,
+				chunk = blockIdx.y,
+				per = (rows + chunks - 1) / chunks,
+				r1 = (chunk + 1) * per < rows ? (chunk + 1) * per : rows;
+	float		ag = 0.0f,
+				ab = 0.0f;
+
+	if (c >= d)
+		return;
+	for (int r = chunk * per; r < r1; r++)
+	{
+		float		g = dout[(size_t) r * d + c];
+
+		ag += g * (x[(size_t) r * d + c] - mean[r]) * rstd[r];
+		ab += g;
+	}
+	pg[(size_t) chunk * d + c] = ag;
+	pb[(size_t) chunk * d + c] = ab;
+}
+
+/* Pass 2: the chunks in order. */
+__global__ void
+layernorm_dparams_total_kernel(float *dgamma, float *dbeta, const float *pg, const float *pb, int d, int chunks)
 {
 	int			c = blockIdx.x * blockDim.x + threadIdx.x;
 	float		ag = 0.0f,
@@ -74,12 +101,10 @@ layernorm_dparams_kernel(float *dgamma, float *dbeta, const float *dout, const f
 
 	if (c >= d)
 		return;
-	for (int r = 0; r < rows; r++)
+	for (int k = 0; k < chunks; k++)
 	{
-		float		g = dout[(size_t) r * d + c];
-
-		ag += g * (x[(size_t) r * d + c] - mean[r]) * rstd[r];
-		ab += g;
+		ag += pg[(size_t) k * d + c];
+		ab += pb[(size_t) k * d + c];
 	}
 	dgamma[c] += ag;
 	dbeta[c] += ab;
@@ -95,10 +120,17 @@ k_layernorm(float *out, float *mean, float *rstd, const float *x, const float *g
 
 void
 k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
-					 const float *mean, const float *rstd, const float *gamma, int rows, int d, cudaStream_t stream)
+					 const float *mean, const float *rstd, const float *gamma, int rows, int d, float *workspace,
+					 size_t workspace_floats, cudaStream_t stream)
 {
+	int			chunks = column_chunks(rows, d, 2, workspace_floats);
+	float	   *pg = workspace,
+			   *pb = workspace + (size_t) chunks * d;
+
 	if (rows <= 0)
 		return;
 	LAUNCH(layernorm_dx_kernel, rows, BLOCK, 0, stream)(dx, dout, x, mean, rstd, gamma, d);
-	LAUNCH(layernorm_dparams_kernel, blocks_for(d, 64), 64, 0, stream)(dgamma, dbeta, dout, x, mean, rstd, rows, d);
+	LAUNCH(layernorm_dparams_kernel, dim3(blocks_for(d, 64), (unsigned) chunks), 64, 0, stream)
+		(pg, pb, dout, x, mean, rstd, rows, d, chunks);
+	LAUNCH(layernorm_dparams_total_kernel, blocks_for(d, BLOCK), BLOCK, 0, stream)(dgamma, dbeta, pg, pb, d, chunks);
 }

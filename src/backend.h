@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "transformer.h"
+
 /*
  * Geometry of one multi-head attention call over sentences of different
  * lengths, packed without padding: sentence b's queries are rows
@@ -132,9 +134,14 @@ struct TfBackend
 	/* out = a + b (n elements; out may equal a or b). */
 	void		(*add) (TfBackend *be, float *out, const float *a, const float *b, size_t n);
 
-	/* out = max(x, 0); backward: dx = dout where x > 0, else 0. */
-	void		(*relu) (TfBackend *be, float *out, const float *x, size_t n);
-	void		(*relu_backward) (TfBackend *be, float *dx, const float *dout, const float *x, size_t n);
+	/*
+	 * out = f(x) for the feed-forward activation f (TfActivation): ReLU
+	 * max(x, 0); swish x * sigmoid(x); GELU x * Phi(x) = x (1 + erf(x / sqrt 2)) / 2.
+	 * out may equal x. Backward: dx = dout * f'(x) (dx may equal dout).
+	 */
+	void		(*activation) (TfBackend *be, TfActivation f, float *out, const float *x, size_t n);
+	void		(*activation_backward) (TfBackend *be, TfActivation f, float *dx, const float *dout,
+										const float *x, size_t n);
 
 	/*
 	 * LayerNorm over the last dimension (Ba et al. 2016): out = (x - mean) *

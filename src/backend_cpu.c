@@ -313,24 +313,63 @@ cpu_add(TfBackend *be, float *out, const float *a, const float *b, size_t n)
 		out[i] = a[i] + b[i];
 }
 
-static void
-cpu_relu(TfBackend *be, float *out, const float *x, size_t n)
+/* f(x) and f'(x) of the feed-forward activations (backend.h), in float as the GPU computes them. */
+static inline float
+activation_value(TfActivation f, float x)
 {
-	long		i;
+	if (f == TF_SWISH)
+		return x / (1.0f + expf(-x));
+	if (f == TF_GELU)
+		return 0.5f * x * (1.0f + erff(x * 0.70710678f));
+	return x > 0.0f ? x : 0.0f;
+}
 
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (i = 0; i < (long) n; i++)
-		out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+static inline float
+activation_slope(TfActivation f, float x)
+{
+	if (f == TF_SWISH)
+	{
+		float		s = 1.0f / (1.0f + expf(-x));
+
+		return s * (1.0f + x * (1.0f - s));
+	}
+	if (f == TF_GELU)
+		return 0.5f * (1.0f + erff(x * 0.70710678f)) + x * 0.39894228f * expf(-0.5f * x * x);
+	return x > 0.0f ? 1.0f : 0.0f;
 }
 
 static void
-cpu_relu_backward(TfBackend *be, float *dx, const float *dout, const float *x, size_t n)
+cpu_activation(TfBackend *be, TfActivation f, float *out, const float *x, size_t n)
 {
 	long		i;
 
+	if (f == TF_RELU)
+	{
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+		for (i = 0; i < (long) n; i++)
+			out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+		return;
+	}
 #pragma omp parallel for num_threads(nthreads(be)) schedule(static)
 	for (i = 0; i < (long) n; i++)
-		dx[i] = x[i] > 0.0f ? dout[i] : 0.0f;
+		out[i] = activation_value(f, x[i]);
+}
+
+static void
+cpu_activation_backward(TfBackend *be, TfActivation f, float *dx, const float *dout, const float *x, size_t n)
+{
+	long		i;
+
+	if (f == TF_RELU)
+	{
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+		for (i = 0; i < (long) n; i++)
+			dx[i] = x[i] > 0.0f ? dout[i] : 0.0f;
+		return;
+	}
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (i = 0; i < (long) n; i++)
+		dx[i] = dout[i] * activation_slope(f, x[i]);
 }
 
 static void
@@ -1048,8 +1087,8 @@ tf_backend_cpu_create(int threads)
 	be->dropout = cpu_dropout;
 	be->dropout_backward = cpu_dropout_backward;
 	be->add = cpu_add;
-	be->relu = cpu_relu;
-	be->relu_backward = cpu_relu_backward;
+	be->activation = cpu_activation;
+	be->activation_backward = cpu_activation_backward;
 	be->layernorm = cpu_layernorm;
 	be->layernorm_backward = cpu_layernorm_backward;
 	be->attention = cpu_attention;

@@ -16,6 +16,8 @@ config_common(TfConfig *c, int vocab_size)
 	c->max_positions = 1024;
 	c->layer_norm_eps = 1e-5f;
 	c->pad_id = 0;
+	c->activation = TF_RELU;
+	c->logits_bias = false;
 }
 
 void
@@ -92,6 +94,8 @@ tf_config_validate(const TfConfig *c, char *err, size_t errlen)
 		return bad(err, errlen, "attention_dropout", "must be in [0, 1)");
 	if (!(c->relu_dropout >= 0.0f && c->relu_dropout < 1.0f))
 		return bad(err, errlen, "relu_dropout", "must be in [0, 1)");
+	if (c->activation != TF_RELU && c->activation != TF_SWISH && c->activation != TF_GELU)
+		return bad(err, errlen, "activation", "must be relu, swish or gelu");
 	if (!(c->label_smoothing >= 0.0f && c->label_smoothing < 1.0f))
 		return bad(err, errlen, "label_smoothing", "must be in [0, 1)");
 	if (c->vocab_size < 4 || c->vocab_size > MAX_VOCAB)

@@ -350,13 +350,13 @@ decoder_step(Search *s, int t)
 					  c->layer_norm_eps);
 		/* feed-forward */
 		tf_linear(be, s->f1, s->x2, P + o->w1, P + o->b1, R, d, s->F);
-		be->relu(be, s->f1, s->f1, (size_t) R * s->F);
+		be->activation(be, c->activation, s->f1, s->f1, (size_t) R * s->F);
 		tf_linear(be, s->tmp, s->f1, P + o->w2, P + o->b2, R, s->F, d);
 		be->add(be, s->res, s->x2, s->tmp, (size_t) R * d);
 		be->layernorm(be, s->x, s->mean, s->rstd, s->res, P + o->ln_ffn_g, P + o->ln_ffn_b, R, d,
 					  c->layer_norm_eps);
 	}
-	be->gemm(be, false, true, R, s->V, d, 1.0f, s->x, d, P + m->off_embedding, d, 0.0f, s->logits, s->V);
+	tf_logits(m, s->logits, s->x, R);
 }
 
 /* Adds a finished hypothesis to its sentence's list (best first, stable); false when out of memory. */

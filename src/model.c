@@ -121,6 +121,8 @@ layout_parameters(TfModel *m)
 		o->b2 = add_param(m, prefix, "fc2.bias", c->d_model, 0, INIT_ZERO);
 		layout_norm(m, prefix, "final_layer_norm", &o->ln_ffn_g, &o->ln_ffn_b);
 	}
+	if (c->logits_bias)
+		m->off_logits_bias = add_param(m, "", "final_logits_bias", 1, c->vocab_size, INIT_ZERO);
 }
 
 /* Initialises the parameters on the host from the counter-based generator. */
@@ -198,7 +200,7 @@ create(const TfConfig *config, uint64_t seed, const char *device, int threads, b
 		return NULL;
 	m = calloc(1, sizeof(TfModel));
 	layers = config->num_encoder_layers + config->num_decoder_layers;
-	max_entries = 1 + layers * 30;
+	max_entries = 2 + layers * 30;
 	if (m == NULL ||
 		(m->entries = calloc(max_entries, sizeof(ParamEntry))) == NULL ||
 		(m->layer_off = calloc(layers, sizeof(LayerOffsets))) == NULL ||
@@ -545,6 +547,21 @@ tf_linear(TfBackend *be, float *y, const float *x, const float *w, const float *
 }
 
 /*
+ * logits[rows, vocab] = h[rows, d_model] E^T (+ final_logits_bias): the
+ * output projection through the shared embedding (section 3.4).
+ */
+void
+tf_logits(TfModel *m, float *logits, const float *h, int rows)
+{
+	const TfConfig *c = &m->config;
+
+	if (c->logits_bias)
+		m->be->bias_rows(m->be, logits, m->params + m->off_logits_bias, rows, c->vocab_size);
+	m->be->gemm(m->be, false, true, rows, c->vocab_size, c->d_model, 1.0f, h, c->d_model,
+				m->params + m->off_embedding, c->d_model, c->logits_bias ? 1.0f : 0.0f, logits, c->vocab_size);
+}
+
+/*
  * Backward of linear: dW += dy^T x, db += colsum(dy), and dx = dy W
  * (dx_beta 1 adds into dx).
  */
@@ -646,7 +663,7 @@ layer_forward(TfModel *m, int l)
 		const float *ffn_in = dec ? a->ln_cross : a->ln_self;
 
 		tf_linear(be, a->f1, ffn_in, P + o->w1, P + o->b1, rows, d, F);
-		be->relu(be, a->h, a->f1, (size_t) rows * F);
+		be->activation(be, c->activation, a->h, a->f1, (size_t) rows * F);
 		be->dropout(be, a->h, a->h, (size_t) rows * F, m->p_relu, m->seed,
 					tf_dropout_stream(m->forwards, site + SITE_RELU), a->keep_relu);
 		tf_linear(be, m->tmp, a->h, P + o->w2, P + o->b2, rows, F, d);
@@ -748,8 +765,7 @@ forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *
 		layer_forward(m, l);
 
 	/* logits through the shared embedding (section 3.4) and the label-smoothed loss */
-	be->gemm(be, false, true, m->lay.Nt, c->vocab_size, d, 1.0f, m->acts[layers - 1].out, d,
-			 m->params + m->off_embedding, d, 0.0f, m->logits, c->vocab_size);
+	tf_logits(m, m->logits, m->acts[layers - 1].out, m->lay.Nt);
 	be->cross_entropy(be, m->logits, training ? m->inv_sum : NULL, LABELS(m), m->lay.Nt, c->vocab_size,
 					  c->pad_id, c->label_smoothing, m->row_loss);
 	be->accumulate(be, m->stats, m->row_loss, (size_t) m->lay.Nt);
@@ -818,7 +834,7 @@ layer_backward(TfModel *m, int l)
 						   o->ln_ffn_g, o->ln_ffn_b, rows, a->keep_ffn);
 	linear_backward(be, m->g_h, 0.0f, G + o->w2, G + o->b2, m->tmp, a->h, P + o->w2, rows, F, d);
 	be->dropout_backward(be, m->g_h, m->g_h, (size_t) rows * F, m->p_relu, a->keep_relu);
-	be->relu_backward(be, m->g_h, m->g_h, a->f1, (size_t) rows * F);
+	be->activation_backward(be, c->activation, m->g_h, m->g_h, a->f1, (size_t) rows * F);
 	linear_backward(be, m->g_b, 1.0f, G + o->w1, G + o->b1, m->g_h, ffn_in, P + o->w1, rows, d, F);
 
 	if (dec)
@@ -881,6 +897,8 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	/* logits become grad_scale * d(loss_sum)/d(logits) */
 	be->cross_entropy_backward(be, m->logits, m->inv_sum, LABELS(m), Nt, c->vocab_size, c->pad_id,
 							   c->label_smoothing, grad_scale);
+	if (c->logits_bias)
+		be->bias_backward(be, m->grads + m->off_logits_bias, m->logits, Nt, c->vocab_size);
 	be->gemm(be, true, false, c->vocab_size, d, Nt, 1.0f, m->logits, c->vocab_size,
 			 m->acts[layers - 1].out, d, 1.0f, m->grads + m->off_embedding, d);
 	be->gemm(be, false, false, Nt, d, c->vocab_size, 1.0f, m->logits, c->vocab_size,

@@ -126,6 +126,9 @@ void		tf_linear(TfBackend *be, float *y, const float *x, const float *w, const f
 /* Zeroes the loss totals of the step (backend stats and the host token count). */
 void		tf_model_reset_stats(TfModel *m);
 
+/* logits [rows, vocab] = h [rows, d_model] E^T, plus final_logits_bias when the model has one (model.c). */
+void		tf_logits(TfModel *m, float *logits, const float *h, int rows);
+
 /* Checks a padded batch and builds m->lay; TF_ERROR with a message naming the problem. */
 int			tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen);
 
@@ -141,6 +144,7 @@ struct TfModel
 	int			num_entries;
 	size_t		num_params;
 	size_t		off_embedding;
+	size_t		off_logits_bias;	/* final_logits_bias [1, vocab] when config.logits_bias */
 	LayerOffsets *layer_off;	/* encoder layers, then decoder layers */
 	float	   *params,
 			   *grads,

@@ -19,6 +19,18 @@
 #define TF_ERROR (-1)
 #define TF_ERRLEN 256
 
+/*
+ * The feed-forward network's activation: the paper's ReLU (eq. 2), or
+ * those of models imported from elsewhere: swish (SiLU, x * sigmoid(x)) and
+ * GELU (exact: x * Phi(x), as Hugging Face's "gelu").
+ */
+typedef enum TfActivation
+{
+	TF_RELU = 0,
+	TF_SWISH,
+	TF_GELU
+} TfActivation;
+
 /* Model configuration (DESIGN.md section 2; paper section 3 and table 3). */
 typedef struct TfConfig
 {
@@ -35,6 +47,8 @@ typedef struct TfConfig
 	int			max_positions;	/* longest sequence, source or target */
 	float		layer_norm_eps;
 	int			pad_id;
+	TfActivation activation;	/* the FFN's; TF_RELU */
+	bool		logits_bias;	/* a bias on the output projection ("final_logits_bias" [1, vocab]); false */
 } TfConfig;
 
 /* The paper's base model (N=6, d=512, h=8, d_ff=2048, dropout 0.1). */

@@ -167,18 +167,32 @@ compare_elementwise(Both *b)
 	b->cpu->scale(b->cpu, out, n, -1.5f);
 	b->gpu->scale(b->gpu, dout, n, -1.5f);
 	same(b, "scale", dout, out, n);
-	b->cpu->relu(b->cpu, out, x, n);
-	b->gpu->relu(b->gpu, dout, dx, n);
-	same(b, "relu", dout, out, n);
-	b->cpu->relu_backward(b->cpu, out, y, x, n);
-	b->gpu->relu_backward(b->gpu, dout, dy, dx, n);
-	same(b, "relu_backward", dout, out, n);
+	for (i = TF_RELU; i <= TF_GELU; i++)
+	{
+		const char *names[] = {"relu", "swish", "gelu"};
+		char		what[48];
+
+		b->cpu->activation(b->cpu, (TfActivation) i, out, x, n);
+		b->gpu->activation(b->gpu, (TfActivation) i, dout, dx, n);
+		snprintf(what, sizeof(what), "activation %s", names[i]);
+		same(b, what, dout, out, n);
+		b->cpu->activation_backward(b->cpu, (TfActivation) i, out, y, x, n);
+		b->gpu->activation_backward(b->gpu, (TfActivation) i, dout, dy, dx, n);
+		strcat(what, " backward");
+		same(b, what, dout, out, n);
+	}
 	b->cpu->bias_rows(b->cpu, out, bias, R, D);
 	b->gpu->bias_rows(b->gpu, dout, dbias, R, D);
 	same(b, "bias_rows", dout, out, n);
 	b->cpu->bias_backward(b->cpu, bias, y, R, D);
 	b->gpu->bias_backward(b->gpu, dbias, dy, R, D);
 	same(b, "bias_backward", dbias, bias, D);
+	b->cpu->bias_backward(b->cpu, out, y, 3, (int) n / 3);	/* fewer rows than chunks, wide */
+	b->gpu->bias_backward(b->gpu, dout, dy, 3, (int) n / 3);
+	same(b, "bias_backward, 3 rows", dout, out, n / 3);
+	b->cpu->bias_backward(b->cpu, bias, y, (int) n / 7, 7);	/* many rows, narrow */
+	b->gpu->bias_backward(b->gpu, dbias, dy, (int) n / 7, 7);
+	same(b, "bias_backward, many rows", dbias, bias, 7);
 	b->cpu->embed(b->cpu, out, ids, pos, E, pe, R, D, 2.5f);
 	b->gpu->embed(b->gpu, dout, dids, dpos, dE, dpe, R, D, 2.5f);
 	same(b, "embed", dout, out, n);
@@ -233,7 +247,7 @@ compare_elementwise(Both *b)
 static void
 compare_layernorm(Both *b)
 {
-	enum {R = 17, D = 300};
+	enum {R = 301, D = 70};		/* more rows than column-sum chunks: uneven chunks */
 	size_t		n = (size_t) R * D;
 	float	   *x = randoms(n),
 			   *g = randoms(D),
@@ -522,9 +536,12 @@ small_batch(int32_t *src, int32_t *tgt, int32_t *lab, TfBatch *b)
 	b->batch_size = 4, b->src_len = 8, b->tgt_len = 8, b->src = src, b->tgt_in = tgt, b->labels = lab;
 }
 
-/* 20 steps with every dropout on, on both backends: the same losses to 1e-5; no allocation after step 1. */
+/*
+ * 20 steps with every dropout on, on both backends: the same losses to
+ * 1e-5; no allocation after step 1. variant: GELU and a logits bias.
+ */
 static void
-compare_training(void)
+compare_training(bool variant)
 {
 	TfConfig	c;
 	TfModel    *m[2];
@@ -543,6 +560,8 @@ compare_training(void)
 	tf_config_small(&c, 64);
 	c.d_model = 32, c.num_heads = 4, c.d_ff = 64, c.num_encoder_layers = 2, c.num_decoder_layers = 2;
 	c.attention_dropout = 0.1f, c.relu_dropout = 0.1f;
+	if (variant)
+		c.activation = TF_GELU, c.logits_bias = true;
 	small_batch(src, tgt, lab, &batch);
 	tf_optimizer_default(&opt);
 	/*
@@ -575,8 +594,9 @@ compare_training(void)
 		  loss[1][19], loss[0][19]);
 	CHECK(m[1]->be->allocations == allocs, "steps 2-20 made %lld device allocations (the arena fits)",
 		  (long long) (m[1]->be->allocations - allocs));
-	printf("  20 training steps, dropout on: cuda vs cpu losses, worst relative difference %.2g "
-		   "(%.4f -> %.4f); %lld allocations after step 1\n", worst, loss[1][0], loss[1][19],
+	printf("  20 training steps, dropout on%s: cuda vs cpu losses, worst relative difference %.2g "
+		   "(%.4f -> %.4f); %lld allocations after step 1\n", variant ? ", GELU, logits bias" : "", worst,
+		   loss[1][0], loss[1][19],
 		   (long long) (m[1]->be->allocations - allocs));
 	tf_model_free(m[0]);
 	tf_model_free(m[1]);
@@ -617,5 +637,6 @@ test_backend(const char *fixtures)
 		b.cpu->destroy(b.cpu);
 	}
 	tf_restore_signals(&old);
-	compare_training();
+	compare_training(false);
+	compare_training(true);
 }

@@ -163,15 +163,13 @@ loss_at(TfModel *m, const TfBatch *b)
 }
 
 /*
- * Directional finite difference of the whole model (dropout 0.1, attention
- * and ReLU dropout on, fixed masks): (L(p + h u) - L(p - h u)) / 2h against
- * g . u, for random directions u, one parameter tensor at a time and all at once.
+ * Directional finite difference of the whole model m (its dropouts on,
+ * fixed masks): (L(p + h u) - L(p - h u)) / 2h against g . u for a random
+ * direction u over every parameter. Frees m.
  */
 static void
-check_model_gradient(const Fixture *fx)
+directional_check(TfModel *m, TfBatch b, const char *what)
 {
-	TfModel    *m = fixture_model(fx, 0.1f);
-	TfBatch		b = fixture_batch(fx);
 	char		err[TF_ERRLEN];
 	size_t		n,
 				i;
@@ -183,10 +181,6 @@ check_model_gradient(const Fixture *fx)
 				h = 1e-2;
 	unsigned	seed = 99;
 
-	if (m == NULL)
-		return;
-	m->config.attention_dropout = 0.1f;
-	m->config.relu_dropout = 0.1f;
 	n = tf_model_num_parameters(m);
 	g = malloc(n * sizeof(float));
 	u = malloc(n * sizeof(float));
@@ -227,12 +221,67 @@ check_model_gradient(const Fixture *fx)
 	numeric = (numeric - loss_at(m, &b)) / (2 * h);
 	m->be->upload(m->be, m->params, p0, n * sizeof(float));
 	CHECK(fabs(numeric - analytic) < 2e-3 * fmax(fabs(analytic), 1.0),
-		  "whole-model directional derivative: finite difference %.6f, backward %.6f", numeric, analytic);
-	printf("  whole-model gradient (dropout on): finite difference %.6f, backward %.6f\n", numeric, analytic);
+		  "%s directional derivative: finite difference %.6f, backward %.6f", what, numeric, analytic);
+	printf("  %s gradient (dropout on): finite difference %.6f, backward %.6f\n", what, numeric, analytic);
 	free(g);
 	free(u);
 	free(p0);
 	tf_model_free(m);
+}
+
+/* The fixture model with all three dropouts. */
+static void
+check_model_gradient(const Fixture *fx)
+{
+	TfModel    *m = fixture_model(fx, 0.1f);
+
+	if (m == NULL)
+		return;
+	m->config.attention_dropout = 0.1f;
+	m->config.relu_dropout = 0.1f;
+	directional_check(m, fixture_batch(fx), "whole-model");
+}
+
+static void synthetic_batch(int32_t *src, int32_t *tgt, int32_t *lab, TfBatch *b);
+
+/* A model with the options imported models use: swish, then GELU, and a logits bias. */
+static void
+check_variant_gradients(void)
+{
+	TfConfig	c;
+	TfBatch		b;
+	int32_t		src[32],
+				tgt[32],
+				lab[32];
+	char		err[TF_ERRLEN];
+	int			f;
+
+	synthetic_batch(src, tgt, lab, &b);
+	for (f = TF_SWISH; f <= TF_GELU; f++)
+	{
+		TfModel    *m;
+		size_t		count;
+
+		tf_config_small(&c, 64);
+		c.d_model = 32, c.num_heads = 4, c.d_ff = 64, c.num_encoder_layers = 1, c.num_decoder_layers = 2;
+		c.relu_dropout = 0.1f;
+		c.activation = (TfActivation) f;
+		c.logits_bias = true;
+		m = tf_model_create(&c, 11, test_device, 2, err, sizeof(err));
+		CHECK(m != NULL && tf_model_param(m, "final_logits_bias", &count) != NULL && count == 64,
+			  "no final_logits_bias [1, 64]: %s", m == NULL ? err : "missing");
+		if (m != NULL)
+		{
+			/* a non-zero bias, so that it shapes the loss */
+			float		bias[64];
+			int			i;
+
+			for (i = 0; i < 64; i++)
+				bias[i] = 0.05f * (float) (i % 7) - 0.15f;
+			m->be->upload(m->be, tf_model_param(m, "final_logits_bias", &count), bias, sizeof(bias));
+			directional_check(m, b, f == TF_SWISH ? "swish + logits bias" : "gelu + logits bias");
+		}
+	}
 }
 
 /* A deterministic synthetic batch of 4 pairs (vocab 64). */
@@ -497,6 +546,7 @@ test_model(const char *fixtures)
 		check_against_pytorch(&fx);
 		check_model_gradient(&fx);
 	}
+	check_variant_gradients();
 	check_determinism();
 	check_thread_signal_masks();
 	check_bad_input();

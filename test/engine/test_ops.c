@@ -238,6 +238,56 @@ check_cross_entropy(TfBackend *be)
 	fd_check("cross_entropy dlogits", logits, grad, R * V, ce_loss, &c);
 }
 
+/* ---- swish and GELU ---- */
+typedef struct ActCtx
+{
+	TfBackend  *be;
+	TfActivation f;
+	float	   *x,
+			   *y,
+			   *w;
+	int			n;
+} ActCtx;
+
+static double
+act_loss(void *arg)
+{
+	ActCtx	   *c = arg;
+
+	c->be->activation(c->be, c->f, c->y, c->x, c->n);
+	return dot(c->w, c->y, c->n);
+}
+
+/* Smooth activations against finite differences; values against their definitions. */
+static void
+check_activations(TfBackend *be)
+{
+	enum {N = 40};
+	float		x[N], y[N], w[N], dx[N];
+	ActCtx		c = {be, TF_SWISH, x, y, w, N};
+	int			f,
+				i;
+
+	for (f = TF_SWISH; f <= TF_GELU; f++)
+	{
+		c.f = (TfActivation) f;
+		fill(x, N);
+		for (i = 0; i < N; i++)
+			x[i] *= 4.0f;		/* [-4, 4): both tails and the bend */
+		fill(w, N);
+		act_loss(&c);
+		for (i = 0; i < N; i++)
+		{
+			double		want = f == TF_SWISH ? x[i] / (1.0 + exp(-x[i])) : 0.5 * x[i] * (1.0 + erf(x[i] / sqrt(2.0)));
+
+			CHECK(fabs(y[i] - want) < 1e-5 * fmax(1.0, fabs(want)), "%s(%g) = %g, want %g",
+				  f == TF_SWISH ? "swish" : "gelu", x[i], y[i], want);
+		}
+		be->activation_backward(be, c.f, dx, w, x, N);
+		fd_check(f == TF_SWISH ? "swish dx" : "gelu dx", x, dx, N, act_loss, &c);
+	}
+}
+
 /* ---- embedding, bias, ReLU, dropout (linear or piecewise linear ops) ---- */
 static void
 check_simple_ops(TfBackend *be)
@@ -274,8 +324,8 @@ check_simple_ops(TfBackend *be)
 	for (j = 0; j < D; j++)
 		CHECK(out[4 * D + j] == dbias[j], "bias_rows column %d", j);
 	fill(x, R * D);
-	be->relu(be, y, x, R * D);
-	be->relu_backward(be, dx, w, x, R * D);
+	be->activation(be, TF_RELU, y, x, R * D);
+	be->activation_backward(be, TF_RELU, dx, w, x, R * D);
 	for (i = 0; i < R * D; i++)
 		CHECK(y[i] == (x[i] > 0 ? x[i] : 0.0f) && dx[i] == (x[i] > 0 ? w[i] : 0.0f), "relu element %d", i);
 	/* dropout: same mask forward and backward, scaled by 1/(1-p), about 1-p kept */
@@ -317,6 +367,7 @@ test_ops(const char *fixtures)
 	check_attention(be, false, true, 0.0f);
 	check_attention(be, false, true, 0.3f);
 	check_cross_entropy(be);
+	check_activations(be);
 	check_simple_ops(be);
 	tf_restore_signals(&old);
 	be->destroy(be);
