@@ -51,52 +51,48 @@ blocks_for(size_t n, unsigned threads)
 	return (unsigned) (b == 0 ? 1 : b > 65535 ? 65535 : b);
 }
 
-/* Sum of v over the warp (every lane gets it). */
-__device__ __forceinline__ float
-warp_sum(float v)
+/* The two reductions of the kernels. */
+struct SumOp
 {
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
+	template <class T> __device__ __forceinline__ T operator() (T a, T b) const { return a + b; }
+};
+struct MaxOp
+{
+	__device__ __forceinline__ float operator() (float a, float b) const { return fmaxf(a, b); }
+};
 
-__device__ __forceinline__ double
-warp_sum_double(double v)
+/* op over the warp (every lane gets the result). */
+template <class T, class Op>
+__device__ __forceinline__ T
+warp_reduce(T v, Op op)
 {
 	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
-
-/* Max of v over the warp (every lane gets it). */
-__device__ __forceinline__ float
-warp_max(float v)
-{
-	for (int o = 16; o > 0; o >>= 1)
-		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+		v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
 	return v;
 }
 
 /*
- * Sum over the block (blockDim.x a multiple of 32, at most 1024); every
- * thread gets it. `part` is __shared__ scratch of 33 floats; every thread
- * of the block must call it (it holds barriers).
+ * op over the block (blockDim.x a multiple of 32, at most 1024); every
+ * thread gets the result. `part` is __shared__ scratch of 33 T; every
+ * thread of the block must call it (it holds barriers). identity: op's
+ * neutral value, for the lanes past the block's warps.
  */
-__device__ __forceinline__ float
-block_sum(float v, float *part)
+template <class T, class Op>
+__device__ __forceinline__ T
+block_reduce(T v, T *part, Op op, T identity)
 {
 	int			lane = threadIdx.x & 31,
 				warp = threadIdx.x >> 5;
 
-	v = warp_sum(v);
+	v = warp_reduce(v, op);
 	if (lane == 0)
 		part[warp] = v;
 	__syncthreads();
 	if (warp == 0)
 	{
-		float		t = lane < (int) (blockDim.x >> 5) ? part[lane] : 0.0f;
+		T			t = lane < (int) (blockDim.x >> 5) ? part[lane] : identity;
 
-		t = warp_sum(t);
+		t = warp_reduce(t, op);
 		if (lane == 0)
 			part[32] = t;
 	}
@@ -106,54 +102,22 @@ block_sum(float v, float *part)
 	return v;
 }
 
-/* block_sum in double (part: 33 doubles). */
+__device__ __forceinline__ float
+block_sum(float v, float *part)
+{
+	return block_reduce(v, part, SumOp(), 0.0f);
+}
+
 __device__ __forceinline__ double
 block_sum_double(double v, double *part)
 {
-	int			lane = threadIdx.x & 31,
-				warp = threadIdx.x >> 5;
-
-	v = warp_sum_double(v);
-	if (lane == 0)
-		part[warp] = v;
-	__syncthreads();
-	if (warp == 0)
-	{
-		double		t = lane < (int) (blockDim.x >> 5) ? part[lane] : 0.0;
-
-		t = warp_sum_double(t);
-		if (lane == 0)
-			part[32] = t;
-	}
-	__syncthreads();
-	v = part[32];
-	__syncthreads();
-	return v;
+	return block_reduce(v, part, SumOp(), 0.0);
 }
 
-/* Max over the block, as block_sum. */
 __device__ __forceinline__ float
 block_max(float v, float *part)
 {
-	int			lane = threadIdx.x & 31,
-				warp = threadIdx.x >> 5;
-
-	v = warp_max(v);
-	if (lane == 0)
-		part[warp] = v;
-	__syncthreads();
-	if (warp == 0)
-	{
-		float		t = lane < (int) (blockDim.x >> 5) ? part[lane] : -INFINITY;
-
-		t = warp_max(t);
-		if (lane == 0)
-			part[32] = t;
-	}
-	__syncthreads();
-	v = part[32];
-	__syncthreads();
-	return v;
+	return block_reduce(v, part, MaxOp(), -INFINITY);
 }
 
 /* tf_random_uniform of src/rng.c on the device: word index % 4 of Philox on counter index / 4. */

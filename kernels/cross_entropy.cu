@@ -96,6 +96,20 @@ ranks_before(float av, int ai, float bv, int bi)
 	return av > bv || (av == bv && ai < bi);
 }
 
+/* The best (value, id) of the warp, by ranks_before, into every lane's *v, *id. */
+__device__ __forceinline__ void
+warp_best(float *v, int *id)
+{
+	for (int o = 16; o > 0; o >>= 1)
+	{
+		float		ov = __shfl_xor_sync(0xffffffffu, *v, o);
+		int			oi = __shfl_xor_sync(0xffffffffu, *id, o);
+
+		if (ranks_before(ov, oi, *v, *id))
+			*v = ov, *id = oi;
+	}
+}
+
 /*
  * One block per row: log-sum-exp, then k rounds of a block-wide arg-max,
  * each over the elements ranked after the previous round's pick (value
@@ -134,14 +148,7 @@ log_softmax_topk_kernel(const float *logits, int vocab, int k, float *top_logp, 
 		for (int j = threadIdx.x; j < vocab; j += blockDim.x)
 			if (ranks_before(prev_v, prev_i, x[j], j) && ranks_before(x[j], j, bv, bi))
 				bv = x[j], bi = j;
-		for (int o = 16; o > 0; o >>= 1)
-		{
-			float		ov = __shfl_xor_sync(0xffffffffu, bv, o);
-			int			oi = __shfl_xor_sync(0xffffffffu, bi, o);
-
-			if (ranks_before(ov, oi, bv, bi))
-				bv = ov, bi = oi;
-		}
+		warp_best(&bv, &bi);
 		if (lane == 0)
 			best_v[warp] = bv, best_i[warp] = bi;
 		__syncthreads();
@@ -149,14 +156,7 @@ log_softmax_topk_kernel(const float *logits, int vocab, int k, float *top_logp, 
 		{
 			bv = lane < (int) (blockDim.x >> 5) ? best_v[lane] : -INFINITY;
 			bi = lane < (int) (blockDim.x >> 5) ? best_i[lane] : INT_MAX;
-			for (int o = 16; o > 0; o >>= 1)
-			{
-				float		ov = __shfl_xor_sync(0xffffffffu, bv, o);
-				int			oi = __shfl_xor_sync(0xffffffffu, bi, o);
-
-				if (ranks_before(ov, oi, bv, bi))
-					bv = ov, bi = oi;
-			}
+			warp_best(&bv, &bi);
 			if (lane == 0)
 			{
 				pick_v = bv;

@@ -5,6 +5,10 @@
  */
 #include "kernels.h"
 
+extern "C" {
+#include "activation.h"
+}
+
 __global__ void
 add_kernel(float *out, const float *a, const float *b, size_t n)
 {
@@ -59,43 +63,18 @@ column_total_kernel(float *dbias, const float *partial, int cols, int chunks)
 	dbias[c] += s;
 }
 
-/* f(x) and f'(x) of the feed-forward activations, as src/backend_cpu.c computes them. */
-__device__ __forceinline__ float
-activation_value(TfActivation f, float x)
-{
-	if (f == TF_SWISH)
-		return x / (1.0f + expf(-x));
-	if (f == TF_GELU)
-		return 0.5f * x * (1.0f + erff(x * 0.70710678f));
-	return x > 0.0f ? x : 0.0f;
-}
-
-__device__ __forceinline__ float
-activation_slope(TfActivation f, float x)
-{
-	if (f == TF_SWISH)
-	{
-		float		s = 1.0f / (1.0f + expf(-x));
-
-		return s * (1.0f + x * (1.0f - s));
-	}
-	if (f == TF_GELU)
-		return 0.5f * (1.0f + erff(x * 0.70710678f)) + x * 0.39894228f * expf(-0.5f * x * x);
-	return x > 0.0f ? 1.0f : 0.0f;
-}
-
 __global__ void
 activation_kernel(TfActivation f, float *out, const float *x, size_t n)
 {
 	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
-		out[i] = activation_value(f, x[i]);
+		out[i] = tf_activation_value(f, x[i]);
 }
 
 __global__ void
 activation_backward_kernel(TfActivation f, float *dx, const float *dout, const float *x, size_t n)
 {
 	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
-		dx[i] = f == TF_RELU ? (x[i] > 0.0f ? dout[i] : 0.0f) : dout[i] * activation_slope(f, x[i]);
+		dx[i] = f == TF_RELU ? (x[i] > 0.0f ? dout[i] : 0.0f) : dout[i] * tf_activation_slope(f, x[i]);
 }
 
 void

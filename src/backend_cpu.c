@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "activation.h"
 #include "rng.h"
 #include "transformer.h"
 
@@ -313,31 +314,6 @@ cpu_add(TfBackend *be, float *out, const float *a, const float *b, size_t n)
 		out[i] = a[i] + b[i];
 }
 
-/* f(x) and f'(x) of the feed-forward activations (backend.h), in float as the GPU computes them. */
-static inline float
-activation_value(TfActivation f, float x)
-{
-	if (f == TF_SWISH)
-		return x / (1.0f + expf(-x));
-	if (f == TF_GELU)
-		return 0.5f * x * (1.0f + erff(x * 0.70710678f));
-	return x > 0.0f ? x : 0.0f;
-}
-
-static inline float
-activation_slope(TfActivation f, float x)
-{
-	if (f == TF_SWISH)
-	{
-		float		s = 1.0f / (1.0f + expf(-x));
-
-		return s * (1.0f + x * (1.0f - s));
-	}
-	if (f == TF_GELU)
-		return 0.5f * (1.0f + erff(x * 0.70710678f)) + x * 0.39894228f * expf(-0.5f * x * x);
-	return x > 0.0f ? 1.0f : 0.0f;
-}
-
 static void
 cpu_activation(TfBackend *be, TfActivation f, float *out, const float *x, size_t n)
 {
@@ -352,7 +328,7 @@ cpu_activation(TfBackend *be, TfActivation f, float *out, const float *x, size_t
 	}
 #pragma omp parallel for num_threads(nthreads(be)) schedule(static)
 	for (i = 0; i < (long) n; i++)
-		out[i] = activation_value(f, x[i]);
+		out[i] = tf_activation_value(f, x[i]);
 }
 
 static void
@@ -369,7 +345,7 @@ cpu_activation_backward(TfBackend *be, TfActivation f, float *dx, const float *d
 	}
 #pragma omp parallel for num_threads(nthreads(be)) schedule(static)
 	for (i = 0; i < (long) n; i++)
-		dx[i] = dout[i] * activation_slope(f, x[i]);
+		dx[i] = dout[i] * tf_activation_slope(f, x[i]);
 }
 
 static void

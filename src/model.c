@@ -164,21 +164,26 @@ init_parameters(const TfModel *m, float *host)
 int
 tf_device_parse(const char *device, char kind[8], int *index, char *err, size_t errlen)
 {
-	char		extra;
-
 	*index = 0;
 	if (strcmp(device, "cpu") == 0 || strcmp(device, "cuda") == 0)
 	{
 		strcpy(kind, device);
 		return TF_OK;
 	}
-	if (sscanf(device, "cuda:%d%c", index, &extra) == 1 && *index >= 0 && strncmp(device, "cuda:", 5) == 0 &&
-		device[5] >= '0' && device[5] <= '9')
+	if (strncmp(device, "cuda:", 5) == 0 && device[5] >= '0' && device[5] <= '9')
 	{
-		strcpy(kind, "cuda");
-		return TF_OK;
+		char	   *end;
+		long		n = strtol(device + 5, &end, 10);
+
+		if (*end == '\0' && n <= TF_MAX_DEVICE)
+		{
+			strcpy(kind, "cuda");
+			*index = (int) n;
+			return TF_OK;
+		}
 	}
-	snprintf(err, errlen, "invalid device \"%s\" (expected \"cpu\", \"cuda\" or \"cuda:N\")", device);
+	snprintf(err, errlen, "invalid device \"%s\" (expected \"cpu\", \"cuda\" or \"cuda:N\", N <= %d)", device,
+			 TF_MAX_DEVICE);
 	return TF_ERROR;
 }
 

@@ -116,6 +116,9 @@ void		tf_backend_set_cuda_library(const char *path);
  */
 int			tf_cuda_device_count(char *err, size_t errlen);
 
+/* Highest CUDA device number a device name may give. */
+#define TF_MAX_DEVICE 1023
+
 /*
  * Parses a device name: "cpu", "cuda" (device 0) or "cuda:N" into kind
  * ("cpu" or "cuda") and index. TF_ERROR with a message naming the bad name.

@@ -152,3 +152,27 @@ fixture_free(Fixture *fx)
 	free(fx->t);
 	fx->t = NULL;
 }
+
+/* A deterministic synthetic batch of 4 pairs (vocab 64). */
+void
+fixture_synthetic_batch(int32_t *src, int32_t *tgt, int32_t *lab, TfBatch *b)
+{
+	int			i,
+				t;
+
+	for (i = 0; i < 4; i++)
+		for (t = 0; t < 8; t++)
+		{
+			int			len = 8 - i;
+
+			src[i * 8 + t] = t < len - 1 ? 4 + (i * 7 + t * 3) % 60 : t == len - 1 ? 3 : 0;
+			tgt[i * 8 + t] = t == 0 ? 2 : t < len ? 4 + (i * 5 + t * 11) % 60 : 0;
+			lab[i * 8 + t] = t < len - 1 ? 4 + (i * 5 + (t + 1) * 11) % 60 : t == len - 1 ? 3 : 0;
+		}
+	b->batch_size = 4;
+	b->src_len = 8;
+	b->tgt_len = 8;
+	b->src = src;
+	b->tgt_in = tgt;
+	b->labels = lab;
+}

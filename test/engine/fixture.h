@@ -50,4 +50,10 @@ void		fixture_config(const Fixture *fx, TfConfig *c);
  */
 TfModel    *fixture_model(const Fixture *fx, float dropout);
 
+/*
+ * A deterministic synthetic batch of 4 pairs (vocab 64, pad 0, BOS 2, EOS
+ * 3; 26 target tokens) into the caller's arrays of 32 ids each.
+ */
+void		fixture_synthetic_batch(int32_t *src, int32_t *tgt, int32_t *lab, TfBatch *b);
+
 #endif

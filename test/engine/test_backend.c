@@ -517,25 +517,6 @@ compare_gather(Both *b)
 	b->gpu->free(b->gpu, d_inc);
 }
 
-/* The synthetic batch of test_model.c's determinism check, lengths 8 down to 5. */
-static void
-small_batch(int32_t *src, int32_t *tgt, int32_t *lab, TfBatch *b)
-{
-	int			i,
-				t;
-
-	for (i = 0; i < 4; i++)
-		for (t = 0; t < 8; t++)
-		{
-			int			len = 8 - i;
-
-			src[i * 8 + t] = t < len - 1 ? 4 + (i * 7 + t * 3) % 60 : t == len - 1 ? 3 : 0;
-			tgt[i * 8 + t] = t == 0 ? 2 : t < len ? 4 + (i * 5 + t * 11) % 60 : 0;
-			lab[i * 8 + t] = t < len - 1 ? 4 + (i * 5 + (t + 1) * 11) % 60 : t == len - 1 ? 3 : 0;
-		}
-	b->batch_size = 4, b->src_len = 8, b->tgt_len = 8, b->src = src, b->tgt_in = tgt, b->labels = lab;
-}
-
 /*
  * 20 steps with every dropout on, on both backends: the same losses to
  * 1e-5; no allocation after step 1. variant: GELU and a logits bias.
@@ -562,7 +543,7 @@ compare_training(bool variant)
 	c.attention_dropout = 0.1f, c.relu_dropout = 0.1f;
 	if (variant)
 		c.activation = TF_GELU, c.logits_bias = true;
-	small_batch(src, tgt, lab, &batch);
+	fixture_synthetic_batch(src, tgt, lab, &batch);
 	tf_optimizer_default(&opt);
 	/*
 	 * lr <= 3.5e-3 as in the paper's early steps; at 10x that (warmup 10)

@@ -242,8 +242,6 @@ check_model_gradient(const Fixture *fx)
 	directional_check(m, fixture_batch(fx), "whole-model");
 }
 
-static void synthetic_batch(int32_t *src, int32_t *tgt, int32_t *lab, TfBatch *b);
-
 /* A model with the options imported models use: swish, then GELU, and a logits bias. */
 static void
 check_variant_gradients(void)
@@ -256,7 +254,7 @@ check_variant_gradients(void)
 	char		err[TF_ERRLEN];
 	int			f;
 
-	synthetic_batch(src, tgt, lab, &b);
+	fixture_synthetic_batch(src, tgt, lab, &b);
 	for (f = TF_SWISH; f <= TF_GELU; f++)
 	{
 		TfModel    *m;
@@ -282,30 +280,6 @@ check_variant_gradients(void)
 			directional_check(m, b, f == TF_SWISH ? "swish + logits bias" : "gelu + logits bias");
 		}
 	}
-}
-
-/* A deterministic synthetic batch of 4 pairs (vocab 64). */
-static void
-synthetic_batch(int32_t *src, int32_t *tgt, int32_t *lab, TfBatch *b)
-{
-	int			i,
-				t;
-
-	for (i = 0; i < 4; i++)
-		for (t = 0; t < 8; t++)
-		{
-			int			len = 8 - i;
-
-			src[i * 8 + t] = t < len - 1 ? 4 + (i * 7 + t * 3) % 60 : t == len - 1 ? 3 : 0;
-			tgt[i * 8 + t] = t == 0 ? 2 : t < len ? 4 + (i * 5 + t * 11) % 60 : 0;
-			lab[i * 8 + t] = t < len - 1 ? 4 + (i * 5 + (t + 1) * 11) % 60 : t == len - 1 ? 3 : 0;
-		}
-	b->batch_size = 4;
-	b->src_len = 8;
-	b->tgt_len = 8;
-	b->src = src;
-	b->tgt_in = tgt;
-	b->labels = lab;
 }
 
 /* Trains `steps` steps, writing each loss to out. */
@@ -359,7 +333,7 @@ check_determinism(void)
 	c.num_decoder_layers = 2;
 	c.attention_dropout = 0.1f;
 	c.relu_dropout = 0.1f;
-	synthetic_batch(src, tgt, lab, &b);
+	fixture_synthetic_batch(src, tgt, lab, &b);
 	m1 = tf_model_create(&c, 42, test_device, 2, err, sizeof(err));
 	m2 = tf_model_create(&c, 42, test_device, 2, err, sizeof(err));
 	train(m1, &b, 20, a);
@@ -484,7 +458,7 @@ check_bad_input(void)
 	c.dropout = 0.1f;
 	c.max_positions = 6;
 	m = tf_model_create(&c, 1, test_device, 1, err, sizeof(err));
-	synthetic_batch(src, tgt, lab, &b);
+	fixture_synthetic_batch(src, tgt, lab, &b);
 	CHECK(tf_model_backward(m, 1.0f, err, sizeof(err)) == TF_ERROR, "backward without forward accepted");
 	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR &&
 		  strstr(err, "max_positions") != NULL, "length 8 > max_positions 6 accepted: %s", err);
