@@ -71,7 +71,7 @@ USE_CUDA ?= 1
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
 CUDA_SRCS = $(wildcard kernels/*.cu)
-CUDA_DEPS = $(CUDA_SRCS) $(wildcard kernels/*.cuh kernels/*.h kernels/emu/*) src/backend.h src/rng.h src/transformer.h
+CUDA_DEPS = $(CUDA_SRCS) $(wildcard kernels/*.cuh kernels/*.h kernels/emu/* src/*.h)
 CUDA_WARNINGS = -Wall,-Wextra,-Werror,-Wno-unused-parameter
 EMU_CXXFLAGS = -std=c++17 -O2 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror -Wno-unused-parameter \
 	-Isrc -Ikernels -I$(CUDA_HOME)/include -isystem $(OPENBLAS_INC)
@@ -109,7 +109,11 @@ test/cuda/test_harness: test/cuda/test_harness.cu kernels/emu/cuda_emu.h kernels
 test/cuda/test_harness_tsan: test/cuda/test_harness.cu kernels/emu/cuda_emu.h kernels/emu/cublas_emu.cc
 	$(CXX) $(EMU_CXXFLAGS) -O1 -fsanitize=thread -DCUEMU_UCONTEXT -o $@ -x c++ test/cuda/test_harness.cu \
 		-x none kernels/emu/cublas_emu.cc $(EMU_LIBS)
-EXTRA_CLEAN += $(CUDA_EMU_LIB) test/cuda/test_harness test/cuda/test_harness_tsan
+# every backend kernel under ThreadSanitizer
+test/cuda/test_kernels_race: test/cuda/test_kernels_race.cu $(CUDA_DEPS)
+	$(CXX) $(EMU_CXXFLAGS) -O1 -fsanitize=thread -DCUEMU_UCONTEXT -o $@ -x c++ test/cuda/test_kernels_race.cu \
+		$(filter-out kernels/backend_cuda.cu,$(CUDA_SRCS)) -x none $(EMU_LIBS)
+EXTRA_CLEAN += $(CUDA_EMU_LIB) test/cuda/test_harness test/cuda/test_harness_tsan test/cuda/test_kernels_race
 # a training job on the emulated GPU through the server
 REGRESS += cuda
 endif
@@ -117,7 +121,8 @@ endif
 
 .PHONY: check-cuda-emu check-cuda
 # Every kernel on the emulator against the CPU backend, in three fiber orders (scripts/test-cuda-emu).
-check-cuda-emu: $(ENGINE_TEST_BIN) $(CUDA_EMU_LIB) test/cuda/test_harness test/cuda/test_harness_tsan
+check-cuda-emu: $(ENGINE_TEST_BIN) $(CUDA_EMU_LIB) test/cuda/test_harness test/cuda/test_harness_tsan \
+	test/cuda/test_kernels_race
 	scripts/test-cuda-emu
 # The same engine tests on a real GPU.
 check-cuda: $(ENGINE_TEST_BIN) $(CUDA_LIB)

@@ -1,0 +1,113 @@
+/*
+ * test_kernels_race.cu - every kernel of the CUDA backend once, on small
+ * random inputs, for the ThreadSanitizer build (scripts/test-cuda-emu):
+ * fibers are TSan fibers synchronised only by barriers and warp operations,
+ * so a kernel that reads shared memory another thread wrote without a
+ * barrier between is reported. Values are checked elsewhere
+ * (test/engine/test_backend.c); this program only runs the kernels.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels.h"
+
+/* n floats in [-1, 1) on the device. */
+static float *
+device_randoms(size_t n, unsigned *state)
+{
+	float	   *h = (float *) malloc(n * sizeof(float)),
+			   *d = NULL;
+
+	for (size_t i = 0; i < n; i++)
+	{
+		*state = *state * 1664525u + 1013904223u;
+		h[i] = (float) ((*state >> 8) & 0xFFFFFF) / 8388608.0f - 1.0f;
+	}
+	cudaMalloc((void **) &d, n * sizeof(float));
+	cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice);
+	free(h);
+	return d;
+}
+
+template <class T>
+static T *
+device_copy(const T *h, size_t n)
+{
+	T		   *d = NULL;
+
+	cudaMalloc((void **) &d, n * sizeof(T));
+	cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice);
+	return d;
+}
+
+int
+main(void)
+{
+	enum {R = 6, D = 64, V = 70, H = 2, DK = 32};
+	unsigned	state = 7;
+	cudaStream_t s = 0;
+	float	   *x = device_randoms(R * 3 * D, &state),
+			   *y = device_randoms(R * 3 * D, &state),
+			   *out = device_randoms(R * 3 * D, &state),
+			   *g = device_randoms(D, &state),
+			   *b = device_randoms(D, &state),
+			   *mean = device_randoms(R, &state),
+			   *rstd = device_randoms(R, &state),
+			   *logits = device_randoms(R * V, &state),
+			   *inv = device_randoms(R, &state),
+			   *work = device_randoms(4096, &state),
+			   *probs = device_randoms(4096, &state),
+			   *top = device_randoms(R * 4, &state);
+	int32_t		ids_h[R] = {1, 5, 1, 0, 3, 2},
+				labels_h[R] = {4, 0, 17, 69, 3, 9},
+				qs_h[3] = {0, 4, 6};
+	int64_t		ps_h[3] = {0, H * 16, H * 16 + H * 4};
+	int32_t    *ids = device_copy(ids_h, R),
+			   *labels = device_copy(labels_h, R),
+			   *qs = device_copy(qs_h, 3),
+			   *top_id = NULL;
+	int64_t    *ps = device_copy(ps_h, 3);
+	double	   *rows = NULL,
+			   *acc = NULL,
+			   *partials = NULL;
+	uint8_t    *mask = NULL;
+	TfAttentionShape sh = {};
+
+	cudaMalloc((void **) &rows, R * sizeof(double));
+	cudaMalloc((void **) &acc, sizeof(double));
+	cudaMalloc((void **) &partials, k_sum_squares_partials() * sizeof(double));
+	cudaMalloc((void **) &mask, R * D);
+	cudaMemset(acc, 0, sizeof(double));
+	cudaMalloc((void **) &top_id, R * 4 * sizeof(int32_t));
+
+	k_add(out, x, y, R * D, s);
+	k_scale(out, R * D, 0.5f, s);
+	k_bias_rows(out, g, R, D, s);
+	k_bias_backward(g, y, R, D, work, 4096, s);
+	for (int f = TF_RELU; f <= TF_GELU; f++)
+	{
+		k_activation((TfActivation) f, out, x, R * D, s);
+		k_activation_backward((TfActivation) f, out, y, x, R * D, s);
+	}
+	k_dropout(out, x, R * D, 0.3f, 1, 2, mask, s);
+	k_dropout_backward(out, y, R * D, 0.3f, mask, s);
+	k_embed(out, ids, ids, x, y, R, D, 2.0f, s);
+	k_embed_backward(x, y, ids, R, D, 2.0f, s);
+	k_layernorm(out, mean, rstd, x, g, b, R, D, 1e-5f, s);
+	k_layernorm_backward(out, g, b, y, x, mean, rstd, g, R, D, work, 4096, s);
+	sh.batch = 2, sh.num_heads = H, sh.head_dim = DK, sh.q_start = qs, sh.k_start = qs, sh.p_start = ps;
+	sh.causal = true, sh.dropout = 0.2f, sh.seed = 3, sh.stream = 4, sh.max_q = 4, sh.max_k = 4;
+	sh.p_total = ps_h[2];
+	k_attention(out, probs, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, s);
+	k_attention_backward(y, y + D, y + 2 * D, out, probs, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, work, s);
+	k_cross_entropy(logits, inv, labels, R, V, 0, 0.1f, rows, s);
+	k_accumulate(acc, rows, R, s);
+	k_cross_entropy_backward(logits, inv, labels, R, V, 0, 0.1f, 1.0f, s);
+	k_log_softmax_topk(logits, R, V, 4, top, top_id, 3, inv, s);
+	k_sum_squares(x, R * D, acc, partials, s);
+	k_adam(x, y, out, work, R * D, 1e-3f, 0.9f, 0.98f, 1e-9f, 0.1f, 0.02f, s);
+	k_gather(out, D, x, D, ids, R, D, s);
+	k_gather(x, D, x, D, qs, 3, D, s);
+	printf("kernels run: %s\n", cudaGetErrorString(cudaGetLastError()));
+	return 0;
+}
