@@ -39,20 +39,6 @@ sum_squares_kernel(const float *x, size_t n, double *partials)
 		partials[blockIdx.x] = s;
 }
 
-/* Pass 2: one block adds the partials; *out = the total. */
-__global__ void
-sum_partials_kernel(const double *partials, int n, double *out)
-{
-	__shared__ double part[33];
-	double		s = 0.0;
-
-	for (int i = threadIdx.x; i < n; i += blockDim.x)
-		s += partials[i];
-	s = block_sum_double(s, part);
-	if (threadIdx.x == 0)
-		*out = s;
-}
-
 size_t
 k_sum_squares_partials(void)
 {
@@ -62,8 +48,10 @@ k_sum_squares_partials(void)
 void
 k_sum_squares(const float *x, size_t n, double *out, double *partials, cudaStream_t stream)
 {
+	/* pass 2: the partials added in order (cross_entropy.cu's fixed-order sum) onto a zeroed total */
 	LAUNCH(sum_squares_kernel, SUMSQ_BLOCKS, BLOCK, 0, stream)(x, n, partials);
-	LAUNCH(sum_partials_kernel, 1, BLOCK, 0, stream)(partials, SUMSQ_BLOCKS, out);
+	cudaMemsetAsync(out, 0, sizeof(double), stream);
+	k_accumulate(out, partials, SUMSQ_BLOCKS, stream);
 }
 
 void
