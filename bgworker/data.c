@@ -225,4 +225,5 @@ data_fill(const DataSet *d, const DataBatch *b, int pad_id, int bos_id, int eos_
 	batch->src = src;
 	batch->tgt_in = tgt_in;
 	batch->labels = labels;
+	batch->index = 0;
 }

@@ -41,7 +41,7 @@ dataset_loss(TfModel *engine, const DataSet *d, DataFeed *feed)
 	for (b = 0; b < d->num_batches; b++)
 	{
 		const DataBatch *db = &d->batches[b];
-		TfBatch		batch;
+		TfBatch		batch = {0};
 
 		CHECK_FOR_INTERRUPTS();
 		data_fill(d, db, feed->pad_id, feed->bos_id, feed->eos_id, feed->src, feed->tgt_in, feed->labels, &batch);

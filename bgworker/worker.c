@@ -473,7 +473,7 @@ train_step(Job *j, int *skipped)
 	}
 	for (a = 0; a < n; a++)
 	{
-		TfBatch		batch;
+		TfBatch		batch = {0};
 
 		CHECK_FOR_INTERRUPTS();
 		data_fill(&j->train, batches[a], j->feed.pad_id, j->feed.bos_id, j->feed.eos_id, j->feed.src, j->feed.tgt_in, j->feed.labels, &batch);

@@ -617,7 +617,7 @@ tf_model_translate(TfModel *m, const int32_t *src, int batch, int src_len, const
 {
 	const TfConfig *c = &m->config;
 	Search		s;
-	TfBatch		b;
+	TfBatch		b = {0};
 	int32_t    *bos = NULL;
 	int			i,
 				rc = TF_ERROR;

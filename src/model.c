@@ -603,7 +603,7 @@ attn_shape(const TfModel *m, AttnKind kind, uint32_t site)
 	s.causal = kind == ATTN_DECODER_SELF;
 	s.dropout = m->p_attention;
 	s.seed = m->seed;
-	s.stream = tf_dropout_stream(m->forwards, site);
+	s.stream = tf_dropout_stream(m->step, m->lay.index, site);
 	s.k_len = NULL;
 	s.max_q = kind == ATTN_ENCODER ? m->lay.max_src : m->lay.max_tgt;
 	s.max_k = kind == ATTN_DECODER_SELF ? m->lay.max_tgt : m->lay.max_src;
@@ -619,7 +619,7 @@ residual_norm(TfModel *m, float *out, float *mean, float *rstd, float *r, const 
 	TfBackend  *be = m->be;
 	int			d = m->config.d_model;
 
-	be->dropout(be, y, y, (size_t) rows * d, m->p_dropout, m->seed, tf_dropout_stream(m->forwards, site), keep);
+	be->dropout(be, y, y, (size_t) rows * d, m->p_dropout, m->seed, tf_dropout_stream(m->step, m->lay.index, site), keep);
 	be->add(be, r, x, y, (size_t) rows * d);
 	be->layernorm(be, out, mean, rstd, r, m->params + gamma, m->params + beta, rows, d,
 				  m->config.layer_norm_eps);
@@ -670,7 +670,7 @@ layer_forward(TfModel *m, int l)
 		tf_linear(be, a->f1, ffn_in, P + o->w1, P + o->b1, rows, d, F);
 		be->activation(be, c->activation, a->h, a->f1, (size_t) rows * F);
 		be->dropout(be, a->h, a->h, (size_t) rows * F, m->p_relu, m->seed,
-					tf_dropout_stream(m->forwards, site + SITE_RELU), a->keep_relu);
+					tf_dropout_stream(m->step, m->lay.index, site + SITE_RELU), a->keep_relu);
 		tf_linear(be, m->tmp, a->h, P + o->w2, P + o->b2, rows, F, d);
 		residual_norm(m, a->out, a->mean_ffn, a->rstd_ffn, a->r_ffn, ffn_in, m->tmp,
 					  o->ln_ffn_g, o->ln_ffn_b, rows, site + SITE_FFN_OUT, a->keep_ffn);
@@ -748,8 +748,14 @@ forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *
 	int			layers = c->num_encoder_layers + c->num_decoder_layers;
 
 	m->have_forward = false;
+	if (training && (b->index < 0 || b->index >= TF_MAX_STEP_BATCHES))
+	{
+		snprintf(err, errlen, "batch index %d is outside 0 .. %d", b->index, TF_MAX_STEP_BATCHES - 1);
+		return TF_ERROR;
+	}
 	if (tf_batch_layout(m, b, err, errlen) != TF_OK || ensure_arena(m, err, errlen) != TF_OK)
 		return TF_ERROR;
+	m->lay.index = training ? b->index : 0;
 	if (training)
 		m->forwards++;
 	m->training = training;
@@ -761,11 +767,11 @@ forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *
 	be->embed(be, m->enc_x0, SRC_IDS(m), SRC_POS(m), m->params + m->off_embedding, m->pe,
 			  m->lay.Ns, d, emb_scale);
 	be->dropout(be, m->enc_x0, m->enc_x0, (size_t) m->lay.Ns * d, m->p_dropout, m->seed,
-				tf_dropout_stream(m->forwards, SITE_ENC_EMBED), m->keep_enc_embed);
+				tf_dropout_stream(m->step, m->lay.index, SITE_ENC_EMBED), m->keep_enc_embed);
 	be->embed(be, m->dec_x0, TGT_IDS(m), TGT_POS(m), m->params + m->off_embedding, m->pe,
 			  m->lay.Nt, d, emb_scale);
 	be->dropout(be, m->dec_x0, m->dec_x0, (size_t) m->lay.Nt * d, m->p_dropout, m->seed,
-				tf_dropout_stream(m->forwards, SITE_DEC_EMBED), m->keep_dec_embed);
+				tf_dropout_stream(m->step, m->lay.index, SITE_DEC_EMBED), m->keep_dec_embed);
 	for (l = 0; l < layers; l++)
 		layer_forward(m, l);
 

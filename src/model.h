@@ -101,6 +101,7 @@ typedef struct BatchLayout
 				Nt;				/* real source / target tokens */
 	int			max_src,
 				max_tgt;		/* longest sentence of each side */
+	int			index;			/* training: TfBatch.index (dropout key); else 0 */
 	int32_t    *ints;
 	size_t		ints_used,
 				ints_capacity;
@@ -138,7 +139,7 @@ struct TfModel
 	TfBackend  *be;
 	uint64_t	seed;
 	int64_t		step;			/* optimizer steps */
-	int64_t		forwards;		/* training forward passes: the dropout counter */
+	int64_t		forwards;		/* training forward passes (a count; "rng.counter") */
 
 	ParamEntry *entries;
 	int			num_entries;

@@ -33,7 +33,7 @@ tf_random_normal(uint64_t seed, uint64_t stream, uint64_t index)
 }
 
 uint64_t
-tf_dropout_stream(int64_t step, uint32_t site)
+tf_dropout_stream(int64_t step, int batch, uint32_t site)
 {
-	return ((uint64_t) step << 32) | site;
+	return ((uint64_t) step << 32) | ((uint64_t) batch << 20) | site;
 }

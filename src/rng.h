@@ -58,7 +58,13 @@ float		tf_random_uniform(uint64_t seed, uint64_t stream, uint64_t index);
 /* Standard normal (Box-Muller on words 2*index and 2*index+1). */
 float		tf_random_normal(uint64_t seed, uint64_t stream, uint64_t index);
 
-/* Stream of a dropout site in training forward number `step`: (step << 32) | site. */
-uint64_t	tf_dropout_stream(int64_t step, uint32_t site);
+/*
+ * Stream of the dropout masks at `site` (< 2^20) of batch `batch` (< 2^12,
+ * its index within the optimizer step) in the step that follows `step`
+ * optimizer steps: (step << 32) | (batch << 20) | site. Keyed by the step
+ * and the batch's place in it, never by a device's own count of forwards,
+ * so a step's masks are the same however its batches are spread over ranks.
+ */
+uint64_t	tf_dropout_stream(int64_t step, int batch, uint32_t site);
 
 #endif

@@ -76,7 +76,13 @@ typedef struct TfBatch
 	const int32_t *src;			/* [batch_size, src_len] */
 	const int32_t *tgt_in;		/* [batch_size, tgt_len], BOS + target */
 	const int32_t *labels;		/* [batch_size, tgt_len], target + EOS; pad ignored */
+	int			index;			/* training: the batch's place in its optimizer step,
+								 * 0 .. TF_MAX_STEP_BATCHES - 1 (a key of its dropout
+								 * masks, with the step); unused otherwise */
 } TfBatch;
+
+/* Most batches one optimizer step may accumulate (across all ranks). */
+#define TF_MAX_STEP_BATCHES 4096
 
 /* A named tensor of a checkpoint: parameters, optimizer state, counters. */
 typedef enum TfDtype
@@ -251,8 +257,8 @@ int64_t		tf_model_steps(const TfModel *model);
  * The model's state as named tensors: every parameter under its Hugging
  * Face MarianMT name, "optimizer.exp_avg.<name>" and
  * "optimizer.exp_avg_sq.<name>" for Adam's moments, and the int64 scalars
- * "optimizer.step", "rng.seed" and "rng.counter" (training forwards, which
- * key the dropout masks). Every tensor's data is host memory: views of the
+ * "optimizer.step", "rng.seed" and "rng.counter" (training forwards, a count
+ * only: dropout masks are keyed by the step and TfBatch.index). Every tensor's data is host memory: views of the
  * model's memory on the CPU backend, one download into a host copy on
  * others; valid until tf_tensors_free (and, for views, until the model
  * changes). *count receives their number.

@@ -420,7 +420,7 @@ teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target)
 {
 	int			n = target->n + 1;
 	int32_t    *tgt = palloc(2 * (size_t) n * sizeof(int32_t));
-	TfBatch		b;
+	TfBatch		b = {0};
 	double		log_prob;
 	char		err[TF_ERRLEN];
 

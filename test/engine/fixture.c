@@ -175,4 +175,5 @@ fixture_synthetic_batch(int32_t *src, int32_t *tgt, int32_t *lab, TfBatch *b)
 	b->src = src;
 	b->tgt_in = tgt;
 	b->labels = lab;
+	b->index = 0;
 }

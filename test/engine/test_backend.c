@@ -527,7 +527,7 @@ compare_training(bool variant)
 	TfConfig	c;
 	TfModel    *m[2];
 	TfOptimizer opt;
-	TfBatch		batch;
+	TfBatch		batch = {0};
 	int32_t		src[32],
 				tgt[32],
 				lab[32];

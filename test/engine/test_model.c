@@ -21,7 +21,7 @@
 static TfBatch
 fixture_batch(const Fixture *fx)
 {
-	TfBatch		b;
+	TfBatch		b = {0};
 
 	b.batch_size = 3;
 	b.src_len = (int) fixture_get(fx, "src")->count / 3;
@@ -149,7 +149,7 @@ check_against_pytorch(const Fixture *fx)
 	tf_model_free(m);
 }
 
-/* Loss of the fixture batch at the current parameters with dropout masks of counter 1. */
+/* Loss of the fixture batch at the current parameters (the same dropout masks at every call). */
 static double
 loss_at(TfModel *m, const TfBatch *b)
 {
@@ -157,7 +157,6 @@ loss_at(TfModel *m, const TfBatch *b)
 	int64_t		tokens;
 	char		err[TF_ERRLEN];
 
-	m->forwards = 0;
 	tf_model_forward(m, b, true, &loss, &tokens, err, sizeof(err));
 	return loss / tokens;
 }
@@ -189,8 +188,7 @@ directional_check(TfModel *m, TfBatch b, const char *what)
 		double		loss;
 		int64_t		tokens;
 
-		m->forwards = 0;
-		tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err));
+			tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err));
 		tf_model_backward(m, (float) (1.0 / tokens), err, sizeof(err));
 		m->be->download(m->be, g, m->grads, n * sizeof(float));
 	}
@@ -247,7 +245,7 @@ static void
 check_variant_gradients(void)
 {
 	TfConfig	c;
-	TfBatch		b;
+	TfBatch		b = {0};
 	int32_t		src[32],
 				tgt[32],
 				lab[32];
@@ -314,7 +312,7 @@ check_determinism(void)
 	int32_t		src[32],
 				tgt[32],
 				lab[32];
-	TfBatch		b;
+	TfBatch		b = {0};
 	double		a[20],
 				r[20],
 				resumed[10];
@@ -435,7 +433,7 @@ check_bad_input(void)
 	int32_t		src[32],
 				tgt[32],
 				lab[32];
-	TfBatch		b;
+	TfBatch		b = {0};
 	TfModel    *m;
 	double		loss;
 	int64_t		tokens;
