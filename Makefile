@@ -9,7 +9,7 @@ MODULE_big = attention
 # the SQL glue lives in src/pg/.
 ENGINE_C = src/bleu.c
 ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tensors.c src/score.c \
-	src/decode.c src/backend.c src/backend_cpu.c
+	src/decode.c src/backend.c src/backend_cpu.c src/parallel.c
 ENGINE_CXX = src/spm.cc
 GLUE_C = src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/vocabulary.c src/pg/model.c \
 	src/pg/checkpoint.c src/pg/translate.c src/pg/safetensors.c src/pg/evaluate.c src/pg/device.c
@@ -73,6 +73,9 @@ NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nv
 CUDA_SRCS = $(wildcard kernels/*.cu)
 CUDA_DEPS = $(CUDA_SRCS) $(wildcard kernels/*.cuh kernels/*.h kernels/emu/* src/*.h)
 CUDA_WARNINGS = -Wall,-Wextra,-Werror,-Wno-unused-parameter
+# NCCL: beside the toolkit's libraries on this image (lib/), or lib64/.
+NCCL_LIB ?= $(dir $(firstword $(wildcard $(CUDA_HOME)/lib/libnccl.so $(CUDA_HOME)/lib64/libnccl.so \
+	/usr/lib/$(shell gcc -print-multiarch)/libnccl.so)))
 EMU_CXXFLAGS = -std=c++17 -O2 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror -Wno-unused-parameter \
 	-Isrc -Ikernels -I$(CUDA_HOME)/include -isystem $(OPENBLAS_INC)
 EMU_LIBS = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -pthread
@@ -85,7 +88,8 @@ NVCC_FLAGS = -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden,$(CUDA_WARNINGS
 	-gencode arch=compute_90,code=compute_90
 all: $(CUDA_LIB)
 $(CUDA_LIB): $(CUDA_DEPS)
-	$(NVCC) $(NVCC_FLAGS) -shared -o $@ $(CUDA_SRCS) -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas 2> kernels/ptxas.log || { cat kernels/ptxas.log; exit 1; }
+	$(NVCC) $(NVCC_FLAGS) -shared -o $@ $(CUDA_SRCS) -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas \
+		-L$(NCCL_LIB) -Xlinker -rpath,$(NCCL_LIB) -lnccl 2> kernels/ptxas.log || { cat kernels/ptxas.log; exit 1; }
 	@spills=$$(grep -c "[1-9][0-9]* bytes spill" kernels/ptxas.log || true); \
 	  kernels=$$(grep -c "spill stores" kernels/ptxas.log || true); \
 	  echo "nvcc: $$kernels kernel builds (sm_80, sm_90), $$spills with spills"; \
@@ -98,8 +102,9 @@ endif
 ifneq ($(wildcard $(CUDA_HOME)/include/cublas_v2.h),)
 CUDA_EMU_LIB = attention_cuda_emu$(DLSUFFIX)
 all: $(CUDA_EMU_LIB)
-$(CUDA_EMU_LIB): $(CUDA_DEPS) kernels/emu/cublas_emu.cc
-	$(CXX) $(EMU_CXXFLAGS) -shared -o $@ -x c++ $(CUDA_SRCS) -x none kernels/emu/cublas_emu.cc $(EMU_LIBS)
+$(CUDA_EMU_LIB): $(CUDA_DEPS)
+	$(CXX) $(EMU_CXXFLAGS) -shared -o $@ -x c++ $(CUDA_SRCS) -x none kernels/emu/cublas_emu.cc kernels/emu/nccl_emu.cc \
+		$(EMU_LIBS)
 install: install-cuda-emu
 install-cuda-emu: $(CUDA_EMU_LIB)
 	$(INSTALL_SHLIB) $(CUDA_EMU_LIB) '$(DESTDIR)$(pkglibdir)/$(CUDA_EMU_LIB)'

@@ -7,13 +7,18 @@
  *
  * Synchronisation (backend.h): upload and download wait for the stream;
  * every other operation is queued. Failures of queued work are sticky and
- * reported by status.
+ * reported by status. Ranks of data-parallel training (join) sum gradients
+ * with NCCL on a second stream, ordered against the first by events, so a
+ * layer's reduction runs while the backward of the layers below it does.
  */
+#include <atomic>
+#include <new>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cublas_v2.h>
+#include <nccl.h>
 
 #include "kernels.h"
 
@@ -34,6 +39,12 @@ struct CudaState
 	double	   *partials;		/* sum_squares' per-block sums */
 	float	   *columns;		/* column sums' per-chunk partials, grown as needed */
 	size_t		columns_floats;
+	/* data parallelism (join): NCCL communicator, its stream and the events between the two */
+	ncclComm_t	comm;
+	cudaStream_t comm_stream;
+	cudaEvent_t queued,			/* compute stream: what a reduction must follow */
+				reduced;		/* comm stream: the reductions the compute stream waits for */
+	std::atomic<bool> aborted;
 };
 
 static CudaState *
@@ -399,12 +410,92 @@ cuda_status(TfBackend *be, char *err, size_t errlen)
 	return TF_ERROR;
 }
 
+/* Checks an NCCL call. */
+static void
+check_nccl(TfBackend *be, ncclResult_t rc, const char *what)
+{
+	if (rc != ncclSuccess)
+		fail(be, what, ncclGetErrorString(rc));
+}
+
+static int
+cuda_join(TfBackend *be, const void *id, int ranks, int rank, char *err, size_t errlen)
+{
+	CudaState  *st = state(be);
+	ncclUniqueId uid;
+	cudaError_t rc;
+	ncclResult_t nrc;
+
+	static_assert(sizeof(ncclUniqueId) == TF_UNIQUE_ID_BYTES, "TF_UNIQUE_ID_BYTES is NCCL's id size");
+	memcpy(&uid, id, sizeof(uid));
+	if ((rc = cudaSetDevice(st->device)) != cudaSuccess ||
+		(rc = cudaStreamCreateWithFlags(&st->comm_stream, cudaStreamNonBlocking)) != cudaSuccess ||
+		(rc = cudaEventCreateWithFlags(&st->queued, cudaEventDisableTiming)) != cudaSuccess ||
+		(rc = cudaEventCreateWithFlags(&st->reduced, cudaEventDisableTiming)) != cudaSuccess)
+	{
+		snprintf(err, errlen, "CUDA device %d: %s", st->device, cudaGetErrorString(rc));
+		return TF_ERROR;
+	}
+	if ((nrc = ncclCommInitRank(&st->comm, ranks, uid, rank)) != ncclSuccess)
+	{
+		st->comm = NULL;
+		snprintf(err, errlen, "CUDA device %d: NCCL could not make rank %d of %d: %s", st->device, rank, ranks,
+				 ncclGetErrorString(nrc));
+		return TF_ERROR;
+	}
+	return TF_OK;
+}
+
+static void
+cuda_all_reduce(TfBackend *be, float *x, size_t n, bool last)
+{
+	CudaState  *st = state(be);
+
+	if (st->aborted)
+	{
+		fail(be, "all-reduce", "the communicator was aborted (another rank failed)");
+		return;
+	}
+	check(be, cudaEventRecord(st->queued, st->stream), "all-reduce");
+	check(be, cudaStreamWaitEvent(st->comm_stream, st->queued, 0), "all-reduce");
+	check_nccl(be, ncclAllReduce(x, x, n, ncclFloat32, ncclSum, st->comm, st->comm_stream), "all-reduce");
+	if (last)
+	{
+		check(be, cudaEventRecord(st->reduced, st->comm_stream), "all-reduce");
+		check(be, cudaStreamWaitEvent(st->stream, st->reduced, 0), "all-reduce");
+	}
+}
+
+static void
+cuda_abort(TfBackend *be)
+{
+	CudaState  *st = state(be);
+
+	if (st->comm != NULL && !st->aborted.exchange(true))
+		ncclCommAbort(st->comm);
+}
+
+static void
+cuda_bind(TfBackend *be)
+{
+	check(be, cudaSetDevice(state(be)->device), "bind");
+}
+
 static void
 cuda_destroy(TfBackend *be)
 {
 	CudaState  *st = state(be);
 
+	cudaSetDevice(st->device);
 	cudaStreamSynchronize(st->stream);
+	if (st->comm != NULL && !st->aborted)
+		ncclCommDestroy(st->comm);
+	if (st->comm_stream != NULL)
+		cudaStreamDestroy(st->comm_stream);
+	if (st->queued != NULL)
+		cudaEventDestroy(st->queued);
+	if (st->reduced != NULL)
+		cudaEventDestroy(st->reduced);
 	cudaFree(st->dscores);
 	cudaFree(st->partials);
 	cudaFree(st->columns);
@@ -412,7 +503,7 @@ cuda_destroy(TfBackend *be)
 		cublasDestroy(st->blas);
 	if (st->stream != NULL)
 		cudaStreamDestroy(st->stream);
-	free(st);
+	delete st;
 	free(be);
 }
 
@@ -449,11 +540,11 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 		return NULL;
 	}
 	be = (TfBackend *) calloc(1, sizeof(TfBackend));
-	st = (CudaState *) calloc(1, sizeof(CudaState));
+	st = new (std::nothrow) CudaState();
 	if (be == NULL || st == NULL)
 	{
 		free(be);
-		free(st);
+		delete st;
 		snprintf(err, errlen, "out of memory creating the CUDA backend");
 		return NULL;
 	}
@@ -507,5 +598,24 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 	be->gather = cuda_gather;
 	be->log_softmax_topk = cuda_log_softmax_topk;
 	be->set_threads = cuda_set_threads;
+	be->join = cuda_join;
+	be->all_reduce = cuda_all_reduce;
+	be->abort = cuda_abort;
+	be->bind = cuda_bind;
 	return be;
+}
+
+extern "C" __attribute__((visibility("default"))) int
+tf_cuda_unique_id(void *id, char *err, size_t errlen)
+{
+	ncclUniqueId uid;
+	ncclResult_t rc = ncclGetUniqueId(&uid);
+
+	if (rc != ncclSuccess)
+	{
+		snprintf(err, errlen, "NCCL could not make a communicator id: %s", ncclGetErrorString(rc));
+		return TF_ERROR;
+	}
+	memcpy(id, &uid, sizeof(uid));
+	return TF_OK;
 }

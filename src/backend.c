@@ -26,6 +26,7 @@ typedef struct CudaLibrary
 	char	   *path;
 	TfCudaCreate create;
 	TfCudaDeviceCount count;
+	TfCudaUniqueId unique_id;
 } CudaLibrary;
 
 static CudaLibrary *cuda_loaded;
@@ -62,13 +63,16 @@ load_cuda(char *err, size_t errlen)
 	{
 		TfCudaCreate create;
 		TfCudaDeviceCount count;
+		TfCudaUniqueId unique_id;
 
 		*(void **) &create = dlsym(handle, TF_CUDA_CREATE_SYMBOL);
 		*(void **) &count = dlsym(handle, TF_CUDA_COUNT_SYMBOL);
-		if (create == NULL || count == NULL)
+		*(void **) &unique_id = dlsym(handle, TF_CUDA_UNIQUE_ID_SYMBOL);
+		if (create == NULL || count == NULL || unique_id == NULL)
 		{
 			snprintf(err, errlen, "\"%s\" is not a CUDA backend of this engine (no %s)", path,
-					 create == NULL ? TF_CUDA_CREATE_SYMBOL : TF_CUDA_COUNT_SYMBOL);
+					 create == NULL ? TF_CUDA_CREATE_SYMBOL : count == NULL ? TF_CUDA_COUNT_SYMBOL :
+					 TF_CUDA_UNIQUE_ID_SYMBOL);
 			dlclose(handle);
 		}
 		else if ((lib = calloc(1, sizeof(CudaLibrary))) == NULL || (lib->path = strdup(path)) == NULL)
@@ -81,6 +85,7 @@ load_cuda(char *err, size_t errlen)
 		{
 			lib->create = create;
 			lib->count = count;
+			lib->unique_id = unique_id;
 			lib->next = cuda_loaded;
 			cuda_loaded = lib;
 		}
@@ -95,6 +100,14 @@ tf_cuda_device_count(char *err, size_t errlen)
 	CudaLibrary *lib = load_cuda(err, errlen);
 
 	return lib != NULL ? lib->count(err, errlen) : -1;
+}
+
+int
+tf_cuda_unique_id(void *id, char *err, size_t errlen)
+{
+	CudaLibrary *lib = load_cuda(err, errlen);
+
+	return lib != NULL ? lib->unique_id(id, err, errlen) : TF_ERROR;
 }
 
 TfBackend *

@@ -228,6 +228,28 @@ struct TfBackend
 	/* Sets the number of compute threads (>= 1) for the operations that follow. */
 	void		(*set_threads) (TfBackend *be, int threads);
 
+	/*
+	 * Data parallelism across devices (NULL on backends without it, the
+	 * CPU's). One backend per rank, each driven by its own host thread.
+	 * - join: makes this backend rank `rank` of `ranks` in the communicator
+	 *   named by id (TF_UNIQUE_ID_BYTES from tf_cuda_unique_id); every rank
+	 *   calls it at the same time and it returns when all have joined.
+	 *   TF_ERROR with a message.
+	 * - all_reduce: x[n] (backend memory) becomes its sum over the ranks, in
+	 *   place, after every operation queued before it, possibly on a second
+	 *   queue that runs beside the next operations (which must not touch x);
+	 *   with `last`, the operations queued after it wait for every reduction.
+	 *   Every rank issues the same reductions in the same order.
+	 * - abort: ends the communicator from any thread: reductions waiting in it,
+	 *   on any rank, and later ones fail (sticky errors) instead of hanging.
+	 * - bind: makes the backend's device the calling thread's current one
+	 *   (a thread other than its rank's may then use it).
+	 */
+	int			(*join) (TfBackend *be, const void *id, int ranks, int rank, char *err, size_t errlen);
+	void		(*all_reduce) (TfBackend *be, float *x, size_t n, bool last);
+	void		(*abort) (TfBackend *be);
+	void		(*bind) (TfBackend *be);
+
 	/* Backend state (threads, handles); owned by the backend. */
 	void	   *state;
 };
@@ -261,5 +283,9 @@ typedef TfBackend *(*TfCudaCreate) (int device, char *err, size_t errlen);
 /* Its device count: >= 0, or -1 with the driver's reason (no context is created). */
 typedef int (*TfCudaDeviceCount) (char *err, size_t errlen);
 #define TF_CUDA_COUNT_SYMBOL "tf_cuda_device_count"
+
+/* A new communicator name (ncclGetUniqueId) into id[TF_UNIQUE_ID_BYTES]; TF_ERROR with a message. */
+typedef int (*TfCudaUniqueId) (void *id, char *err, size_t errlen);
+#define TF_CUDA_UNIQUE_ID_SYMBOL "tf_cuda_unique_id"
 
 #endif

@@ -106,6 +106,7 @@ layout_parameters(TfModel *m)
 
 		snprintf(prefix, sizeof(prefix), "model.%s.layers.%d.", dec ? "decoder" : "encoder",
 				 dec ? l - c->num_encoder_layers : l);
+		o->begin = m->num_params;
 		snprintf(sub, sizeof(sub), "%sself_attn.", prefix);
 		layout_attention(m, sub, &o->self);
 		layout_norm(m, prefix, "self_attn_layer_norm", &o->ln_self_g, &o->ln_self_b);
@@ -120,6 +121,7 @@ layout_parameters(TfModel *m)
 		o->w2 = add_param(m, prefix, "fc2.weight", c->d_model, c->d_ff, INIT_XAVIER);
 		o->b2 = add_param(m, prefix, "fc2.bias", c->d_model, 0, INIT_ZERO);
 		layout_norm(m, prefix, "final_layer_norm", &o->ln_ffn_g, &o->ln_ffn_b);
+		o->end = m->num_params;
 	}
 	if (c->logits_bias)
 		m->off_logits_bias = add_param(m, "", "final_logits_bias", 1, c->vocab_size, INIT_ZERO);
@@ -881,6 +883,17 @@ layer_backward(TfModel *m, int l)
 }
 
 /* The backward pass (tf_model_backward without the signal mask). */
+/* layer_backward, then the layer's gradients summed over the ranks when the backward reduces. */
+static void
+reduced_layer_backward(TfModel *m, int l)
+{
+	const LayerOffsets *o = &m->layer_off[l];
+
+	layer_backward(m, l);
+	if (m->reduce_grads)
+		m->be->all_reduce(m->be, m->grads + o->begin, o->end - o->begin, false);
+}
+
 static int
 backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 {
@@ -905,11 +918,21 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	}
 	m->have_forward = false;
 
+	/*
+	 * With reduce_grads (data parallelism), each block of gradients is
+	 * summed over the ranks as soon as it is final, so the reductions run
+	 * beside the backward of the layers below; the shared embedding, which
+	 * the encoder's input adds to last, goes last.
+	 */
 	/* logits become grad_scale * d(loss_sum)/d(logits) */
 	be->cross_entropy_backward(be, m->logits, m->inv_sum, LABELS(m), Nt, c->vocab_size, c->pad_id,
 							   c->label_smoothing, grad_scale);
 	if (c->logits_bias)
+	{
 		be->bias_backward(be, m->grads + m->off_logits_bias, m->logits, Nt, c->vocab_size);
+		if (m->reduce_grads)
+			be->all_reduce(be, m->grads + m->off_logits_bias, (size_t) c->vocab_size, false);
+	}
 	be->gemm(be, true, false, c->vocab_size, d, Nt, 1.0f, m->logits, c->vocab_size,
 			 m->acts[layers - 1].out, d, 1.0f, m->grads + m->off_embedding, d);
 	be->gemm(be, false, false, Nt, d, c->vocab_size, 1.0f, m->logits, c->vocab_size,
@@ -917,15 +940,18 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 
 	be->zero(be, m->g_enc, (size_t) Ns * d);
 	for (l = layers - 1; l >= c->num_encoder_layers; l--)
-		layer_backward(m, l);
+		reduced_layer_backward(m, l);
 	be->dropout_backward(be, m->g_a, m->g_a, (size_t) Nt * d, m->p_dropout, m->keep_dec_embed);
 	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, TGT_IDS(m), Nt, d, emb_scale);
 
 	be->copy(be, m->g_a, m->g_enc, (size_t) Ns * d);
 	for (l = c->num_encoder_layers - 1; l >= 0; l--)
-		layer_backward(m, l);
+		reduced_layer_backward(m, l);
 	be->dropout_backward(be, m->g_a, m->g_a, (size_t) Ns * d, m->p_dropout, m->keep_enc_embed);
 	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, SRC_IDS(m), Ns, d, emb_scale);
+	if (m->reduce_grads)
+		be->all_reduce(be, m->grads + m->off_embedding, (size_t) c->vocab_size * d, true);
+	m->reduce_grads = false;
 	return be->status(be, err, errlen);
 }
 

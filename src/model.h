@@ -54,6 +54,8 @@ typedef struct LayerOffsets
 				b2;
 	size_t		ln_ffn_g,
 				ln_ffn_b;
+	size_t		begin,
+				end;			/* the layer's parameters: [begin, end) of the flat vector */
 } LayerOffsets;
 
 /* Activations of one layer kept for backward (rows = batch * length). */
@@ -198,6 +200,8 @@ struct TfModel
 
 	bool		have_forward;
 	bool		training;
+	bool		reduce_grads;	/* the next backward sums the gradients over the ranks
+								 * (be->all_reduce), each layer's as soon as it is final */
 	float		p_dropout,
 				p_attention,
 				p_relu;

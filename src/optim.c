@@ -64,6 +64,7 @@ tf_model_step(TfModel *m, const TfOptimizer *opt, TfStepStats *stats, char *err,
 	int64_t		t = m->step + 1;
 	sigset_t	old;
 
+	stats->skipped = false;
 	if (check_optimizer(opt, err, errlen) != TF_OK)
 		return TF_ERROR;
 	if (m->grads == NULL)
@@ -87,6 +88,7 @@ tf_model_step(TfModel *m, const TfOptimizer *opt, TfStepStats *stats, char *err,
 	if (!isfinite(norm))
 	{
 		snprintf(err, errlen, "gradient norm is not finite at step %lld; step skipped", (long long) t);
+		stats->skipped = true;
 		tf_model_zero_grad(m);
 		tf_restore_signals(&old);
 		return TF_ERROR;

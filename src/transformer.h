@@ -122,6 +122,17 @@ void		tf_backend_set_cuda_library(const char *path);
  */
 int			tf_cuda_device_count(char *err, size_t errlen);
 
+/* Bytes of a communicator name (NCCL's ncclUniqueId). */
+#define TF_UNIQUE_ID_BYTES 128
+
+/*
+ * A new name for a communicator of ranks on several devices, possibly on
+ * several machines (ncclGetUniqueId of the CUDA library): id receives
+ * TF_UNIQUE_ID_BYTES opaque bytes that every rank passes to
+ * tf_parallel_create. TF_ERROR with a message (no library, no NCCL).
+ */
+int			tf_cuda_unique_id(void *id, char *err, size_t errlen);
+
 /* Highest CUDA device number a device name may give. */
 #define TF_MAX_DEVICE 1023
 
@@ -238,14 +249,16 @@ typedef struct TfStepStats
 	double		grad_norm;		/* global L2 norm of the gradients before clipping */
 	double		loss_sum;		/* label-smoothed loss summed over the forwards since the last step */
 	int64_t		tokens;			/* their non-pad labels */
+	bool		skipped;		/* the gradient norm was not finite: no update */
 } TfStepStats;
 
 /*
  * One Adam step over the accumulated gradients (step counter + 1), after
  * optional clipping of their global L2 norm; zeroes the gradients and the
  * loss totals. Fills *stats (one download from the backend). Errors: an
- * invalid setting (nothing changes), or a non-finite gradient norm (the
- * step is skipped, the gradients are zeroed, the message says so).
+ * invalid setting (nothing changes), a backend failure, or a non-finite
+ * gradient norm (stats->skipped: the step is skipped, the gradients are
+ * zeroed, the message says so).
  */
 int			tf_model_step(TfModel *model, const TfOptimizer *opt, TfStepStats *stats,
 						  char *err, size_t errlen);

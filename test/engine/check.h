@@ -13,6 +13,9 @@ extern int	check_count;
 /* The device the model and decode suites run on: "cpu" or "cuda" (main.c). */
 extern const char *test_device;
 
+/* The CUDA library given on the command line, or NULL. */
+extern const char *test_cuda_library;
+
 #define CHECK(cond, ...) \
 	do { \
 		check_count++; \
@@ -32,5 +35,6 @@ void		test_ops(const char *fixtures);
 void		test_model(const char *fixtures);
 void		test_decode(const char *fixtures);
 void		test_backend(const char *fixtures);
+void		test_parallel(const char *fixtures);
 
 #endif

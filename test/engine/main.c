@@ -17,6 +17,7 @@
 int			check_failures = 0;
 int			check_count = 0;
 const char *test_device = "cpu";
+const char *test_cuda_library = NULL;
 
 /* One suite: its name and entry point. */
 typedef struct Suite
@@ -29,13 +30,14 @@ int
 main(int argc, char **argv)
 {
 	const Suite suites[] = {{"bleu", test_bleu}, {"sentencepiece", test_spm}, {"ops", test_ops},
-	{"backend", test_backend}, {"model", test_model}, {"decode", test_decode}};
+	{"backend", test_backend}, {"model", test_model}, {"decode", test_decode}, {"parallel", test_parallel}};
 	const char *fixtures = argc > 1 ? argv[1] : "test/fixtures";
 	size_t		i;
 
 	if (argc > 3 && strcmp(argv[2], "cuda") == 0)
 	{
 		test_device = "cuda";
+		test_cuda_library = argv[3];
 		tf_backend_set_cuda_library(argv[3]);
 	}
 	else if (argc > 2)

@@ -1,0 +1,382 @@
+/*
+ * test_parallel.c - data-parallel training (parallel.h): device lists; one
+ * rank against a model accumulating the same batches by hand; with a CUDA
+ * library of at least 4 devices (the emulated one: CUEMU_DEVICES=4), 1, 2
+ * and 4 ranks on the same 20 steps (dropout on), a run stopped at step 10
+ * and resumed on 3 and on 2 ranks, a rank that fails, and the collectives
+ * and host synchronisations of a step, counted by the emulator.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "fixture.h"
+#include "parallel.h"
+
+#define STEPS 20
+#define STEP_BATCHES 4
+#define ROWS 4
+#define LEN 8
+
+/* STEPS * STEP_BATCHES distinct padded batches of the synthetic vocabulary (64 ids). */
+static int32_t ids[STEPS * STEP_BATCHES][3][ROWS * LEN];
+
+static void
+make_batches(void)
+{
+	for (int b = 0; b < STEPS * STEP_BATCHES; b++)
+	{
+		TfBatch		t;
+
+		fixture_synthetic_batch(ids[b][0], ids[b][1], ids[b][2], &t);
+		for (int s = 0; s < 3; s++)
+			for (int i = 0; i < ROWS * LEN; i++)
+				if (ids[b][s][i] >= 4)
+					ids[b][s][i] = 4 + (ids[b][s][i] - 4 + 7 * b + s) % 60;
+		/* the target input is the labels shifted right after BOS */
+		for (int r = 0; r < ROWS; r++)
+			for (int i = 1; i < LEN; i++)
+				if (ids[b][1][r * LEN + i] != 0)
+					ids[b][1][r * LEN + i] = ids[b][2][r * LEN + i - 1];
+	}
+}
+
+static TfBatch
+batch(int b)
+{
+	TfBatch		t = {ROWS, LEN, LEN, ids[b][0], ids[b][1], ids[b][2], 0};
+
+	return t;
+}
+
+static void
+tiny_config(TfConfig *c)
+{
+	tf_config_small(c, 64);
+	c->vocab_size = 64;
+	c->d_model = 16;
+	c->num_heads = 2;
+	c->d_ff = 32;
+	c->num_encoder_layers = 1;
+	c->num_decoder_layers = 1;
+	c->max_positions = LEN;
+	c->pad_id = 0;
+	c->dropout = 0.1f;
+	c->attention_dropout = 0.1f;
+	c->relu_dropout = 0.1f;
+}
+
+/* Labels of step s's batches: the gradient is of the mean over them. */
+static float
+step_scale(int s)
+{
+	int64_t		labels = 0;
+
+	for (int a = 0; a < STEP_BATCHES; a++)
+		for (int i = 0; i < ROWS * LEN; i++)
+			labels += ids[s * STEP_BATCHES + a][2][i] != 0;
+	return (float) (1.0 / labels);
+}
+
+/*
+ * Steps [from, to) on p, the mean loss of each into loss[step]; the first
+ * failure's message into err. Returns TF_OK or TF_ERROR.
+ */
+static int
+train(TfParallel *p, int from, int to, double *loss, char *err, size_t errlen)
+{
+	TfOptimizer opt;
+
+	tf_optimizer_default(&opt);
+	opt.warmup_steps = 100;
+	for (int s = from; s < to; s++)
+	{
+		TfBatch		b[STEP_BATCHES];
+		TfStepStats st;
+
+		for (int a = 0; a < STEP_BATCHES; a++)
+			b[a] = batch(s * STEP_BATCHES + a);
+		if (tf_parallel_step(p, b, STEP_BATCHES, step_scale(s), &opt, &st, err, errlen) != TF_OK)
+			return TF_ERROR;
+		loss[s] = st.loss_sum / (double) st.tokens;
+	}
+	return TF_OK;
+}
+
+/* The worst relative difference of steps [from, to) of a against b. */
+static double
+worst(const double *a, const double *b, int from, int to)
+{
+	double		w = 0;
+
+	for (int s = from; s < to; s++)
+		w = fmax(w, fabs(a[s] - b[s]) / fabs(b[s]));
+	return w;
+}
+
+static void
+test_device_lists(void)
+{
+	int			d[TF_MAX_LOCAL_RANKS],
+				n;
+	char		kind[8],
+				err[TF_ERRLEN];
+
+	CHECK(tf_device_list_parse("cuda:0,2,5", kind, d, &n, err, sizeof(err)) == TF_OK && n == 3 && d[0] == 0 &&
+		  d[1] == 2 && d[2] == 5 && strcmp(kind, "cuda") == 0, "cuda:0,2,5");
+	CHECK(tf_device_list_parse("cuda:3", kind, d, &n, err, sizeof(err)) == TF_OK && n == 1 && d[0] == 3, "cuda:3");
+	CHECK(tf_device_list_parse("cpu", kind, d, &n, err, sizeof(err)) == TF_OK && n == 1 && strcmp(kind, "cpu") == 0,
+		  "cpu");
+	CHECK(tf_device_list_parse("cuda:1,1", kind, d, &n, err, sizeof(err)) == TF_ERROR && strstr(err, "twice") != NULL,
+		  "a repeated device: %s", err);
+	CHECK(tf_device_list_parse("cuda:0,", kind, d, &n, err, sizeof(err)) == TF_ERROR &&
+		  strstr(err, "\"cuda:0,\"") != NULL, "a trailing comma: %s", err);
+	CHECK(tf_device_list_parse("cpu,cuda", kind, d, &n, err, sizeof(err)) == TF_ERROR, "cpu,cuda");
+	CHECK(tf_device_list_parse("cuda:0,2000", kind, d, &n, err, sizeof(err)) == TF_ERROR, "device 2000");
+}
+
+/* One rank on the caller's thread equals a model that accumulates the same batches itself. */
+static void
+test_one_rank(const char *device)
+{
+	TfConfig	c;
+	TfParallel *p;
+	TfModel    *m;
+	TfOptimizer opt;
+	char		err[TF_ERRLEN];
+	double		by_parallel[STEPS],
+				by_hand[STEPS];
+
+	tiny_config(&c);
+	tf_optimizer_default(&opt);
+	opt.warmup_steps = 100;
+	p = tf_parallel_create(&c, 7, device, 1, NULL, err, sizeof(err));
+	m = tf_model_create(&c, 7, device, 1, err, sizeof(err));
+	CHECK(p != NULL && m != NULL, "create on %s: %s", device, err);
+	if (p == NULL || m == NULL)
+		return;
+	CHECK(tf_parallel_ranks(p) == 1 && tf_parallel_local_ranks(p) == 1, "one rank");
+	CHECK(train(p, 0, 3, by_parallel, err, sizeof(err)) == TF_OK, "steps: %s", err);
+	for (int s = 0; s < 3; s++)
+	{
+		TfStepStats st;
+
+		for (int a = 0; a < STEP_BATCHES; a++)
+		{
+			TfBatch		b = batch(s * STEP_BATCHES + a);
+
+			b.index = a;
+			tf_model_forward(m, &b, true, NULL, NULL, err, sizeof(err));
+			tf_model_backward(m, step_scale(s), err, sizeof(err));
+		}
+		CHECK(tf_model_step(m, &opt, &st, err, sizeof(err)) == TF_OK, "step: %s", err);
+		by_hand[s] = st.loss_sum / (double) st.tokens;
+	}
+	CHECK(worst(by_parallel, by_hand, 0, 3) == 0.0, "one rank on %s: losses differ from accumulating by hand (%.3g)",
+		  device, worst(by_parallel, by_hand, 0, 3));
+	{
+		TfBatch		b = batch(0);
+
+		b.index = TF_MAX_STEP_BATCHES;
+		CHECK(tf_model_forward(m, &b, true, NULL, NULL, err, sizeof(err)) == TF_ERROR && strstr(err, "index") != NULL,
+			  "batch index out of range: %s", err);
+	}
+	tf_parallel_free(p);
+	tf_model_free(m);
+}
+
+/* The emulator's counters of a device: host syncs, all-reduces, bytes, broadcasts (or -1s). */
+static void
+counters(int device, long out[4])
+{
+	void	   *lib = dlopen(test_cuda_library, RTLD_NOW | RTLD_NOLOAD);
+	void		(*get) (int, long *) = NULL;
+
+	out[0] = out[1] = out[2] = out[3] = -1;
+	if (lib != NULL)
+		*(void **) &get = dlsym(lib, "cuemu_counters");
+	if (get != NULL)
+		get(device, out);
+	if (lib != NULL)
+		dlclose(lib);
+}
+
+static void
+test_ranks(void)
+{
+	TfConfig	c;
+	char		err[TF_ERRLEN];
+	double		one[STEPS],
+				two[STEPS],
+				four[STEPS],
+				resumed[STEPS];
+	const char *devices[] = {"cuda:0", "cuda:0,1", "cuda:0,1,2,3"};
+	double	   *loss[] = {one, two, four};
+	int			count = tf_cuda_device_count(err, sizeof(err));
+
+	CHECK(count >= 4, "the data-parallel tests need 4 CUDA devices (CUEMU_DEVICES=4 when emulated); %d: %s", count,
+		  err);
+	if (count < 4)
+		return;
+	tiny_config(&c);
+	for (int k = 0; k < 3; k++)
+	{
+		TfParallel *p = tf_parallel_create(&c, 7, devices[k], 1, NULL, err, sizeof(err));
+
+		CHECK(p != NULL, "create on %s: %s", devices[k], err);
+		if (p == NULL)
+			return;
+		CHECK(tf_parallel_ranks(p) == (1 << k), "%s: %d ranks", devices[k], tf_parallel_ranks(p));
+		CHECK(train(p, 0, STEPS, loss[k], err, sizeof(err)) == TF_OK, "%s: %s", devices[k], err);
+		tf_parallel_free(p);
+	}
+	CHECK(worst(two, one, 0, STEPS) <= 1e-5, "2 ranks against 1: worst relative loss difference %.3g",
+		  worst(two, one, 0, STEPS));
+	CHECK(worst(four, one, 0, STEPS) <= 1e-5, "4 ranks against 1: worst relative loss difference %.3g",
+		  worst(four, one, 0, STEPS));
+	CHECK(one[STEPS - 1] < one[0] - 0.1, "training lowers the loss: %.4f -> %.4f", one[0], one[STEPS - 1]);
+	printf("  ranks 1, 2, 4 over %d steps of %d batches (dropout on): worst relative loss difference %.2g, %.2g\n",
+		   STEPS, STEP_BATCHES, worst(two, one, 0, STEPS), worst(four, one, 0, STEPS));
+
+	/* stopped at step 10 on 4 ranks, resumed on 3 and on 2 */
+	for (int k = 0; k < 2; k++)
+	{
+		const char *fewer = k == 0 ? "cuda:1,2,3" : "cuda:2,3";
+		TfParallel *p = tf_parallel_create(&c, 7, "cuda:0,1,2,3", 1, NULL, err, sizeof(err));
+		TfParallel *q = tf_parallel_create(&c, 7, fewer, 1, NULL, err, sizeof(err));
+		TfTensor   *t = NULL;
+		int			n = 0;
+
+		CHECK(p != NULL && q != NULL, "create: %s", err);
+		if (p == NULL || q == NULL)
+			return;
+		CHECK(train(p, 0, STEPS / 2, resumed, err, sizeof(err)) == TF_OK, "first half: %s", err);
+		CHECK(tf_model_tensors(tf_parallel_model(p), &t, &n, err, sizeof(err)) == TF_OK, "tensors: %s", err);
+		tf_parallel_free(p);
+		CHECK(tf_parallel_load(q, t, n, err, sizeof(err)) == TF_OK, "load on %s: %s", fewer, err);
+		tf_tensors_free(t);
+		CHECK(tf_model_steps(tf_parallel_model(q)) == STEPS / 2, "resumed at step %lld",
+			  (long long) tf_model_steps(tf_parallel_model(q)));
+		CHECK(train(q, STEPS / 2, STEPS, resumed, err, sizeof(err)) == TF_OK, "second half: %s", err);
+		CHECK(worst(resumed, one, 0, STEPS) <= 1e-5, "4 ranks, then %s from step 10: worst relative difference %.3g",
+			  fewer, worst(resumed, one, 0, STEPS));
+		tf_parallel_free(q);
+	}
+
+	/*
+	 * A step's collectives and host synchronisations, per rank: those of
+	 * one device alone with the same two batches (the reductions add none),
+	 * and every parameter all-reduced once, in one call per layer and one
+	 * for the embedding.
+	 */
+	{
+		TfParallel *single = tf_parallel_create(&c, 7, "cuda:0", 1, NULL, err, sizeof(err));
+		TfParallel *p = tf_parallel_create(&c, 7, "cuda:0,1", 1, NULL, err, sizeof(err));
+		long		before[2][4],
+					after[2][4],
+					single_syncs;
+		size_t		params;
+
+		CHECK(single != NULL && p != NULL, "create: %s", err);
+		if (single == NULL || p == NULL)
+			return;
+		params = tf_model_num_parameters(tf_parallel_model(p));
+		counters(0, before[0]);
+		for (int s = 0; s < 2; s++)
+		{
+			TfBatch		b[2] = {batch(2 * s), batch(2 * s + 1)};
+			TfOptimizer opt;
+			TfStepStats st;
+
+			tf_optimizer_default(&opt);
+			CHECK(tf_parallel_step(single, b, 2, 0.01f, &opt, &st, err, sizeof(err)) == TF_OK, "%s", err);
+		}
+		counters(0, after[0]);
+		single_syncs = (after[0][0] - before[0][0]) / 2;
+		counters(0, before[0]);
+		counters(1, before[1]);
+		CHECK(train(p, 0, 2, one, err, sizeof(err)) == TF_OK, "%s", err);
+		counters(0, after[0]);
+		counters(1, after[1]);
+		CHECK(before[0][0] >= 0, "the CUDA library has no cuemu_counters: counts need the emulated library");
+		for (int r = 0; r < 2 && before[0][0] >= 0; r++)
+		{
+			long		syncs = (after[r][0] - before[r][0]) / 2,
+						calls = (after[r][1] - before[r][1]) / 2,
+						bytes = (after[r][2] - before[r][2]) / 2;
+
+			CHECK(syncs == single_syncs, "rank %d: %ld host synchronisations per step of 2 batches; one device: %ld", r,
+				  syncs, single_syncs);
+			CHECK(calls == c.num_encoder_layers + c.num_decoder_layers + 1,
+				  "rank %d: %ld all-reduce calls per step, expected one per layer and one for the embedding", r, calls);
+			CHECK(bytes == (long) (params * sizeof(float)), "rank %d: %ld bytes all-reduced per step, expected %zu", r,
+				  bytes, params * sizeof(float));
+			if (r == 0)
+				printf("  per step and rank of 2 batches: %ld host synchronisations (one device alone: %ld), "
+					   "%ld all-reduce calls, %ld bytes (%zu parameters)\n", syncs, single_syncs, calls, bytes, params);
+		}
+		tf_parallel_free(single);
+		tf_parallel_free(p);
+	}
+
+	/* rank 2 fails in its forward (a batch longer than max_positions): no rank is left waiting */
+	{
+		TfParallel *p = tf_parallel_create(&c, 7, "cuda:0,1,2,3", 1, NULL, err, sizeof(err));
+		TfOptimizer opt;
+		TfStepStats st;
+		TfBatch		b[STEP_BATCHES];
+		int32_t		longer[3][ROWS * (LEN + 2)];
+
+		CHECK(p != NULL, "create: %s", err);
+		if (p == NULL)
+			return;
+		tf_optimizer_default(&opt);
+		for (int a = 0; a < STEP_BATCHES; a++)
+			b[a] = batch(a);
+		for (int s = 0; s < 3; s++)
+			for (int i = 0; i < ROWS * (LEN + 2); i++)
+				longer[s][i] = s == 1 && i % (LEN + 2) == 0 ? 2 : 5 + i % 7;
+		b[2].src_len = b[2].tgt_len = LEN + 2;
+		b[2].src = longer[0];
+		b[2].tgt_in = longer[1];
+		b[2].labels = longer[2];
+		CHECK(tf_parallel_step(p, b, STEP_BATCHES, 0.01f, &opt, &st, err, sizeof(err)) == TF_ERROR &&
+			  strstr(err, "rank 2 (cuda:2)") != NULL && strstr(err, "max_positions") != NULL,
+			  "a failed rank: %s", err);
+		CHECK(tf_parallel_step(p, b, STEP_BATCHES, 0.01f, &opt, &st, err, sizeof(err)) == TF_ERROR &&
+			  strstr(err, "unusable") != NULL, "after a failure: %s", err);
+		tf_parallel_free(p);
+	}
+	{
+		TfParallel *p = tf_parallel_create(&c, 7, "cuda:0,1", 1, NULL, err, sizeof(err));
+		TfOptimizer opt;
+		TfStepStats st;
+		TfBatch		b = batch(0);
+
+		tf_optimizer_default(&opt);
+		CHECK(p != NULL && tf_parallel_step(p, &b, 1, 0.01f, &opt, &st, err, sizeof(err)) == TF_ERROR &&
+			  strstr(err, "1 batches on 2 ranks") != NULL, "fewer batches than ranks: %s", err);
+		tf_parallel_free(p);
+	}
+}
+
+void
+test_parallel(const char *fixtures)
+{
+	char		err[TF_ERRLEN];
+	TfConfig	c;
+
+	make_batches();
+	test_device_lists();
+	test_one_rank("cpu");
+	tiny_config(&c);
+	CHECK(tf_parallel_create(&c, 7, "cpu", 1, &(TfWorld) {0, 2, {0}}, err, sizeof(err)) == NULL &&
+		  strstr(err, "CPU backend trains on one rank") != NULL, "two CPU ranks: %s", err);
+	if (strcmp(test_device, "cuda") != 0)
+		return;
+	test_one_rank("cuda:0");
+	test_ranks();
+}
