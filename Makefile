@@ -11,9 +11,13 @@ ENGINE_C = src/bleu.c
 ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tensors.c src/score.c \
 	src/decode.c src/backend.c src/backend_cpu.c src/parallel.c
 ENGINE_CXX = src/spm.cc
-GLUE_C = src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/vocabulary.c src/pg/model.c \
-	src/pg/checkpoint.c src/pg/translate.c src/pg/safetensors.c src/pg/evaluate.c src/pg/device.c
-WORKER_C = bgworker/jobs.c bgworker/data.c bgworker/validate.c bgworker/worker.c bgworker/launcher.c
+# src/pg/: leaves (settings, catalogue, training options, datasets) that call
+# nothing else of the glue, then the SQL-callable functions; bgworker/ (the
+# launcher, the job loop, rank hand-over) builds on the leaves only.
+GLUE_LEAVES = src/pg/settings.c src/pg/catalog.c src/pg/train_options.c src/pg/dataset.c
+GLUE_C = $(GLUE_LEAVES) src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/vocabulary.c src/pg/model.c \
+	src/pg/checkpoint.c src/pg/translate.c src/pg/safetensors.c src/pg/evaluate.c src/pg/jobs.c
+WORKER_C = bgworker/worker.c bgworker/launcher.c
 OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o) $(WORKER_C:.c=.o)
 
 DATA = $(wildcard sql/$(EXTENSION)--*.sql)
@@ -78,6 +82,7 @@ NCCL_LIB ?= $(dir $(firstword $(wildcard $(CUDA_HOME)/lib/libnccl.so $(CUDA_HOME
 	/usr/lib/$(shell gcc -print-multiarch)/libnccl.so)))
 EMU_CXXFLAGS = -std=c++17 -O2 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror -Wno-unused-parameter \
 	-Isrc -Ikernels -I$(CUDA_HOME)/include -isystem $(OPENBLAS_INC)
+EMU_SHIMS = kernels/emu/cublas_emu.cc kernels/emu/nccl_emu.cc
 EMU_LIBS = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -pthread
 ifneq ($(USE_CUDA),0)
 ifneq ($(NVCC),)
@@ -103,24 +108,23 @@ ifneq ($(wildcard $(CUDA_HOME)/include/cublas_v2.h),)
 CUDA_EMU_LIB = attention_cuda_emu$(DLSUFFIX)
 all: $(CUDA_EMU_LIB)
 $(CUDA_EMU_LIB): $(CUDA_DEPS)
-	$(CXX) $(EMU_CXXFLAGS) -shared -o $@ -x c++ $(CUDA_SRCS) -x none kernels/emu/cublas_emu.cc kernels/emu/nccl_emu.cc \
-		$(EMU_LIBS)
+	$(CXX) $(EMU_CXXFLAGS) -shared -o $@ -x c++ $(CUDA_SRCS) -x none $(EMU_SHIMS) $(EMU_LIBS)
 install: install-cuda-emu
 install-cuda-emu: $(CUDA_EMU_LIB)
 	$(INSTALL_SHLIB) $(CUDA_EMU_LIB) '$(DESTDIR)$(pkglibdir)/$(CUDA_EMU_LIB)'
 # The harness's own checks (cuBLAS goldens, planted bugs), plain and under ThreadSanitizer.
-test/cuda/test_harness: test/cuda/test_harness.cu kernels/emu/cuda_emu.h kernels/emu/cublas_emu.cc
-	$(CXX) $(EMU_CXXFLAGS) -O1 -o $@ -x c++ test/cuda/test_harness.cu -x none kernels/emu/cublas_emu.cc $(EMU_LIBS)
-test/cuda/test_harness_tsan: test/cuda/test_harness.cu kernels/emu/cuda_emu.h kernels/emu/cublas_emu.cc
+test/cuda/test_harness: test/cuda/test_harness.cu kernels/emu/cuda_emu.h $(EMU_SHIMS)
+	$(CXX) $(EMU_CXXFLAGS) -O1 -o $@ -x c++ test/cuda/test_harness.cu -x none $(EMU_SHIMS) $(EMU_LIBS)
+test/cuda/test_harness_tsan: test/cuda/test_harness.cu kernels/emu/cuda_emu.h $(EMU_SHIMS)
 	$(CXX) $(EMU_CXXFLAGS) -O1 -fsanitize=thread -DCUEMU_UCONTEXT -o $@ -x c++ test/cuda/test_harness.cu \
-		-x none kernels/emu/cublas_emu.cc $(EMU_LIBS)
+		-x none $(EMU_SHIMS) $(EMU_LIBS)
 # every backend kernel under ThreadSanitizer
 test/cuda/test_kernels_race: test/cuda/test_kernels_race.cu $(CUDA_DEPS)
 	$(CXX) $(EMU_CXXFLAGS) -O1 -fsanitize=thread -DCUEMU_UCONTEXT -o $@ -x c++ test/cuda/test_kernels_race.cu \
 		$(filter-out kernels/backend_cuda.cu,$(CUDA_SRCS)) -x none $(EMU_LIBS)
 EXTRA_CLEAN += $(CUDA_EMU_LIB) test/cuda/test_harness test/cuda/test_harness_tsan test/cuda/test_kernels_race
-# a training job on the emulated GPU through the server
-REGRESS += cuda
+# training jobs on emulated GPUs through the server: one device, then data parallelism
+REGRESS += cuda cuda_parallel
 endif
 endif
 

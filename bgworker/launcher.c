@@ -1,9 +1,12 @@
 /*
- * launcher.c - with shared_preload_libraries = 'attention', a launcher
- * starts with the server (and again after a crash restart), visits every
- * database that has the extension, and resumes the training jobs that a
- * crash or restart interrupted; then it sleeps until shutdown (as pg_cron's
- * launcher and the logical replication launcher do).
+ * launcher.c - starting training workers: launch_training_worker (a
+ * dynamic BGW_NEVER_RESTART worker per job that connects as the role that
+ * submitted it, pg_cron's model), and, with shared_preload_libraries =
+ * 'attention', a launcher that starts with the server (and again after a
+ * crash restart), visits every database that has the extension, and
+ * resumes the training jobs that a crash or restart interrupted; then it
+ * sleeps until shutdown (as pg_cron's launcher and the logical replication
+ * launcher do).
  */
 #include "postgres.h"
 
@@ -21,6 +24,7 @@
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/procarray.h"
 #include "tcop/tcopprot.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -30,6 +34,62 @@
 
 /* A job interrupted more often than this (e.g. one that crashes the server) is left interrupted. */
 #define MAX_RESTARTS 3
+
+StaticAssertDecl(sizeof(WorkerArgs) <= BGW_EXTRALEN, "WorkerArgs must fit in bgw_extra");
+
+void
+launch_training_worker(int64 job_id, Oid role)
+{
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+	WorkerArgs	args;
+	pid_t		pid;
+	BgwHandleStatus status;
+
+	memset(&worker, 0, sizeof(worker));
+	memset(&args, 0, sizeof(args));
+	args.job_id = job_id;
+	args.database = MyDatabaseId;
+	args.role = role;
+	args.submitter_xid = GetTopTransactionId();
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	strlcpy(worker.bgw_library_name, "attention", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "attention_training_worker_main", BGW_MAXLEN);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "attention training job %lld", (long long) job_id);
+	strlcpy(worker.bgw_type, "attention training", BGW_MAXLEN);
+	worker.bgw_main_arg = Int64GetDatum(job_id);
+	memcpy(worker.bgw_extra, &args, sizeof(args));
+	worker.bgw_notify_pid = MyProcPid;
+
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+		ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+						errmsg("could not start a training worker for job %lld: no background worker slot is free",
+							   (long long) job_id),
+						errhint("Raise max_worker_processes (now %d) or wait for a job to finish.",
+								max_worker_processes)));
+	status = WaitForBackgroundWorkerStartup(handle, &pid);
+	if (status != BGWH_STARTED)
+		ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+						errmsg("the training worker for job %lld did not start", (long long) job_id),
+						errhint("See the server log.")));
+	/* wait until it is a server process with a slot, so training_jobs shows it alive */
+	while (BackendPidGetProc(pid) == NULL)
+	{
+		if (GetBackgroundWorkerPid(handle, &pid) != BGWH_STARTED)
+			ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+							errmsg("the training worker for job %lld exited while connecting", (long long) job_id),
+							errhint("See the server log.")));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (SPI_execute_with_args("UPDATE attention.jobs SET worker_pid = $2 WHERE job_id = $1", 2,
+							  (Oid[]) {INT8OID, INT4OID}, (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(pid)},
+							  NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record the worker of job %lld", (long long) job_id);
+}
 
 void
 register_launcher(void)

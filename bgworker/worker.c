@@ -5,6 +5,11 @@
  * checkpoints (parameters, optimizer state, data position) in one
  * transaction each, and stops at its limits, on cancel_training, on SIGTERM
  * (as die: the job then reads as interrupted) or when the postmaster dies.
+ *
+ * On several GPUs ("device": "cuda:0,1,2,3"), the engine (parallel.h)
+ * drives one rank per device from threads of this process; this thread
+ * alone calls PostgreSQL: it reads the data, hands each step's batches to
+ * the engine, and writes progress and rank 0's checkpoints.
  */
 #include "postgres.h"
 
@@ -27,7 +32,11 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
-#include "attention.h"
+#include "catalog.h"
+#include "dataset.h"
+#include "parallel.h"
+#include "settings.h"
+#include "train_options.h"
 #include "worker.h"
 
 /* Seconds between progress updates of attention.jobs. */
@@ -52,13 +61,14 @@ typedef struct Job
 	TfConfig	config;
 	TfOptimizer opt;
 	SpmModel   *vocab;
-	TfModel    *engine;
+	TfParallel *engine;			/* one replica per rank */
 	DataSet		train;
 	DataSet		valid;
 	int32	   *order;			/* batch order of the current epoch */
 	int64		data[NUM_DATA_TENSORS]; /* epoch, position, elapsed_ms, tokens_seen, train_pairs */
 	int64		resumed_pairs;	/* train pairs when the checkpoint was written; -1 = fresh */
 	DataFeed	feed;			/* special ids and batch buffers */
+	int32	   *step_ids;		/* the padded ids of a step's batches: batches_per_step x 3 x max_batch_ids */
 	/* since the last progress update */
 	double		loss_sum;
 	int64		loss_tokens;
@@ -79,6 +89,13 @@ typedef struct Job
 #define POSITION(j) ((j)->data[1])
 #define ELAPSED_MS(j) ((j)->data[2])
 #define TOKENS_SEEN(j) ((j)->data[3])
+
+/* Rank 0's replica: the step count, validation, checkpoints. */
+static TfModel *
+model(Job *j)
+{
+	return tf_parallel_model(j->engine);
+}
 
 /* Seconds on PostgreSQL's monotonic instrumentation clock. */
 static double
@@ -117,7 +134,7 @@ report(Job *j, const char *what)
 	char		text[256];
 
 	snprintf(text, sizeof(text), "attention training job %lld: %s, step %lld, epoch %lld",
-			 (long long) j->job_id, what, (long long) tf_model_steps(j->engine), (long long) EPOCH(j));
+			 (long long) j->job_id, what, (long long) tf_model_steps(model(j)), (long long) EPOCH(j));
 	pgstat_report_activity(STATE_RUNNING, text);
 }
 
@@ -202,7 +219,7 @@ claim_job(Job *j, MemoryContext ctx)
 	j->opt.learning_rate_scale = (float) j->o.learning_rate_scale;
 	threads = j->o.threads > 0 ? j->o.threads : attention_thread_count();
 	attention_use_cuda_library();
-	j->engine = tf_model_create(&j->config, (uint64) j->o.seed, j->o.device, threads, err, sizeof(err));
+	j->engine = tf_parallel_create(&j->config, (uint64) j->o.seed, j->o.device, threads, NULL, err, sizeof(err));
 	if (j->engine == NULL)
 		engine_error(j, "could not create the model", err);
 
@@ -235,7 +252,7 @@ claim_job(Job *j, MemoryContext ctx)
 			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
 							errmsg("checkpoint %lld of job %lld lacks its data position (data.* tensors)",
 								   (long long) checkpoint_id, (long long) j->job_id)));
-		if (tf_model_load(j->engine, t, kept, err, sizeof(err)) != TF_OK)
+		if (tf_parallel_load(j->engine, t, kept, err, sizeof(err)) != TF_OK)
 			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
 							errmsg("could not resume job %lld from checkpoint %lld: %s", (long long) j->job_id,
 								   (long long) checkpoint_id, err)));
@@ -273,6 +290,8 @@ load_data(Job *j, MemoryContext ctx)
 								 (long long) j->resumed_pairs, j->train.num_pairs)));
 	j->data[4] = j->train.num_pairs;
 	data_feed_alloc(&j->feed, &j->train, &j->valid, j->config.max_positions);
+	j->step_ids = palloc_extended((Size) j->o.batches_per_step * 3 * j->train.max_batch_ids * sizeof(int32),
+								  MCXT_ALLOC_HUGE);
 	j->order = palloc(j->train.num_batches * sizeof(int32));
 	if (POSITION(j) >= j->train.num_batches)
 	{
@@ -289,9 +308,9 @@ validate(Job *j)
 	if (j->valid.num_batches == 0)
 		return;
 	report(j, "validating");
-	j->valid_loss = dataset_loss(j->engine, &j->valid, &j->feed);
+	j->valid_loss = dataset_loss(model(j), &j->valid, &j->feed);
 	if (j->valid.num_references > 0)
-		j->valid_bleu = dataset_bleu(j->engine, j->vocab, &j->valid, &j->feed, 1, j->config.max_positions);
+		j->valid_bleu = dataset_bleu(model(j), j->vocab, &j->valid, &j->feed, 1, j->config.max_positions);
 }
 
 /* Writes the progress columns (and status, when final); returns cancel_requested. Inside a transaction. */
@@ -306,7 +325,7 @@ write_progress(Job *j, const char *final_status)
 	bool		cancel;
 
 	values[0] = Int64GetDatum(j->job_id);
-	values[1] = Int64GetDatum(tf_model_steps(j->engine));
+	values[1] = Int64GetDatum(tf_model_steps(model(j)));
 	values[2] = Int32GetDatum((int32) EPOCH(j));
 	values[3] = Int64GetDatum(TOKENS_SEEN(j));
 	values[4] = float8_or_null(j->loss_tokens > 0 ? j->loss_sum / j->loss_tokens : NAN, &nulls[4]);
@@ -360,8 +379,9 @@ progress(Job *j)
  * Writes a checkpoint (every tensor of the engine plus the data position),
  * prunes the job's older trained checkpoints beyond keep_checkpoints, and
  * updates the job (with its final status when given): one transaction.
+ * Returns whether the job was cancelled.
  */
-static void
+static bool
 checkpoint(Job *j, const char *final_status)
 {
 	TfTensor   *tensors;
@@ -370,7 +390,8 @@ checkpoint(Job *j, const char *final_status)
 				k;
 	int64		checkpoint_id;
 	bool		isnull,
-				nulls[2];
+				nulls[2],
+				cancel;
 	char		err[TF_ERRLEN];
 	Datum		v0,
 				v1;
@@ -378,7 +399,7 @@ checkpoint(Job *j, const char *final_status)
 	report(j, "writing a checkpoint");
 	ELAPSED_MS(j) += (int64) ((now_seconds() - j->run_start) * 1000);
 	j->run_start = now_seconds();
-	if (tf_model_tensors(j->engine, &tensors, &count, err, sizeof(err)) != TF_OK)
+	if (tf_model_tensors(model(j), &tensors, &count, err, sizeof(err)) != TF_OK)
 		engine_error(j, "checkpoint", err);
 	memset(data, 0, sizeof(data));
 	for (k = 0; k < (int) NUM_DATA_TENSORS; k++)
@@ -396,7 +417,7 @@ checkpoint(Job *j, const char *final_status)
 							  "VALUES ($1, $2, 'trained', $3, $4, $5) RETURNING checkpoint_id", 5,
 							  (Oid[]) {INT4OID, INT8OID, INT8OID, FLOAT8OID, FLOAT8OID},
 							  (Datum[]) {Int32GetDatum(j->model_id), Int64GetDatum(j->job_id),
-								  Int64GetDatum(tf_model_steps(j->engine)), v0, v1},
+								  Int64GetDatum(tf_model_steps(model(j))), v0, v1},
 							  (char[]) {' ', ' ', ' ', nulls[0] ? 'n' : ' ', nulls[1] ? 'n' : ' '},
 							  false, 1) != SPI_OK_INSERT_RETURNING)
 	{
@@ -422,10 +443,11 @@ checkpoint(Job *j, const char *final_status)
 							  (Datum[]) {Int64GetDatum(j->job_id), Int32GetDatum(j->o.keep_checkpoints)}, NULL,
 							  false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not prune the checkpoints of job %lld", (long long) j->job_id);
-	write_progress(j, final_status);
+	cancel = write_progress(j, final_status);
 	commit();
-	j->checkpoint_step = tf_model_steps(j->engine);
+	j->checkpoint_step = tf_model_steps(model(j));
 	j->checkpoint_time = now_seconds();
+	return cancel;
 }
 
 /* Whether a limit of the job is reached. */
@@ -434,7 +456,7 @@ limit_reached(Job *j)
 {
 	int64		elapsed_ms = ELAPSED_MS(j) + (int64) ((now_seconds() - j->run_start) * 1000);
 
-	return (j->o.max_steps > 0 && tf_model_steps(j->engine) >= j->o.max_steps) ||
+	return (j->o.max_steps > 0 && tf_model_steps(model(j)) >= j->o.max_steps) ||
 		(j->o.max_epochs > 0 && EPOCH(j) >= j->o.max_epochs) ||
 		(j->o.max_minutes > 0 && elapsed_ms >= j->o.max_minutes * 60000.0);
 }
@@ -454,40 +476,41 @@ next_batch(Job *j)
 	return b;
 }
 
-/* One optimizer step over accumulate_batches batches; the gradient is of the mean loss over their labels. */
+/*
+ * One optimizer step over the next batches_per_step batches of the data
+ * order, spread over the ranks by the engine; the gradient is of the mean
+ * loss over all their labels.
+ */
 static void
 train_step(Job *j, int *skipped)
 {
-	const DataBatch *batches[1024];
+	TfBatch		batches[TF_MAX_STEP_BATCHES];
 	int64		labels = 0;
 	TfStepStats stats = {0};
-	int			rc,
-				a,
-				n = j->o.accumulate_batches;
+	int			a,
+				n = j->o.batches_per_step;
+	int64		ids = j->train.max_batch_ids;
 	char		err[TF_ERRLEN];
 
 	for (a = 0; a < n; a++)
 	{
-		batches[a] = next_batch(j);
-		labels += batches[a]->tgt_tokens;
-	}
-	for (a = 0; a < n; a++)
-	{
-		TfBatch		batch = {0};
+		const DataBatch *b = next_batch(j);
+		int32	   *base = j->step_ids + (int64) a * 3 * ids;
 
-		CHECK_FOR_INTERRUPTS();
-		data_fill(&j->train, batches[a], j->feed.pad_id, j->feed.bos_id, j->feed.eos_id, j->feed.src, j->feed.tgt_in, j->feed.labels, &batch);
-		if (tf_model_forward(j->engine, &batch, true, NULL, NULL, err, sizeof(err)) != TF_OK ||
-			tf_model_backward(j->engine, (float) (1.0 / labels), err, sizeof(err)) != TF_OK)
-			engine_error(j, "training step", err);
-		j->tokens += batches[a]->src_tokens + batches[a]->tgt_tokens;
-		j->run_tokens += batches[a]->src_tokens + batches[a]->tgt_tokens;
+		data_fill(&j->train, b, j->feed.pad_id, j->feed.bos_id, j->feed.eos_id, base, base + ids, base + 2 * ids,
+				  &batches[a]);
+		labels += b->tgt_tokens;
+		j->tokens += b->src_tokens + b->tgt_tokens;
+		j->run_tokens += b->src_tokens + b->tgt_tokens;
 	}
-	/* the step reports the batches' loss (also when it skips): one download per step */
-	rc = tf_model_step(j->engine, &j->opt, &stats, err, sizeof(err));
+	CHECK_FOR_INTERRUPTS();
+	/* every rank's batches, the all-reduce and the Adam step; one download per rank */
+	if (tf_parallel_step(j->engine, batches, n, (float) (1.0 / labels), &j->opt, &stats, err, sizeof(err)) != TF_OK &&
+		!stats.skipped)
+		engine_error(j, psprintf("step %lld", (long long) tf_model_steps(model(j)) + 1), err);
 	j->loss_sum += stats.loss_sum;
 	j->loss_tokens += stats.tokens;
-	if (rc == TF_OK)
+	if (!stats.skipped)
 	{
 		j->learning_rate = stats.learning_rate;
 		*skipped = 0;
@@ -516,7 +539,7 @@ run_job(Job *j, MemoryContext ctx)
 	j->learning_rate = NAN;
 	load_data(j, ctx);
 	j->run_start = j->train_start = j->interval_start = now_seconds();
-	j->checkpoint_step = tf_model_steps(j->engine);
+	j->checkpoint_step = tf_model_steps(model(j));
 	j->checkpoint_time = last_progress = now_seconds();
 	report(j, "training");
 	while (!limit_reached(j))
@@ -527,7 +550,7 @@ run_job(Job *j, MemoryContext ctx)
 		if (!PostmasterIsAlive())
 			proc_exit(1);
 		train_step(j, &skipped);
-		step = tf_model_steps(j->engine);
+		step = tf_model_steps(model(j));
 		if (j->o.validate_every_steps > 0 && step % j->o.validate_every_steps == 0)
 			validate(j);
 		if ((j->o.checkpoint_every_steps > 0 && step - j->checkpoint_step >= j->o.checkpoint_every_steps) ||
@@ -536,8 +559,12 @@ run_job(Job *j, MemoryContext ctx)
 		{
 			if (j->o.validate_every_steps == 0)
 				validate(j);
-			checkpoint(j, NULL);
 			last_progress = now_seconds();
+			if (checkpoint(j, NULL))
+			{
+				cancelled = true;
+				break;
+			}
 		}
 		else if (now_seconds() - last_progress >= PROGRESS_SECONDS)
 		{
@@ -549,7 +576,7 @@ run_job(Job *j, MemoryContext ctx)
 			last_progress = now_seconds();
 		}
 	}
-	if (tf_model_steps(j->engine) != j->checkpoint_step)
+	if (tf_model_steps(model(j)) != j->checkpoint_step)
 	{
 		if (j->o.validate_every_steps == 0)
 			validate(j);
@@ -623,7 +650,7 @@ attention_training_worker_main(Datum arg)
 		record_error(args.job_id, edata);
 	}
 	PG_END_TRY();
-	tf_model_free(j->engine);
+	tf_parallel_free(j->engine);
 	spm_free(j->vocab);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	proc_exit(0);

@@ -38,9 +38,9 @@ SET attention.cuda_library = '/tmp/anything.so';
 RESET ROLE;
 DROP ROLE cuda_regress_user;
 
--- the emulated library: one device, so device 1 does not exist
+-- the emulated library: 8 devices in the test cluster (scripts/test), so device 9 does not exist
 SET attention.cuda_library = '$libdir/attention_cuda_emu.so';
-SELECT attention.train('gpu_job', 'tr_regress', '{"device": "cuda:1"}');
+SELECT attention.train('gpu_job', 'tr_regress', '{"device": "cuda:9"}');
 -- workers read the setting at connection: give it to this database's new sessions
 SELECT current_database() AS db \gset
 ALTER DATABASE :"db" SET attention.cuda_library = '$libdir/attention_cuda_emu.so';

@@ -42,6 +42,7 @@ struct Clique
 	std::vector<const void *> send;
 	std::vector<void *> recv;
 	std::vector<std::tuple<size_t, int, int, bool>> signature;	/* count, op, root, broadcast */
+	std::vector<char> pending;	/* the rank has arrived at the current collective */
 };
 
 }								/* namespace ncclemu */
@@ -77,15 +78,21 @@ reduce(ncclRedOp_t op, float a, float b)
 	return op == ncclMax ? std::max(a, b) : op == ncclMin ? std::min(a, b) : op == ncclProd ? a * b : a + b;
 }
 
-/* Arrives at the clique with one collective; the last rank computes it. Returns the generation to wait for, -1 if aborted. */
+/*
+ * Arrives at the clique with one collective (after the rank's previous one,
+ * issued in the same group, is done); the last rank computes it. Returns the
+ * generation to wait for, -1 if aborted.
+ */
 long
 arrive(const Collective &o)
 {
 	Clique	   *c = o.comm->clique;
-	std::lock_guard<std::mutex> lock(c->mu);
+	std::unique_lock<std::mutex> lock(c->mu);
 
+	c->cv.wait(lock, [&] { return !c->pending[o.comm->rank] || c->aborted; });
 	if (c->aborted)
 		return -1;
+	c->pending[o.comm->rank] = 1;
 	c->send[o.comm->rank] = o.send;
 	c->recv[o.comm->rank] = o.recv;
 	c->signature[o.comm->rank] = {o.count, o.op, o.root, o.broadcast};
@@ -113,6 +120,7 @@ arrive(const Collective &o)
 			memcpy(c->recv[r], result.data(), o.count * sizeof(float));
 	}
 	c->arrived = 0;
+	std::fill(c->pending.begin(), c->pending.end(), 0);
 	c->cv.notify_all();
 	return c->generation++;
 }
@@ -191,6 +199,7 @@ ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
 			slot->send.resize(nranks);
 			slot->recv.resize(nranks);
 			slot->signature.resize(nranks);
+			slot->pending.resize(nranks);
 		}
 		c = slot;
 	}

@@ -38,27 +38,6 @@ typedef struct PairBatch
 	MemoryContext batch_context;	/* holds the texts of the pending batch */
 } PairBatch;
 
-int32
-attention_corpus_id(const char *name)
-{
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		values[1];
-	bool		isnull;
-	Datum		id;
-
-	values[0] = CStringGetTextDatum(name);
-	if (SPI_execute_with_args("SELECT corpus_id FROM attention.corpora WHERE name = $1",
-							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not look up corpus \"%s\"", name);
-	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("corpus \"%s\" does not exist", name),
-				 errhint("Create it with attention.create_corpus(name, source_lang, target_lang).")));
-	id = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	return DatumGetInt32(id);
-}
-
 /* ERROR unless split is train, valid or test. */
 static void
 check_split(const char *split)

@@ -16,7 +16,7 @@
 #include "utils/jsonb.h"
 
 #include "attention.h"
-#include "worker.h"
+#include "dataset.h"
 
 PG_FUNCTION_INFO_V1(attention_evaluate);
 

@@ -4,7 +4,11 @@
  * cuBLAS's documented definition (C = alpha op(A) op(B) + beta C,
  * column-major, element (i, j) of A at A[i + j * lda]; no expected value is
  * computed by code), and planted bugs the harness must catch.
- * Usage: test_harness gemm | barrier | barrier-bug | host-read | out-of-bounds
+ * Usage: test_harness gemm | nccl | barrier | barrier-bug | host-read | out-of-bounds
+ * nccl checks the emulated NCCL (kernels/emu/nccl_emu.cc) on 3 ranks as
+ * threads (CUEMU_DEVICES >= 3): all-reduce and a group of a broadcast and a
+ * max-reduction against values written out by hand, the communicator's
+ * device enforced, and an abort that frees ranks left waiting.
  * barrier and barrier-bug print a block sum: scripts/test-cuda-emu runs them
  * in three fiber orders and requires equal values for the correct kernel and
  * different ones for the kernel with its barrier removed.
@@ -14,6 +18,9 @@
 #include <string.h>
 
 #include <cublas_v2.h>
+#include <nccl.h>
+#include <chrono>
+#include <thread>
 
 #include "emu/cuda_emu.h"
 
@@ -190,6 +197,77 @@ write_kernel(float *x, int n)
 	x[threadIdx.x] = (float) n;	/* threads past n write past the allocation */
 }
 
+/* Rank r of the nccl check: its results into got[r][0..4], its abort outcome into got[r][5]. */
+static void
+nccl_rank(ncclUniqueId id, int r, float got[3][6])
+{
+	ncclComm_t	comm;
+	float		h[2] = {(float) (r + 1), 10.0f * (r + 1)},
+				b[2] = {7.0f, 8.0f},
+				m = (float) (5 - 2 * r);	/* 5, 3, 1: the max is rank 0's */
+	float	   *d = up(h, 2),
+			   *db = up(r == 1 ? b : h, 2),
+			   *dm = up(&m, 1);
+
+	cudaSetDevice(r);
+	if (ncclCommInitRank(&comm, 3, id, r) != ncclSuccess)
+		return;
+	ncclAllReduce(d, d, 2, ncclFloat32, ncclSum, comm, 0);
+	ncclGroupStart();
+	ncclBroadcast(db, db, 2, ncclFloat32, 1, comm, 0);
+	ncclAllReduce(dm, dm, 1, ncclFloat32, ncclMax, comm, 0);
+	ncclGroupEnd();
+	cudaMemcpy(got[r], d, 2 * sizeof(float), cudaMemcpyDeviceToHost);
+	cudaMemcpy(got[r] + 2, db, 2 * sizeof(float), cudaMemcpyDeviceToHost);
+	cudaMemcpy(got[r] + 4, dm, sizeof(float), cudaMemcpyDeviceToHost);
+	if (r == 0)
+	{
+		cudaSetDevice(1);		/* not the communicator's device */
+		got[0][5] = ncclAllReduce(d, d, 2, ncclFloat32, ncclSum, comm, 0) == ncclInvalidArgument;
+		cudaSetDevice(0);
+		std::this_thread::sleep_for(std::chrono::milliseconds(200));
+		ncclCommAbort(comm);	/* ranks 1 and 2 wait for an all-reduce rank 0 never issues */
+	}
+	else
+	{
+		got[r][5] = ncclAllReduce(d, d, 2, ncclFloat32, ncclSum, comm, 0) == ncclRemoteError;
+		ncclCommDestroy(comm);
+	}
+}
+
+static int
+nccl_checks(void)
+{
+	ncclUniqueId id;
+	float		got[3][6] = {{0}};
+	std::thread ranks[3];
+
+	ncclGetUniqueId(&id);
+	for (int r = 0; r < 3; r++)
+		ranks[r] = std::thread(nccl_rank, id, r, got);
+	for (int r = 0; r < 3; r++)
+		ranks[r].join();
+	for (int r = 0; r < 3; r++)
+	{
+		/* sums 1 + 2 + 3 and 10 + 20 + 30; rank 1's 7, 8; the max of 5, 3, 1 */
+		if (got[r][0] != 6.0f || got[r][1] != 60.0f || got[r][2] != 7.0f || got[r][3] != 8.0f || got[r][4] != 5.0f)
+		{
+			fprintf(stderr, "nccl: rank %d got %g %g %g %g %g, expected 6 60 7 8 5\n", r, got[r][0], got[r][1],
+					got[r][2], got[r][3], got[r][4]);
+			failures++;
+		}
+		if (got[r][5] != 1.0f)
+		{
+			fprintf(stderr, "nccl: rank %d: %s\n", r,
+					r == 0 ? "an all-reduce off the communicator's device was accepted"
+					: "an aborted all-reduce did not fail with ncclRemoteError");
+			failures++;
+		}
+	}
+	printf("nccl: %d failures\n", failures);
+	return failures != 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -198,6 +276,8 @@ main(int argc, char **argv)
 
 	if (strcmp(c, "gemm") == 0)
 		return gemm_goldens();
+	if (strcmp(c, "nccl") == 0)
+		return nccl_checks();
 	if (strcmp(c, "barrier") == 0 || strcmp(c, "barrier-bug") == 0)
 		return block_sum(strcmp(c, "barrier-bug") == 0);
 	cudaMalloc((void **) &d, 64 * sizeof(float));
@@ -207,7 +287,7 @@ main(int argc, char **argv)
 		LAUNCH(write_kernel, 1, 128, 0, 0)(d, 64);	/* must fault */
 	else
 	{
-		fprintf(stderr, "usage: %s gemm | barrier | barrier-bug | host-read | out-of-bounds\n", argv[0]);
+		fprintf(stderr, "usage: %s gemm | nccl | barrier | barrier-bug | host-read | out-of-bounds\n", argv[0]);
 		return 2;
 	}
 	printf("%s: not caught\n", c);

@@ -1,0 +1,110 @@
+-- Data-parallel training on several emulated GPUs: one worker, a rank per device on
+-- engine threads, gradients summed by the emulated NCCL. 1, 2 and 4 ranks follow one
+-- trajectory (fp32, dropout on); a run stopped at step 10 resumes on fewer ranks; a rank
+-- that fails ends the job with its message and its last checkpoint resumes elsewhere;
+-- cancel_training and SIGTERM stop every rank.
+-- The test cluster emulates 8 devices, and device 6 faults after a number of host
+-- synchronisations (CUEMU_DEVICES, CUEMU_FAULT_DEVICE, CUEMU_FAULT_AFTER in scripts/test).
+-- (Runs after cuda.sql; reuses corpus tr_regress and vocabulary tr_vocab.)
+SELECT current_database() AS db \gset
+ALTER DATABASE :"db" SET attention.cuda_library = '$libdir/attention_cuda_emu.so';
+SET attention.cuda_library = '$libdir/attention_cuda_emu.so';
+SELECT attention.create_model('dp_job', 'tr_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 16,
+  "num_heads": 2, "d_ff": 32, "max_positions": 64}') > 0 AS created;
+
+-- device lists that cannot train
+SELECT attention.train('dp_job', 'tr_regress', '{"device": "cuda:0,0"}');
+SELECT attention.train('dp_job', 'tr_regress', '{"device": "cuda:0,9"}');
+SELECT attention.train('dp_job', 'tr_regress', '{"device": "cuda:0,"}');
+SELECT attention.train('dp_job', 'tr_regress', '{"device": "cuda:0,1,2", "batches_per_step": 2}');
+SELECT attention.train('dp_job', 'tr_regress', '{"device": "cuda:0,1", "batch_tokens": 120, "batches_per_step": 4}')
+  AS job \gset
+SELECT attention.cancel_training(:job);
+SELECT attention.wait_training(:job);
+SELECT attention.resume_training(:job, '{"device": "cuda:0,1,2,3,4"}');
+SELECT attention.resume_training(:job, '{"batches_per_step": 8}');
+-- the step's batches are spread over the ranks: "cuda:all" and "accumulate_batches" give batches_per_step
+SELECT attention.train('dp_job', 'tr_regress', '{"device": "cuda:all", "accumulate_batches": 2, "max_steps": 1}')
+  AS job_all \gset
+SELECT attention.cancel_training(:job_all) IS NOT NULL AS asked;
+SELECT attention.wait_training(:job_all) IN ('cancelled', 'succeeded') AS stopped;
+SELECT options->>'device' AS device, options->'batches_per_step' AS batches_per_step
+  FROM attention.training_jobs WHERE job_id = :job_all;
+
+-- the same 20 steps of 4 batches on 1, 2 and 4 ranks (checkpoints, with validation, every 5)
+\set options '"batch_tokens": 120, "warmup_steps": 100, "batches_per_step": 4, "checkpoint_every_steps": 5, "keep_checkpoints": 0, "seed": 5, "dropout": 0.1, "threads": 1'
+SELECT attention.train('dp_job', 'tr_regress', format('{"max_steps": 20, "device": "cuda:0", %s}', :'options')::jsonb)
+  AS one \gset
+SELECT attention.wait_training(:one);
+SELECT attention.train('dp_job', 'tr_regress', format('{"max_steps": 20, "device": "cuda:0,1", %s}', :'options')::jsonb)
+  AS two \gset
+SELECT attention.wait_training(:two);
+SELECT attention.train('dp_job', 'tr_regress', format('{"max_steps": 20, "device": "cuda:0,1,2,3", %s}', :'options')::jsonb)
+  AS four \gset
+SELECT attention.wait_training(:four);
+SELECT j.job_id = :one AS one_rank, j.status, j.step, j.error
+  FROM attention.training_jobs j WHERE j.job_id IN (:one, :two, :four) ORDER BY j.job_id;
+-- validation losses at steps 5, 10, 15, 20 equal to 1e-5 (not bitwise: the sums' order differs)
+SELECT c.step, bool_and(abs(o.valid_loss - c.valid_loss) / c.valid_loss < 1e-5) AS same_valid_loss, count(*) AS jobs
+  FROM attention.checkpoints c JOIN attention.checkpoints o ON o.job_id = :one AND o.step = c.step
+ WHERE c.job_id IN (:two, :four) GROUP BY c.step ORDER BY c.step;
+SELECT bool_and(abs(j.train_loss - o.train_loss) / o.train_loss < 1e-5) AS same_train_loss
+  FROM attention.training_jobs j, attention.training_jobs o WHERE j.job_id IN (:two, :four) AND o.job_id = :one;
+
+-- 4 ranks stopped at step 10, resumed on 3 ranks (each accumulating up to 2 of the 4 batches)
+SELECT attention.train('dp_job', 'tr_regress', format('{"max_steps": 10, "device": "cuda:0,1,2,3", %s}', :'options')::jsonb)
+  AS fewer \gset
+SELECT attention.wait_training(:fewer);
+SELECT attention.resume_training(:fewer, '{"max_steps": 20, "device": "cuda:1,2,3"}') = :fewer AS resumed;
+SELECT attention.wait_training(:fewer);
+SELECT status, step, options->>'device' AS device, error FROM attention.training_jobs WHERE job_id = :fewer;
+SELECT c.step, abs(o.valid_loss - c.valid_loss) / c.valid_loss < 1e-5 AS same_valid_loss
+  FROM attention.checkpoints c JOIN attention.checkpoints o ON o.job_id = :one AND o.step = c.step
+ WHERE c.job_id = :fewer ORDER BY c.step;
+
+-- a rank that fails: rank 2 runs on device 6, which faults in step 7
+SELECT attention.train('dp_job', 'tr_regress', format('{"max_steps": 20, "device": "cuda:4,5,6,7", %s}', :'options')::jsonb)
+  AS failing \gset
+SELECT attention.wait_training(:failing);
+SELECT status, error ~ '^training job \d+: step 7: rank 2 \(cuda:6\): CUDA device 6: ' AS rank_2_step_7,
+       error ~ 'unspecified launch failure' AS device_error
+  FROM attention.training_jobs WHERE job_id = :failing;
+-- its last checkpoint is complete (every tensor of one written by a job that did not fail)
+SELECT max(c.step) AS last_checkpoint,
+       (SELECT count(*) FROM attention.checkpoint_tensors t WHERE t.checkpoint_id = max(c.checkpoint_id)) =
+       (SELECT count(*) FROM attention.checkpoint_tensors t JOIN attention.checkpoints o USING (checkpoint_id)
+         WHERE o.job_id = :one AND o.step = 5) AS complete
+  FROM attention.checkpoints c WHERE c.job_id = :failing;
+-- and resumes on two other devices to the same trajectory
+SELECT attention.resume_training(:failing, '{"device": "cuda:4,5"}') = :failing AS resumed;
+SELECT attention.wait_training(:failing);
+SELECT status, step, error FROM attention.training_jobs WHERE job_id = :failing;
+SELECT abs(o.valid_loss - c.valid_loss) / c.valid_loss < 1e-5 AS same_valid_loss_at_20
+  FROM attention.checkpoints c JOIN attention.checkpoints o ON o.job_id = :one AND o.step = c.step
+ WHERE c.job_id = :failing AND c.step = 20;
+
+-- cancel_training and SIGTERM stop every rank
+CREATE FUNCTION pg_temp.wait_for_step(job bigint, s int) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1 .. 1200 LOOP
+    IF (SELECT step >= s FROM attention.jobs WHERE job_id = job) THEN RETURN true; END IF;
+    PERFORM pg_sleep(0.1);
+  END LOOP;
+  RETURN false;
+END
+$$;
+SELECT attention.train('dp_job', 'tr_regress', format('{"max_steps": 100000, "device": "cuda:0,1,2,3", %s}',
+  :'options')::jsonb) AS long_job \gset
+SELECT pg_temp.wait_for_step(:long_job::bigint, 2) AS training;
+SELECT attention.cancel_training(:long_job);
+SELECT attention.wait_training(:long_job);
+SELECT status, step < 100000 AS stopped_early FROM attention.training_jobs WHERE job_id = :long_job;
+SELECT attention.resume_training(:long_job, '{}') = :long_job AS resumed;
+SELECT pg_temp.wait_for_step(:long_job::bigint, (SELECT step::int + 1 FROM attention.jobs WHERE job_id = :long_job)) AS training;
+SELECT pg_terminate_backend(worker_pid) FROM attention.jobs WHERE job_id = :long_job;
+SELECT attention.wait_training(:long_job);
+SELECT status FROM attention.training_jobs WHERE job_id = :long_job;
+
+ALTER DATABASE :"db" RESET attention.cuda_library;
+RESET attention.cuda_library;
+SELECT attention.drop_model('dp_job');

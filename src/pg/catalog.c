@@ -1,0 +1,341 @@
+/*
+ * catalog.c - the extension's tables as the SQL functions and the training
+ * worker read and write them (a leaf of the SQL glue: it calls no SQL
+ * function file and no worker code): model configurations as jsonb, model,
+ * corpus and vocabulary rows, the ownership check, and checkpoint tensors
+ * as rows of attention.checkpoint_tensors.
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#include "catalog.h"
+
+int32
+attention_corpus_id(const char *name)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+	Datum		id;
+
+	values[0] = CStringGetTextDatum(name);
+	if (SPI_execute_with_args("SELECT corpus_id FROM attention.corpora WHERE name = $1",
+							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look up corpus \"%s\"", name);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("corpus \"%s\" does not exist", name),
+				 errhint("Create it with attention.create_corpus(name, source_lang, target_lang).")));
+	id = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return DatumGetInt32(id);
+}
+
+/* Tensors larger than this are stored in several rows (bytea is limited to 1 GB). */
+#define CHUNK_BYTES ((size_t) 256 << 20)
+
+/* One configuration key: its name, whether it is an integer, and where it goes. */
+typedef struct ConfigKey
+{
+	const char *name;
+	bool		integer;
+	size_t		offset;
+} ConfigKey;
+
+static const ConfigKey config_keys[] = {
+	{"num_encoder_layers", true, offsetof(TfConfig, num_encoder_layers)},
+	{"num_decoder_layers", true, offsetof(TfConfig, num_decoder_layers)},
+	{"d_model", true, offsetof(TfConfig, d_model)},
+	{"num_heads", true, offsetof(TfConfig, num_heads)},
+	{"d_ff", true, offsetof(TfConfig, d_ff)},
+	{"dropout", false, offsetof(TfConfig, dropout)},
+	{"attention_dropout", false, offsetof(TfConfig, attention_dropout)},
+	{"relu_dropout", false, offsetof(TfConfig, relu_dropout)},
+	{"label_smoothing", false, offsetof(TfConfig, label_smoothing)},
+	{"vocab_size", true, offsetof(TfConfig, vocab_size)},
+	{"max_positions", true, offsetof(TfConfig, max_positions)},
+	{"layer_norm_eps", false, offsetof(TfConfig, layer_norm_eps)},
+};
+
+#define NUM_CONFIG_KEYS lengthof(config_keys)
+
+/* The text of a jsonb scalar key, NUL-terminated (palloc'd). */
+static char *
+jsonb_key(const JsonbValue *v)
+{
+	return pnstrdup(v->val.string.val, v->val.string.len);
+}
+
+/* Applies a "preset" value (base, big or small) to *c. */
+static void
+apply_preset(TfConfig *c, const JsonbValue *v, int vocab_size)
+{
+	char	   *preset;
+
+	if (v->type != jbvString)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("model configuration key \"preset\" must be a string")));
+	preset = jsonb_key(v);
+	if (strcmp(preset, "base") == 0)
+		tf_config_base(c, vocab_size);
+	else if (strcmp(preset, "big") == 0)
+		tf_config_big(c, vocab_size);
+	else if (strcmp(preset, "small") == 0)
+		tf_config_small(c, vocab_size);
+	else
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("unknown model preset \"%s\"", preset),
+						errhint("Presets are base, big and small.")));
+}
+
+/* Sets one configuration field from a jsonb number; ERROR naming the key when it does not fit. */
+static void
+apply_key(TfConfig *c, const ConfigKey *key, const JsonbValue *v)
+{
+	double		x;
+
+	if (v->type != jbvNumeric)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("model configuration key \"%s\" must be a number", key->name)));
+	x = DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v->val.numeric)));
+	if (key->integer)
+	{
+		if (x != floor(x) || x < INT_MIN || x > INT_MAX)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("model configuration key \"%s\" must be an integer, not %g", key->name, x)));
+		*(int *) ((char *) c + key->offset) = (int) x;
+	}
+	else
+		*(float *) ((char *) c + key->offset) = (float) x;
+}
+
+void
+attention_config_from_jsonb(Jsonb *config, int vocab_size, int pad_id, TfConfig *c)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	char		err[TF_ERRLEN];
+	JsonbValue *preset;
+
+	if (!JB_ROOT_IS_OBJECT(config) || JB_ROOT_IS_SCALAR(config))
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("a model configuration must be a JSON object")));
+	tf_config_base(c, vocab_size);
+	preset = getKeyJsonValueFromContainer(&config->root, "preset", strlen("preset"), NULL);
+	if (preset != NULL)
+		apply_preset(c, preset, vocab_size);
+
+	it = JsonbIteratorInit(&config->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		char	   *name;
+		int			i;
+
+		if (tok != WJB_KEY)
+			continue;
+		name = jsonb_key(&v);
+		tok = JsonbIteratorNext(&it, &v, true);
+		if (strcmp(name, "preset") == 0)
+			continue;
+		for (i = 0; i < (int) NUM_CONFIG_KEYS; i++)
+			if (strcmp(name, config_keys[i].name) == 0)
+				break;
+		if (i == (int) NUM_CONFIG_KEYS)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("unknown model configuration key \"%s\"", name),
+							errhint("Keys are preset, num_encoder_layers, num_decoder_layers, d_model, num_heads, "
+									"d_ff, dropout, attention_dropout, relu_dropout, label_smoothing, "
+									"vocab_size, max_positions and layer_norm_eps.")));
+		apply_key(c, &config_keys[i], &v);
+		if (strcmp(name, "vocab_size") == 0 && c->vocab_size != vocab_size)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("model configuration key \"vocab_size\" is %d, but the vocabulary has %d pieces",
+								   c->vocab_size, vocab_size)));
+	}
+	c->pad_id = pad_id;
+	if (tf_config_validate(c, err, sizeof(err)) != TF_OK)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("invalid model configuration: %s", err)));
+}
+
+Datum
+attention_config_to_jsonb(const TfConfig *c)
+{
+	char		buf[1024];
+
+	snprintf(buf, sizeof(buf),
+			 "{\"num_encoder_layers\": %d, \"num_decoder_layers\": %d, \"d_model\": %d, \"num_heads\": %d, "
+			 "\"d_ff\": %d, \"dropout\": %.7g, \"attention_dropout\": %.7g, \"relu_dropout\": %.7g, "
+			 "\"label_smoothing\": %.7g, \"vocab_size\": %d, \"max_positions\": %d, \"layer_norm_eps\": %.7g}",
+			 c->num_encoder_layers, c->num_decoder_layers, c->d_model, c->num_heads, c->d_ff,
+			 c->dropout, c->attention_dropout, c->relu_dropout, c->label_smoothing, c->vocab_size,
+			 c->max_positions, c->layer_norm_eps);
+	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf));
+}
+
+
+void
+read_model_row(const char *name)
+{
+	Oid			types[1] = {TEXTOID};
+
+	if (SPI_execute_with_args("SELECT m.model_id, m.config, v.vocabulary_id, v.vocab_size, v.pad_id, v.bos_id, "
+							  "v.eos_id FROM attention.models m JOIN attention.vocabularies v USING (vocabulary_id) "
+							  "WHERE m.name = $1", 1, types, (Datum[]) {CStringGetTextDatum(name)}, NULL,
+							  true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.models");
+	if (SPI_processed == 0)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+						errmsg("model \"%s\" does not exist", name),
+						errhint("Create it with attention.create_model(name, vocabulary, config).")));
+}
+
+SpmModel *
+vocabulary_load(bytea *bytes, const char *model)
+{
+	SpmModel   *vocab;
+	char		err[512];
+
+	if (spm_load(VARDATA_ANY(bytes), VARSIZE_ANY_EXHDR(bytes), &vocab, err, sizeof(err)) != 0)
+		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+						errmsg("the vocabulary of model \"%s\" is corrupt: %s", model, err)));
+	return vocab;
+}
+
+int32
+require_model_owner(const char *name, const char *action)
+{
+	bool		isnull;
+
+	if (SPI_execute_with_args("SELECT attention.require_model_owner($1, $2)", 2, (Oid[]) {TEXTOID, TEXTOID},
+							  (Datum[]) {CStringGetTextDatum(name), CStringGetTextDatum(action)}, NULL,
+							  false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not check the owner of model \"%s\"", name);
+	return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+void
+write_tensors(int64 checkpoint_id, const TfTensor *tensors, int count)
+{
+	Oid			types[6] = {INT8OID, TEXTOID, INT4OID, TEXTOID, INT8ARRAYOID, BYTEAOID};
+	SPIPlanPtr	plan = SPI_prepare("INSERT INTO attention.checkpoint_tensors (checkpoint_id, name, chunk, dtype, "
+								   "shape, bytes) VALUES ($1, $2, $3, $4, $5, $6)", 6, types);
+	int			i;
+
+	if (plan == NULL)
+		elog(ERROR, "could not prepare the checkpoint tensor insert");
+	for (i = 0; i < count; i++)
+	{
+		const TfTensor *t = &tensors[i];
+		Datum		dims[TF_MAX_DIMS];
+		size_t		done = 0;
+		int			chunk = 0,
+					d;
+
+		for (d = 0; d < t->ndim; d++)
+			dims[d] = Int64GetDatum(t->shape[d]);
+		do
+		{
+			size_t		n = Min(t->bytes - done, CHUNK_BYTES);
+			bytea	   *data = palloc(VARHDRSZ + n);
+			Datum		values[6];
+
+			CHECK_FOR_INTERRUPTS();
+			SET_VARSIZE(data, VARHDRSZ + n);
+			memcpy(VARDATA(data), (const char *) t->data + done, n);
+			values[0] = Int64GetDatum(checkpoint_id);
+			values[1] = CStringGetTextDatum(t->name);
+			values[2] = Int32GetDatum(chunk);
+			values[3] = CStringGetTextDatum(t->dtype == TF_FLOAT32 ? "float32" : "int64");
+			values[4] = PointerGetDatum(construct_array(dims, t->ndim, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			values[5] = PointerGetDatum(data);
+			if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_INSERT)
+				elog(ERROR, "could not insert tensor \"%s\"", t->name);
+			pfree(data);
+			done += n;
+			chunk++;
+		} while (done < t->bytes);
+	}
+	SPI_freeplan(plan);
+}
+
+
+TfTensor *
+read_tensors(int64 checkpoint_id, TensorSet set, int *count)
+{
+	static const char *const queries[] = {
+		[TENSORS_DEPLOYED] = "SELECT name, chunk, dtype, shape, bytes FROM attention.deployed_tensors($1)",
+		[TENSORS_PARAMETERS] = "SELECT name, chunk, dtype, shape, bytes FROM attention.checkpoint_tensors "
+		"WHERE checkpoint_id = $1 AND name NOT LIKE 'optimizer.%' AND name NOT LIKE 'rng.%' "
+		"AND name NOT LIKE 'data.%' ORDER BY name, chunk",
+		[TENSORS_ALL] = "SELECT name, chunk, dtype, shape, bytes FROM attention.checkpoint_tensors "
+		"WHERE checkpoint_id = $1 ORDER BY name, chunk",
+	};
+	Oid			types[1] = {INT8OID};
+	TfTensor   *t;
+	uint64		r;
+	int			n = -1;
+
+	if (SPI_execute_with_args(queries[set], 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL,
+							  true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read checkpoint %lld", (long long) checkpoint_id);
+	t = palloc0(Max(SPI_processed, 1) * sizeof(TfTensor));
+	for (r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	   *name = SPI_getvalue(tup, desc, 1);
+		bool		isnull;
+		int32		chunk = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+		char	   *dtype = SPI_getvalue(tup, desc, 3);
+		bytea	   *data = DatumGetByteaPP(SPI_getbinval(tup, desc, 5, &isnull));
+		size_t		len = VARSIZE_ANY_EXHDR(data);
+		TfTensor   *x;
+
+		CHECK_FOR_INTERRUPTS();
+		if (chunk == 0)
+		{
+			ArrayType  *shape = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 4, &isnull));
+			int			ndim = ArrayGetNItems(ARR_NDIM(shape), ARR_DIMS(shape));
+			int64	   *dims = (int64 *) ARR_DATA_PTR(shape);
+			int			d;
+
+			x = &t[++n];
+			if (strlen(name) >= sizeof(x->name) || ndim > TF_MAX_DIMS || ARR_HASNULL(shape) ||
+				(strcmp(dtype, "float32") != 0 && strcmp(dtype, "int64") != 0))
+				ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+								errmsg("checkpoint %lld: tensor \"%s\" has an unsupported name, dtype %s or shape",
+									   (long long) checkpoint_id, name, dtype)));
+			strlcpy(x->name, name, sizeof(x->name));
+			x->dtype = strcmp(dtype, "float32") == 0 ? TF_FLOAT32 : TF_INT64;
+			x->ndim = ndim;
+			for (d = 0; d < ndim; d++)
+				x->shape[d] = dims[d];
+			x->data = palloc(len);
+			memcpy(x->data, VARDATA_ANY(data), len);
+			x->bytes = len;
+		}
+		else
+		{
+			x = &t[n];
+			if (n < 0 || strcmp(x->name, name) != 0)
+				ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+								errmsg("checkpoint %lld: tensor \"%s\" lacks its chunk 0", (long long) checkpoint_id, name)));
+			x->data = repalloc_huge(x->data, x->bytes + len);
+			memcpy((char *) x->data + x->bytes, VARDATA_ANY(data), len);
+			x->bytes += len;
+		}
+	}
+	*count = n + 1;
+	return t;
+}

@@ -1,0 +1,75 @@
+/*
+ * catalog.h - the extension's tables as the SQL functions and the training
+ * worker read and write them (catalog.c): a leaf of the SQL glue.
+ */
+#ifndef ATTENTION_CATALOG_H
+#define ATTENTION_CATALOG_H
+
+#include "postgres.h"
+
+#include "utils/jsonb.h"
+
+#include "spm.h"
+#include "transformer.h"
+
+/*
+ * Id of the corpus named `name`; ERROR (undefined_object) when there is none.
+ * Must be called between SPI_connect and SPI_finish.
+ */
+int32		attention_corpus_id(const char *name);
+
+/*
+ * Parses a model configuration (jsonb object: an optional "preset" of
+ * base/big/small, then any TfConfig field by name) over a vocabulary of
+ * vocab_size pieces with padding id pad_id; unset fields are the base
+ * model's. ERROR naming an unknown key, a wrong type or an invalid value.
+ */
+void		attention_config_from_jsonb(Jsonb *config, int vocab_size, int pad_id, TfConfig *c);
+
+/* The full configuration as jsonb (what models.config stores; 7 significant digits, so 0.1 reads 0.1). */
+Datum		attention_config_to_jsonb(const TfConfig *c);
+
+/*
+ * Reads model `name` into SPI_tuptable (one row: model_id, config, then
+ * the vocabulary's id, vocab_size, pad_id, bos_id, eos_id); ERROR when it
+ * does not exist. Inside SPI.
+ */
+void		read_model_row(const char *name);
+
+/*
+ * The SentencePiece model in `bytes` (a vocabularies.model value) of model
+ * `model`, loaded (free with spm_free); ERROR (data_corrupted) naming the
+ * model when it does not load.
+ */
+SpmModel   *vocabulary_load(bytea *bytes, const char *model);
+
+/*
+ * Id of model `name` when the current role is a member of its owner role;
+ * ERROR (undefined_object, insufficient_privilege naming `action`)
+ * otherwise. Inside SPI.
+ */
+int32		require_model_owner(const char *name, const char *action);
+
+/*
+ * Writes tensors [count] (host memory) as rows of checkpoint
+ * `checkpoint_id`, each chunked below the 1 GB bytea limit. Inside SPI.
+ */
+void		write_tensors(int64 checkpoint_id, const TfTensor *tensors, int count);
+
+/* Which tensors of a checkpoint read_tensors reads. */
+typedef enum TensorSet
+{
+	TENSORS_DEPLOYED,			/* parameters of a deployed checkpoint (any role) */
+	TENSORS_PARAMETERS,			/* parameters (the model's owner) */
+	TENSORS_ALL					/* parameters and training state (the model's owner) */
+} TensorSet;
+
+/*
+ * Reads tensors of a checkpoint into host memory (palloc'd), chunks joined,
+ * sorted by name; *count receives their number (0 when the checkpoint has
+ * none or, for TENSORS_DEPLOYED, is not deployed). ERROR naming a corrupt
+ * tensor. Inside SPI.
+ */
+TfTensor   *read_tensors(int64 checkpoint_id, TensorSet set, int *count);
+
+#endif

@@ -1,0 +1,142 @@
+/*
+ * jobs.c - submitting and resuming training jobs: attention.train,
+ * attention.resume_training and attention.worker_alive. The options are
+ * checked here (train_options.c), so a job that cannot run is never
+ * queued; the worker that runs a job is started by launch_training_worker
+ * (bgworker/launcher.c).
+ */
+#include "postgres.h"
+
+#include "catalog/pg_authid.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/procarray.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/syscache.h"
+
+#include "attention.h"
+#include "train_options.h"
+#include "worker.h"
+
+PG_FUNCTION_INFO_V1(attention_train);
+PG_FUNCTION_INFO_V1(attention_resume_training);
+PG_FUNCTION_INFO_V1(attention_worker_alive);
+
+/* ERROR unless role `role` may log in: a job's worker connects as it. */
+static void
+require_login(Oid role)
+{
+	HeapTuple	tup = SearchSysCache1(AUTHOID, ObjectIdGetDatum(role));
+	bool		can_login;
+	char	   *name;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for role %u", role);
+	can_login = ((Form_pg_authid) GETSTRUCT(tup))->rolcanlogin;
+	name = pstrdup(NameStr(((Form_pg_authid) GETSTRUCT(tup))->rolname));
+	ReleaseSysCache(tup);
+	if (!can_login)
+		ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						errmsg("role \"%s\" cannot log in, and a training job's worker connects as the role that submits it",
+							   name),
+						errhint("Submit the job as a role with LOGIN (a member of the model's owner role).")));
+}
+
+/*
+ * train(model text, corpus text, options jsonb) returns bigint: validates
+ * the options, records a queued job and starts its worker; returns the job
+ * id at once.
+ */
+Datum
+attention_train(PG_FUNCTION_ARGS)
+{
+	char	   *model = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *corpus = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	Jsonb	   *options = PG_GETARG_JSONB_P(2);
+	TrainOptions o;
+	int32		model_id,
+				corpus_id;
+	int64		job_id;
+	bool		isnull;
+
+	train_options_parse(options, false, &o);
+	SPI_connect();
+	model_id = require_model_owner(model, "train");
+	corpus_id = attention_corpus_id(corpus);
+	require_login(GetUserId());
+	if (SPI_execute_with_args("SELECT job_id FROM attention.training_jobs WHERE model_id = $1 "
+							  "AND status IN ('queued', 'running') LIMIT 1", 1, (Oid[]) {INT4OID},
+							  (Datum[]) {Int32GetDatum(model_id)}, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.training_jobs");
+	if (SPI_processed > 0)
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_IN_USE),
+						errmsg("model \"%s\" is already training (job %s)", model,
+							   SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+						errhint("Wait for it (attention.wait_training) or cancel it (attention.cancel_training).")));
+	if (SPI_execute_with_args("INSERT INTO attention.jobs (model_id, corpus_id, options) VALUES ($1, $2, $3) "
+							  "RETURNING job_id", 3, (Oid[]) {INT4OID, INT4OID, JSONBOID},
+							  (Datum[]) {Int32GetDatum(model_id), Int32GetDatum(corpus_id),
+								  JsonbPGetDatum(train_options_to_jsonb(&o))}, NULL, false, 1) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not insert a training job");
+	job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	launch_training_worker(job_id, GetUserId());
+	SPI_finish();
+	PG_RETURN_INT64(job_id);
+}
+
+/*
+ * resume_training(job bigint, options jsonb) returns bigint: queues a job
+ * that is not running (interrupted, cancelled, failed or succeeded) again,
+ * with its stopping and checkpoint options optionally changed, and starts
+ * a worker that continues from the job's newest checkpoint; returns the
+ * job id.
+ */
+Datum
+attention_resume_training(PG_FUNCTION_ARGS)
+{
+	int64		job_id = PG_GETARG_INT64(0);
+	Jsonb	   *changes = PG_GETARG_JSONB_P(1);
+	TrainOptions o;
+	char	   *model,
+			   *status;
+	bool		isnull;
+
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT m.name, v.status, j.options FROM attention.jobs j "
+							  "JOIN attention.training_jobs v USING (job_id) JOIN attention.models m "
+							  "ON m.model_id = j.model_id WHERE j.job_id = $1 FOR UPDATE OF j", 1,
+							  (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(job_id)}, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.jobs");
+	if (SPI_processed == 0)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("training job %lld does not exist", (long long) job_id)));
+	model = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	status = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	train_options_parse(DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)),
+						false, &o);
+	train_options_parse(changes, true, &o);
+	require_model_owner(model, "train");
+	require_login(GetUserId());
+	if (strcmp(status, "queued") == 0 || strcmp(status, "running") == 0)
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_IN_USE),
+						errmsg("training job %lld is %s", (long long) job_id, status),
+						errhint("Only a job that has stopped can be resumed.")));
+	if (SPI_execute_with_args("UPDATE attention.jobs SET status = 'queued', options = $2, worker_pid = NULL, "
+							  "cancel_requested = false, finished_at = NULL, error = NULL, submitted_by = current_user "
+							  "WHERE job_id = $1", 2, (Oid[]) {INT8OID, JSONBOID},
+							  (Datum[]) {Int64GetDatum(job_id), JsonbPGetDatum(train_options_to_jsonb(&o))}, NULL,
+							  false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not queue training job %lld", (long long) job_id);
+	launch_training_worker(job_id, GetUserId());
+	SPI_finish();
+	PG_RETURN_INT64(job_id);
+}
+
+/* worker_alive(pid int) returns bool: a server process with this pid holds a slot in this cluster. */
+Datum
+attention_worker_alive(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(BackendPidGetProc(PG_GETARG_INT32(0)) != NULL);
+}

@@ -1,0 +1,88 @@
+/*
+ * settings.c - the extension's settings (GUCs), defined once by _PG_init,
+ * and what derives from them: the engine's thread count and the CUDA
+ * library it loads. A leaf of the SQL glue.
+ */
+#include "postgres.h"
+
+#include <unistd.h>
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "utils/guc.h"
+
+#include "settings.h"
+#include "transformer.h"
+
+int			attention_num_threads = 0;
+char	   *attention_default_model = NULL;
+int			attention_beam_size = 4;
+int			attention_max_input_tokens = 512;
+char	   *attention_cuda_library = NULL;
+
+void
+attention_define_settings(void)
+{
+	DefineCustomIntVariable("attention.num_threads",
+							"Threads the engine may use per backend (0 = one per CPU).",
+							"Used by translation, scoring and vocabulary training.",
+							&attention_num_threads,
+							0, 0, 1024,
+							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomStringVariable("attention.default_model",
+							   "Model that translate(text) and the functions given no model use.",
+							   "Empty: the only model with a deployed checkpoint.",
+							   &attention_default_model,
+							   "",
+							   PGC_USERSET, 0,
+							   NULL, NULL, NULL);
+	DefineCustomIntVariable("attention.beam_size",
+							"Beam size of translate(text) (1 = greedy).",
+							NULL,
+							&attention_beam_size,
+							4, 1, 64,
+							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("attention.max_input_tokens",
+							"Longest source, in subword tokens, that translation accepts.",
+							"Longer inputs are refused; split them into sentences.",
+							&attention_max_input_tokens,
+							512, 1, 65535,
+							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomStringVariable("attention.cuda_library",
+							   "Shared object of the CUDA backend that \"cuda\" devices use.",
+							   "$libdir/attention_cuda.so for GPUs; $libdir/attention_cuda_emu.so runs the same "
+							   "kernels on the CPU under emulation (tests). Read when a worker creates its model.",
+							   &attention_cuda_library,
+							   "$libdir/attention_cuda.so",
+							   PGC_SUSET, 0,
+							   NULL, NULL, NULL);
+	MarkGUCPrefixReserved("attention");
+}
+
+/* Number of threads the engine may use in this backend (>= 1); one in a parallel query. */
+int
+attention_thread_count(void)
+{
+	long		cpus;
+
+	if (IsInParallelMode())
+		return 1;
+	if (attention_num_threads > 0)
+		return attention_num_threads;
+	cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	return cpus > 0 ? (int) cpus : 1;
+}
+
+void
+attention_use_cuda_library(void)
+{
+	const char *lib = attention_cuda_library;
+
+	if (strncmp(lib, "$libdir/", 8) == 0)
+		tf_backend_set_cuda_library(psprintf("%s/%s", pkglib_path, lib + 8));
+	else
+		tf_backend_set_cuda_library(lib);
+}

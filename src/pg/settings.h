@@ -1,0 +1,32 @@
+/*
+ * settings.h - the extension's settings (GUCs) and what derives from them
+ * (settings.c): a leaf of the SQL glue.
+ */
+#ifndef ATTENTION_SETTINGS_H
+#define ATTENTION_SETTINGS_H
+
+#include "postgres.h"
+
+/* The settings (GUCs). */
+extern int	attention_num_threads;	/* attention.num_threads: 0 = one per CPU */
+extern char *attention_default_model;	/* attention.default_model */
+extern int	attention_beam_size;	/* attention.beam_size */
+extern int	attention_max_input_tokens; /* attention.max_input_tokens */
+extern char *attention_cuda_library;	/* attention.cuda_library */
+
+/*
+ * Hands attention.cuda_library to the engine ("$libdir/" expanded to the
+ * server's package library directory) for the CUDA models created after it.
+ */
+void		attention_use_cuda_library(void);
+
+/*
+ * Number of threads the engine may use in this backend (>= 1): one inside
+ * a parallel query, whose processes already share the CPUs.
+ */
+int			attention_thread_count(void);
+
+/* Defines the settings (from _PG_init). */
+void		attention_define_settings(void);
+
+#endif
