@@ -2,7 +2,7 @@
 # (where nvcc exists) the CUDA backend.
 
 EXTENSION = attention
-EXTVERSION = 0.1.0
+EXTVERSION = 0.2.0
 
 MODULE_big = attention
 # The engine (src/*.c, src/*.cc) is plain C11/C++ with no PostgreSQL headers;
@@ -17,7 +17,7 @@ ENGINE_CXX = src/spm.cc
 GLUE_LEAVES = src/pg/settings.c src/pg/catalog.c src/pg/train_options.c src/pg/dataset.c
 GLUE_C = $(GLUE_LEAVES) src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/vocabulary.c src/pg/model.c \
 	src/pg/checkpoint.c src/pg/translate.c src/pg/safetensors.c src/pg/evaluate.c src/pg/jobs.c
-WORKER_C = bgworker/worker.c bgworker/launcher.c
+WORKER_C = bgworker/worker.c bgworker/launcher.c bgworker/ranks.c
 OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o) $(WORKER_C:.c=.o)
 
 DATA = $(wildcard sql/$(EXTENSION)--*.sql)

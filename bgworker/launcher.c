@@ -37,8 +37,8 @@
 
 StaticAssertDecl(sizeof(WorkerArgs) <= BGW_EXTRALEN, "WorkerArgs must fit in bgw_extra");
 
-void
-launch_training_worker(int64 job_id, Oid role)
+int
+launch_training_worker(int64 job_id, Oid role, bool node)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
@@ -52,6 +52,7 @@ launch_training_worker(int64 job_id, Oid role)
 	args.database = MyDatabaseId;
 	args.role = role;
 	args.submitter_xid = GetTopTransactionId();
+	args.node = node;
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
@@ -85,10 +86,12 @@ launch_training_worker(int64 job_id, Oid role)
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
-	if (SPI_execute_with_args("UPDATE attention.jobs SET worker_pid = $2 WHERE job_id = $1", 2,
+	if (!node &&
+		SPI_execute_with_args("UPDATE attention.jobs SET worker_pid = $2 WHERE job_id = $1", 2,
 							  (Oid[]) {INT8OID, INT4OID}, (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(pid)},
 							  NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record the worker of job %lld", (long long) job_id);
+	return (int) pid;
 }
 
 void
@@ -230,7 +233,7 @@ attention_resume_worker_main(Datum arg)
 			SPI_execute_with_args("UPDATE attention.jobs SET status = 'queued', worker_pid = NULL, "
 								  "restarts = restarts + 1 WHERE job_id = $1", 1, (Oid[]) {INT8OID},
 								  (Datum[]) {Int64GetDatum(job_id)}, NULL, false, 0);
-			launch_training_worker(job_id, role);
+			launch_training_worker(job_id, role, false);
 			ereport(LOG, (errmsg("attention: resumed training job %lld after a restart", (long long) job_id)));
 		}
 	}

@@ -35,6 +35,7 @@
 #include "catalog.h"
 #include "dataset.h"
 #include "parallel.h"
+#include "ranks.h"
 #include "settings.h"
 #include "train_options.h"
 #include "worker.h"
@@ -76,6 +77,7 @@ typedef struct Job
 	double		interval_start;
 	/* this worker's run: from the end of corpus encoding */
 	int64		run_tokens;
+	int			node;			/* a node worker's node, once claimed; else -1 */
 	double		train_start;
 	double		learning_rate;
 	double		valid_loss;		/* NaN: none */
@@ -107,26 +109,6 @@ now_seconds(void)
 	return INSTR_TIME_GET_DOUBLE(now);
 }
 
-/* Starts a transaction with SPI and a snapshot (the worker runs outside any between them). */
-static void
-begin(void)
-{
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
-}
-
-/* Commits what begin() started. */
-static void
-commit(void)
-{
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_stat(false);
-}
-
 /* Shows what the worker does in pg_stat_activity.query. */
 static void
 report(Job *j, const char *what)
@@ -134,7 +116,8 @@ report(Job *j, const char *what)
 	char		text[256];
 
 	snprintf(text, sizeof(text), "attention training job %lld: %s, step %lld, epoch %lld",
-			 (long long) j->job_id, what, (long long) tf_model_steps(model(j)), (long long) EPOCH(j));
+			 (long long) j->job_id, what, j->engine != NULL ? (long long) tf_model_steps(model(j)) : 0LL,
+			 (long long) EPOCH(j));
 	pgstat_report_activity(STATE_RUNNING, text);
 }
 
@@ -155,48 +138,15 @@ float8_or_null(double x, bool *isnull)
 }
 
 /*
- * Reads the job and claims it (status running); loads the model, the
- * vocabulary and, when the job has a checkpoint, its state. Returns false
- * when there is nothing to run (not queued, or cancelled before it ran).
+ * The job's options, model, vocabulary and optimizer settings from a row of
+ * the query in claim_job (columns 3 .. 12: options, model_id, corpus_id,
+ * config, vocab_size, pad_id, bos_id, eos_id, the vocabulary, the model's name).
  */
-static bool
-claim_job(Job *j, MemoryContext ctx)
+static void
+read_job_row(Job *j, HeapTuple tup, TupleDesc desc)
 {
-	HeapTuple	tup;
-	TupleDesc	desc;
 	bool		isnull;
-	char	   *status;
-	char		err[TF_ERRLEN];
-	int			threads;
 
-	begin();
-	if (SPI_execute_with_args("SELECT j.status, j.cancel_requested, j.options, j.model_id, j.corpus_id, m.config, "
-							  "v.vocab_size, v.pad_id, v.bos_id, v.eos_id, v.model, m.name FROM attention.jobs j "
-							  "JOIN attention.models m USING (model_id) JOIN attention.vocabularies v USING (vocabulary_id) "
-							  "WHERE j.job_id = $1 FOR UPDATE OF j", 1, (Oid[]) {INT8OID},
-							  (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read training job %lld", (long long) j->job_id);
-	if (SPI_processed == 0)
-	{
-		commit();				/* the submitting transaction rolled back */
-		return false;
-	}
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	status = SPI_getvalue(tup, desc, 1);
-	if (strcmp(status, "queued") != 0)
-	{
-		commit();
-		return false;
-	}
-	if (DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull)))
-	{
-		SPI_execute_with_args("UPDATE attention.jobs SET status = 'cancelled', finished_at = now(), updated_at = now() "
-							  "WHERE job_id = $1", 1, (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(j->job_id)},
-							  NULL, false, 0);
-		commit();
-		return false;
-	}
 	train_options_parse(DatumGetJsonbP(SPI_getbinval(tup, desc, 3, &isnull)), false, &j->o);
 	j->model_id = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
 	j->corpus_id = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
@@ -217,6 +167,70 @@ claim_job(Job *j, MemoryContext ctx)
 	tf_optimizer_default(&j->opt);
 	j->opt.warmup_steps = j->o.warmup_steps;
 	j->opt.learning_rate_scale = (float) j->o.learning_rate_scale;
+}
+
+/* Marks the job running in this worker. Inside a transaction. */
+static void
+mark_running(Job *j)
+{
+	SPI_execute_with_args("UPDATE attention.jobs SET status = 'running', worker_pid = $2, "
+						  "started_at = coalesce(started_at, now()), updated_at = now() WHERE job_id = $1", 2,
+						  (Oid[]) {INT8OID, INT4OID}, (Datum[]) {Int64GetDatum(j->job_id), Int32GetDatum(MyProcPid)},
+						  NULL, false, 0);
+}
+
+/*
+ * Reads the job and claims it (status running); loads the model, the
+ * vocabulary and, when the job has a checkpoint, its state. Returns false
+ * when there is nothing to run (not queued, or cancelled before it ran).
+ */
+static bool
+claim_job(Job *j, MemoryContext ctx)
+{
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	char	   *status;
+	char		err[TF_ERRLEN];
+	int			threads;
+
+	worker_begin();
+	if (SPI_execute_with_args("SELECT j.status, j.cancel_requested, j.options, j.model_id, j.corpus_id, m.config, "
+							  "v.vocab_size, v.pad_id, v.bos_id, v.eos_id, v.model, m.name FROM attention.jobs j "
+							  "JOIN attention.models m USING (model_id) JOIN attention.vocabularies v USING (vocabulary_id) "
+							  "WHERE j.job_id = $1 FOR UPDATE OF j", 1, (Oid[]) {INT8OID},
+							  (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read training job %lld", (long long) j->job_id);
+	if (SPI_processed == 0)
+	{
+		worker_commit();		/* the submitting transaction rolled back */
+		return false;
+	}
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	status = SPI_getvalue(tup, desc, 1);
+	if (strcmp(status, "queued") != 0)
+	{
+		worker_commit();
+		return false;
+	}
+	if (DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull)))
+	{
+		SPI_execute_with_args("UPDATE attention.jobs SET status = 'cancelled', finished_at = now(), updated_at = now() "
+							  "WHERE job_id = $1", 1, (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(j->job_id)},
+							  NULL, false, 0);
+		worker_commit();
+		return false;
+	}
+	read_job_row(j, tup, desc);
+	if (j->o.nodes > 1)
+	{
+		/* its engine joins the other machines' ranks (run_across_nodes) */
+		mark_running(j);
+		worker_commit();
+		MemoryContextSwitchTo(ctx);
+		return true;
+	}
 	threads = j->o.threads > 0 ? j->o.threads : attention_thread_count();
 	attention_use_cuda_library();
 	j->engine = tf_parallel_create(&j->config, (uint64) j->o.seed, j->o.device, threads, NULL, err, sizeof(err));
@@ -258,11 +272,8 @@ claim_job(Job *j, MemoryContext ctx)
 								   (long long) checkpoint_id, err)));
 		j->resumed_pairs = j->data[4];
 	}
-	SPI_execute_with_args("UPDATE attention.jobs SET status = 'running', worker_pid = $2, "
-						  "started_at = coalesce(started_at, now()), updated_at = now() WHERE job_id = $1", 2,
-						  (Oid[]) {INT8OID, INT4OID}, (Datum[]) {Int64GetDatum(j->job_id), Int32GetDatum(MyProcPid)},
-						  NULL, false, 0);
-	commit();
+	mark_running(j);
+	worker_commit();
 	MemoryContextSwitchTo(ctx);
 	return true;
 }
@@ -272,12 +283,12 @@ static void
 load_data(Job *j, MemoryContext ctx)
 {
 	report(j, "encoding the corpus");
-	begin();
+	worker_begin();
 	MemoryContextSwitchTo(ctx);
 	data_load(&j->train, j->corpus_id, "train", j->vocab, j->config.max_positions, j->o.batch_tokens, 0);
 	data_load(&j->valid, j->corpus_id, "valid", j->vocab, j->config.max_positions, j->o.batch_tokens,
 			  j->o.validation_bleu_sentences);
-	commit();
+	worker_commit();
 	MemoryContextSwitchTo(ctx);
 	if (j->train.num_batches == 0)
 		ereport(ERROR, (errcode(ERRCODE_NO_DATA),
@@ -368,9 +379,9 @@ progress(Job *j)
 {
 	bool		cancel;
 
-	begin();
+	worker_begin();
 	cancel = write_progress(j, NULL);
-	commit();
+	worker_commit();
 	report(j, "training");
 	return cancel;
 }
@@ -410,7 +421,7 @@ checkpoint(Job *j, const char *final_status)
 		data[k].data = &j->data[k];
 		data[k].bytes = sizeof(int64);
 	}
-	begin();
+	worker_begin();
 	v0 = float8_or_null(j->valid_loss, &nulls[0]);
 	v1 = float8_or_null(j->valid_bleu, &nulls[1]);
 	if (SPI_execute_with_args("INSERT INTO attention.checkpoints (model_id, job_id, kind, step, valid_loss, valid_bleu) "
@@ -444,7 +455,7 @@ checkpoint(Job *j, const char *final_status)
 							  false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not prune the checkpoints of job %lld", (long long) j->job_id);
 	cancel = write_progress(j, final_status);
-	commit();
+	worker_commit();
 	j->checkpoint_step = tf_model_steps(model(j));
 	j->checkpoint_time = now_seconds();
 	return cancel;
@@ -524,6 +535,72 @@ train_step(Job *j, int *skipped)
 	TOKENS_SEEN(j) += labels;
 }
 
+/*
+ * This node's ranks of a job across machines join the communicator of all
+ * nodes' ranks (world, from attention.job_ranks). The hand-over and the
+ * communicator are built; the training loop across machines is not (README,
+ * "Many machines"), so once the communicator has formed the job ends with
+ * feature_not_supported rather than run a loop the other nodes do not.
+ */
+static void
+join_nodes(Job *j, const TfWorld *world)
+{
+	char		err[TF_ERRLEN];
+	int			threads = j->o.threads > 0 ? j->o.threads : attention_thread_count();
+
+	attention_use_cuda_library();
+	j->engine = tf_parallel_create(&j->config, (uint64) j->o.seed, j->o.device, threads, world, err, sizeof(err));
+	if (j->engine == NULL)
+		ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+						errmsg("training job %lld: ranks %d .. %d could not join the communicator of %d ranks: %s",
+							   (long long) j->job_id, world->first_rank, world->first_rank + j->o.ranks - 1,
+							   world->ranks, err)));
+	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					errmsg("training job %lld: the %d ranks of %d nodes formed their communicator, but the training "
+						   "loop across machines is not built in this version", (long long) j->job_id, world->ranks,
+						   j->o.nodes),
+					errhint("Train on one machine's GPUs (\"device\": \"cuda:all\" and \"nodes\": 1).")));
+}
+
+/* The coordinator of a job across machines: publishes the nodes' ranks, waits for them, joins. */
+static void
+run_across_nodes(Job *j)
+{
+	TfWorld		world;
+
+	report(j, "waiting for the other nodes");
+	ranks_publish(j->job_id, j->o.nodes, j->o.ranks, &world);
+	if (!ranks_wait(j->job_id, j->o.nodes))
+	{
+		worker_begin();
+		write_progress(j, "cancelled");
+		worker_commit();
+		return;
+	}
+	join_nodes(j, &world);
+}
+
+/* A node worker (attention.join_training): claims a node of the job and joins its communicator. */
+static void
+run_node(Job *j)
+{
+	TfWorld		world;
+
+	pgstat_report_activity(STATE_RUNNING, "attention training node: claiming a node");
+	j->node = ranks_claim(j->job_id, &world);
+	worker_begin();
+	if (SPI_execute_with_args("SELECT j.status, j.cancel_requested, j.options, j.model_id, j.corpus_id, m.config, "
+							  "v.vocab_size, v.pad_id, v.bos_id, v.eos_id, v.model, m.name FROM attention.jobs j "
+							  "JOIN attention.models m USING (model_id) JOIN attention.vocabularies v USING (vocabulary_id) "
+							  "WHERE j.job_id = $1", 1, (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(j->job_id)}, NULL,
+							  false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read training job %lld", (long long) j->job_id);
+	read_job_row(j, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
+	worker_commit();
+	ranks_set_state(j->job_id, j->node, "joined", NULL);
+	join_nodes(j, &world);
+}
+
 /* Runs job `job_id` to its end. */
 static void
 run_job(Job *j, MemoryContext ctx)
@@ -534,6 +611,11 @@ run_job(Job *j, MemoryContext ctx)
 
 	if (!claim_job(j, ctx))
 		return;
+	if (j->o.nodes > 1)
+	{
+		run_across_nodes(j);
+		return;
+	}
 	j->valid_loss = NAN;
 	j->valid_bleu = NAN;
 	j->learning_rate = NAN;
@@ -584,9 +666,9 @@ run_job(Job *j, MemoryContext ctx)
 	}
 	else
 	{
-		begin();
+		worker_begin();
 		write_progress(j, cancelled ? "cancelled" : "succeeded");
-		commit();
+		worker_commit();
 	}
 }
 
@@ -596,13 +678,13 @@ record_error(int64 job_id, ErrorData *edata)
 {
 	const char *status = edata->sqlerrcode == ERRCODE_QUERY_CANCELED ? "cancelled" : "failed";
 
-	begin();
+	worker_begin();
 	SPI_execute_with_args("UPDATE attention.jobs SET status = $2, error = $3, finished_at = now(), updated_at = now() "
 						  "WHERE job_id = $1 AND status IN ('queued', 'running')", 3,
 						  (Oid[]) {INT8OID, TEXTOID, TEXTOID},
 						  (Datum[]) {Int64GetDatum(job_id), CStringGetTextDatum(status),
 							  CStringGetTextDatum(edata->message)}, NULL, false, 0);
-	commit();
+	worker_commit();
 }
 
 void
@@ -618,7 +700,8 @@ attention_training_worker_main(Datum arg)
 	pqsignal(SIGINT, StatementCancelHandler);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(args.database, args.role, 0);
-	snprintf(name, sizeof(name), "attention training job %lld", (long long) args.job_id);
+	snprintf(name, sizeof(name), "attention training %s %lld", args.node ? "node, job" : "job",
+			 (long long) args.job_id);
 	SetConfigOption("application_name", name, PGC_USERSET, PGC_S_SESSION);
 	SetConfigOption("statement_timeout", "0", PGC_USERSET, PGC_S_SESSION);
 	pgstat_report_activity(STATE_RUNNING, "waiting for the submitting transaction");
@@ -632,9 +715,13 @@ attention_training_worker_main(Datum arg)
 	MemoryContextSwitchTo(ctx);
 	j = palloc0(sizeof(Job));
 	j->job_id = args.job_id;
+	j->node = -1;
 	PG_TRY();
 	{
-		run_job(j, ctx);
+		if (args.node)
+			run_node(j);
+		else
+			run_job(j, ctx);
 	}
 	PG_CATCH();
 	{
@@ -647,7 +734,11 @@ attention_training_worker_main(Datum arg)
 		FlushErrorState();
 		AbortCurrentTransaction();
 		RESUME_INTERRUPTS();
-		record_error(args.job_id, edata);
+		/* a node worker's failure is its node's; the coordinator fails the job */
+		if (!args.node)
+			record_error(args.job_id, edata);
+		else if (j->node >= 0)
+			ranks_set_state(args.job_id, j->node, "failed", edata->message);
 	}
 	PG_END_TRY();
 	tf_parallel_free(j->engine);

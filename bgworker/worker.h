@@ -14,16 +14,19 @@ typedef struct WorkerArgs
 	Oid			database;
 	Oid			role;
 	TransactionId submitter_xid;
+	bool		node;			/* a node of a job across machines (join_training) */
 } WorkerArgs;
 
 /*
  * Starts a training worker for job `job_id` that connects to this database
- * as role `role`. The worker first waits for the calling transaction (which
- * must have written the job row, so it has an xid) to end, so it sees the
- * row committed or not at all. Waits until the worker runs and records its
- * pid in attention.jobs. ERROR when no worker slot is free. Inside SPI.
+ * as role `role`: the job's coordinator, or with `node` a worker that claims
+ * one of its nodes (attention.job_ranks). The worker first waits for the
+ * calling transaction (which has an xid by then) to end, so it sees the
+ * rows committed or not at all. Waits until the worker runs; records the
+ * coordinator's pid in attention.jobs. Returns the pid. ERROR when no
+ * worker slot is free. Inside SPI.
  */
-void		launch_training_worker(int64 job_id, Oid role);
+int			launch_training_worker(int64 job_id, Oid role, bool node);
 
 /* Entry points of the worker processes (bgw_function_name). */
 PGDLLEXPORT void attention_training_worker_main(Datum arg);

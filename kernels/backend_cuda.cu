@@ -439,8 +439,8 @@ cuda_join(TfBackend *be, const void *id, int ranks, int rank, char *err, size_t 
 	if ((nrc = ncclCommInitRank(&st->comm, ranks, uid, rank)) != ncclSuccess)
 	{
 		st->comm = NULL;
-		snprintf(err, errlen, "CUDA device %d: NCCL could not make rank %d of %d: %s", st->device, rank, ranks,
-				 ncclGetErrorString(nrc));
+		snprintf(err, errlen, "CUDA device %d: NCCL could not make rank %d of %d: %s (%s)", st->device, rank, ranks,
+				 ncclGetErrorString(nrc), ncclGetLastError(NULL));
 		return TF_ERROR;
 	}
 	return TF_OK;

@@ -16,8 +16,9 @@
  *   fail with ncclRemoteError, never hang.
  * Collectives are synchronous here. A reduction is computed once, by the
  * last rank to arrive, in rank order, so it is deterministic. Cross-process
- * cliques are not emulated (no shared-memory transport): a unique id is only
- * meaningful inside the process that made it.
+ * cliques are not emulated (no shared-memory transport): ncclCommInitRank
+ * with an id another process made fails with ncclSystemError, and
+ * ncclGetLastError names that process.
  */
 #include "cuda_emu.h"
 
@@ -26,6 +27,7 @@
 #include <nccl.h>
 #include <string>
 #include <tuple>
+#include <unistd.h>
 #include <vector>
 
 namespace ncclemu {
@@ -68,6 +70,7 @@ struct Collective
 };
 
 std::mutex cliques_mu;
+thread_local char last_error[256];
 std::map<std::string, Clique *> cliques;
 thread_local int group_depth;
 thread_local std::vector<Collective> group_queue;
@@ -188,6 +191,12 @@ ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
 
 	if (nranks < 1 || rank < 0 || rank >= nranks || strncmp(id.internal, "nccl_emu:", 9) != 0)
 		return ncclInvalidArgument;
+	if (atol(id.internal + 9) != (long) getpid())
+	{
+		snprintf(last_error, sizeof(last_error), "communicator id %.40s was made by process %ld; communicators "
+				 "across processes are not emulated (no shared-memory transport)", id.internal, atol(id.internal + 9));
+		return ncclSystemError;
+	}
 	{
 		std::lock_guard<std::mutex> lock(cliques_mu);
 		Clique	  *&slot = cliques[std::string(id.internal, strnlen(id.internal, sizeof(id.internal)))];
@@ -244,7 +253,14 @@ const char *
 ncclGetErrorString(ncclResult_t r)
 {
 	return r == ncclSuccess ? "no error" : r == ncclRemoteError ? "remote process exited or there was a network error"
-		: r == ncclInvalidArgument ? "invalid argument" : "unhandled error";
+		: r == ncclInvalidArgument ? "invalid argument" : r == ncclSystemError ? "unhandled system error"
+		: "unhandled error";
+}
+
+const char *
+ncclGetLastError(ncclComm_t)
+{
+	return last_error;
 }
 
 ncclResult_t

@@ -1,6 +1,7 @@
 /*
  * jobs.c - submitting and resuming training jobs: attention.train,
- * attention.resume_training and attention.worker_alive. The options are
+ * attention.resume_training, attention.join_training (a node of a job
+ * across machines) and attention.worker_alive. The options are
  * checked here (train_options.c), so a job that cannot run is never
  * queued; the worker that runs a job is started by launch_training_worker
  * (bgworker/launcher.c).
@@ -24,6 +25,7 @@
 PG_FUNCTION_INFO_V1(attention_train);
 PG_FUNCTION_INFO_V1(attention_resume_training);
 PG_FUNCTION_INFO_V1(attention_worker_alive);
+PG_FUNCTION_INFO_V1(attention_join_training);
 
 /* ERROR unless role `role` may log in: a job's worker connects as it. */
 static void
@@ -82,7 +84,7 @@ attention_train(PG_FUNCTION_ARGS)
 								  JsonbPGetDatum(train_options_to_jsonb(&o))}, NULL, false, 1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert a training job");
 	job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	launch_training_worker(job_id, GetUserId());
+	launch_training_worker(job_id, GetUserId(), false);
 	SPI_finish();
 	PG_RETURN_INT64(job_id);
 }
@@ -129,7 +131,7 @@ attention_resume_training(PG_FUNCTION_ARGS)
 							  (Datum[]) {Int64GetDatum(job_id), JsonbPGetDatum(train_options_to_jsonb(&o))}, NULL,
 							  false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not queue training job %lld", (long long) job_id);
-	launch_training_worker(job_id, GetUserId());
+	launch_training_worker(job_id, GetUserId(), false);
 	SPI_finish();
 	PG_RETURN_INT64(job_id);
 }
@@ -139,4 +141,46 @@ Datum
 attention_worker_alive(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_BOOL(BackendPidGetProc(PG_GETARG_INT32(0)) != NULL);
+}
+
+/*
+ * join_training(job bigint) returns integer: starts a worker on this server
+ * that claims the next waiting node of a running job across machines
+ * ("nodes" > 1) and joins its communicator; returns the worker's pid.
+ */
+Datum
+attention_join_training(PG_FUNCTION_ARGS)
+{
+	int64		job_id = PG_GETARG_INT64(0);
+	TrainOptions o;
+	char	   *model,
+			   *status;
+	bool		isnull;
+	int			pid;
+
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT m.name, v.status, j.options FROM attention.jobs j "
+							  "JOIN attention.training_jobs v USING (job_id) JOIN attention.models m "
+							  "ON m.model_id = j.model_id WHERE j.job_id = $1", 1, (Oid[]) {INT8OID},
+							  (Datum[]) {Int64GetDatum(job_id)}, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.jobs");
+	if (SPI_processed == 0)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("training job %lld does not exist", (long long) job_id)));
+	model = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	status = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	train_options_parse(DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)),
+						false, &o);
+	require_model_owner(model, "train");
+	require_login(GetUserId());
+	if (o.nodes < 2)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("training job %lld runs on one machine (\"nodes\" is 1)", (long long) job_id),
+						errhint("Submit the job with \"nodes\": N to train on N machines.")));
+	if (strcmp(status, "queued") != 0 && strcmp(status, "running") != 0)
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						errmsg("training job %lld is %s", (long long) job_id, status),
+						errhint("A node joins a job that is queued or running.")));
+	pid = launch_training_worker(job_id, GetUserId(), true);
+	SPI_finish();
+	PG_RETURN_INT32(pid);
 }

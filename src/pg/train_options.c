@@ -54,6 +54,7 @@ static const OptionSpec option_specs[] = {
 	{"seed", OPT_INT64, offsetof(TrainOptions, seed), 0, 9.0e18, false},
 	{"device", OPT_TEXT, offsetof(TrainOptions, device), 0, 0, true},
 	{"threads", OPT_INT32, offsetof(TrainOptions, threads), 0, 1024, true},
+	{"nodes", OPT_INT32, offsetof(TrainOptions, nodes), 1, 1024, false},
 };
 
 /* The defaults: the paper's schedule, a checkpoint every 10 minutes, 5 kept. */
@@ -72,6 +73,7 @@ train_options_default(TrainOptions *o)
 	o->keep_checkpoints = 5;
 	o->seed = 1;
 	strlcpy(o->device, "cpu", sizeof(o->device));
+	o->nodes = 1;
 	o->ranks = 1;
 }
 
@@ -147,7 +149,7 @@ train_options_parse(Jsonb *options, bool only_resumable, TrainOptions *o)
 								errhint("Options: max_steps, max_epochs, max_minutes, batch_tokens, warmup_steps, "
 										"learning_rate_scale, label_smoothing, dropout, accumulate_batches, batches_per_step, "
 										"checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, "
-										"validate_every_steps, validation_bleu_sentences, seed, device, threads.")));
+										"validate_every_steps, validation_bleu_sentences, seed, device, threads, nodes.")));
 			if (only_resumable && !pending->resumable)
 				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 								errmsg("training option \"%s\" cannot change when a job resumes", key),
@@ -158,13 +160,18 @@ train_options_parse(Jsonb *options, bool only_resumable, TrainOptions *o)
 	}
 	if (!only_resumable && o->max_steps == 0 && o->max_epochs == 0 && o->max_minutes == 0)
 		o->max_epochs = 10;
+	if (o->nodes > 1 && strcmp(o->device, "cpu") == 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("training option \"nodes\" is %d, but \"device\" is \"cpu\"", o->nodes),
+						errhint("Training across machines runs on CUDA devices (NCCL).")));
 	/* a step's batches, spread over the ranks: fixed for the job's life, whatever its devices */
 	if (o->batches_per_step == 0)
-		o->batches_per_step = Min(o->ranks * o->accumulate_batches, TF_MAX_STEP_BATCHES);
-	if (o->ranks > o->batches_per_step)
+		o->batches_per_step = Min(o->nodes * o->ranks * o->accumulate_batches, TF_MAX_STEP_BATCHES);
+	if (o->nodes * o->ranks > o->batches_per_step)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("training option \"device\" is \"%s\": %d ranks, but a step of this job has %d batch%s",
-							   o->device, o->ranks, o->batches_per_step, o->batches_per_step == 1 ? "" : "es"),
+							   o->device, o->nodes * o->ranks, o->batches_per_step,
+							   o->batches_per_step == 1 ? "" : "es"),
 						errhint("Every rank needs a batch of each step: use at most %d devices, or submit a job with "
 								"more batches_per_step.", o->batches_per_step)));
 }

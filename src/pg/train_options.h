@@ -30,6 +30,7 @@ typedef struct TrainOptions
 	int64		seed;
 	char		device[256];	/* "cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all" */
 	int32		threads;		/* 0: attention.num_threads */
+	int32		nodes;			/* machines, each with the devices `device` names */
 	int32		ranks;			/* not an option: the devices `device` names here */
 } TrainOptions;
 

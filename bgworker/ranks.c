@@ -1,0 +1,179 @@
+/*
+ * ranks.c - the hand-over of a training job's ranks between machines
+ * (ranks.h) through attention.job_ranks: the coordinator publishes one row
+ * per node with its rank range and the communicator id; each node's worker
+ * claims one with FOR UPDATE SKIP LOCKED, so two workers never take the
+ * same node.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "portability/instr_time.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/wait_event.h"
+
+#include "ranks.h"
+
+/* How long the coordinator waits for the nodes, and a node for the coordinator's rows. */
+#define RANKS_WAIT_SECONDS 600
+/* Polling interval of those waits. */
+#define RANKS_POLL_MS 200
+
+/* Sleeps one polling interval on the latch; false once the wait has lasted RANKS_WAIT_SECONDS. */
+static bool
+poll_wait(instr_time start)
+{
+	instr_time	now;
+
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, RANKS_POLL_MS, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+	INSTR_TIME_SET_CURRENT(now);
+	INSTR_TIME_SUBTRACT(now, start);
+	return INSTR_TIME_GET_DOUBLE(now) < RANKS_WAIT_SECONDS;
+}
+
+void
+ranks_publish(int64 job_id, int nodes, int local, TfWorld *world)
+{
+	char		err[TF_ERRLEN];
+	bytea	   *id = palloc(VARHDRSZ + TF_UNIQUE_ID_BYTES);
+
+	if (tf_cuda_unique_id(VARDATA(id), err, sizeof(err)) != TF_OK)
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						errmsg("training job %lld: could not make a communicator id for %d nodes: %s",
+							   (long long) job_id, nodes, err)));
+	SET_VARSIZE(id, VARHDRSZ + TF_UNIQUE_ID_BYTES);
+	worker_begin();
+	if (SPI_execute_with_args("DELETE FROM attention.job_ranks WHERE job_id = $1", 1, (Oid[]) {INT8OID},
+							  (Datum[]) {Int64GetDatum(job_id)}, NULL, false, 0) != SPI_OK_DELETE ||
+		SPI_execute_with_args("INSERT INTO attention.job_ranks (job_id, node, first_rank, ranks, world_ranks, "
+							  "unique_id, state, worker_pid, claimed_at) "
+							  "SELECT $1, n, n * $3, $3, $2 * $3, $4, CASE WHEN n = 0 THEN 'claimed' ELSE 'waiting' END, "
+							  "CASE WHEN n = 0 THEN $5 END, CASE WHEN n = 0 THEN now() END "
+							  "FROM generate_series(0, $2 - 1) n", 5,
+							  (Oid[]) {INT8OID, INT4OID, INT4OID, BYTEAOID, INT4OID},
+							  (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(nodes), Int32GetDatum(local),
+								  PointerGetDatum(id), Int32GetDatum(MyProcPid)}, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not publish the ranks of training job %lld", (long long) job_id);
+	worker_commit();
+	world->first_rank = 0;
+	world->ranks = nodes * local;
+	memcpy(world->id, VARDATA(id), TF_UNIQUE_ID_BYTES);
+}
+
+bool
+ranks_wait(int64 job_id, int nodes)
+{
+	instr_time	start;
+
+	INSTR_TIME_SET_CURRENT(start);
+	for (;;)
+	{
+		bool		isnull;
+		int64		joined;
+		bool		cancel;
+		char	   *failed_node = NULL,
+				   *failed_error = NULL;
+
+		worker_begin();
+		if (SPI_execute_with_args("SELECT count(*) FILTER (WHERE r.state = 'joined'), "
+								  "(SELECT j.cancel_requested FROM attention.jobs j WHERE j.job_id = $1), "
+								  "(array_agg(r.node ORDER BY r.node) FILTER (WHERE r.state = 'failed'))[1], "
+								  "(array_agg(r.error ORDER BY r.node) FILTER (WHERE r.state = 'failed'))[1] "
+								  "FROM attention.job_ranks r WHERE r.job_id = $1", 1, (Oid[]) {INT8OID},
+								  (Datum[]) {Int64GetDatum(job_id)}, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the ranks of training job %lld", (long long) job_id);
+		joined = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		cancel = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+		if (SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3) != NULL)
+		{
+			failed_node = pstrdup(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3));
+			failed_error = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4);
+			failed_error = pstrdup(failed_error != NULL ? failed_error : "no message");
+		}
+		worker_commit();
+		if (failed_node != NULL)
+			ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+							errmsg("training job %lld: node %s could not join: %s", (long long) job_id, failed_node,
+								   failed_error)));
+		if (joined == nodes - 1)
+			return true;
+		if (cancel)
+			return false;
+		if (!poll_wait(start))
+			ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+							errmsg("training job %lld: %lld of %d nodes joined within %d seconds", (long long) job_id,
+								   (long long) joined + 1, nodes, RANKS_WAIT_SECONDS),
+							errhint("Start a worker on each other machine with attention.join_training(%lld).",
+									(long long) job_id)));
+	}
+}
+
+int
+ranks_claim(int64 job_id, TfWorld *world)
+{
+	instr_time	start;
+
+	INSTR_TIME_SET_CURRENT(start);
+	for (;;)
+	{
+		bool		isnull;
+		bool		live;
+
+		worker_begin();
+		if (SPI_execute_with_args("UPDATE attention.job_ranks SET state = 'claimed', worker_pid = $2, claimed_at = now() "
+								  "WHERE (job_id, node) = (SELECT job_id, node FROM attention.job_ranks "
+								  "WHERE job_id = $1 AND state = 'waiting' ORDER BY node LIMIT 1 FOR UPDATE SKIP LOCKED) "
+								  "RETURNING node, first_rank, world_ranks, unique_id", 2, (Oid[]) {INT8OID, INT4OID},
+								  (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(MyProcPid)}, NULL, false,
+								  1) != SPI_OK_UPDATE_RETURNING)
+			elog(ERROR, "could not claim a node of training job %lld", (long long) job_id);
+		if (SPI_processed == 1)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[0];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			int			node = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+			bytea	   *id = DatumGetByteaPP(SPI_getbinval(tup, desc, 4, &isnull));
+
+			world->first_rank = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+			world->ranks = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+			if (VARSIZE_ANY_EXHDR(id) != TF_UNIQUE_ID_BYTES)
+				elog(ERROR, "the communicator id of training job %lld has %zu bytes", (long long) job_id,
+					 VARSIZE_ANY_EXHDR(id));
+			memcpy(world->id, VARDATA_ANY(id), TF_UNIQUE_ID_BYTES);
+			worker_commit();
+			return node;
+		}
+		if (SPI_execute_with_args("SELECT status IN ('queued', 'running') FROM attention.jobs WHERE job_id = $1", 1,
+								  (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(job_id)}, NULL, true,
+								  1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read training job %lld", (long long) job_id);
+		live = SPI_processed == 1 &&
+			DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		worker_commit();
+		if (!live)
+			ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+							errmsg("training job %lld stopped before a node could be claimed", (long long) job_id)));
+		if (!poll_wait(start))
+			ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+							errmsg("training job %lld published no waiting node within %d seconds", (long long) job_id,
+								   RANKS_WAIT_SECONDS),
+							errhint("Every node of the job may be claimed already.")));
+	}
+}
+
+void
+ranks_set_state(int64 job_id, int node, const char *state, const char *error)
+{
+	worker_begin();
+	if (SPI_execute_with_args("UPDATE attention.job_ranks SET state = $3, error = $4 WHERE job_id = $1 AND node = $2",
+							  4, (Oid[]) {INT8OID, INT4OID, TEXTOID, TEXTOID},
+							  (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(node), CStringGetTextDatum(state),
+								  error != NULL ? CStringGetTextDatum(error) : (Datum) 0},
+							  error != NULL ? NULL : "   n", false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update node %d of training job %lld", node, (long long) job_id);
+	worker_commit();
+}

@@ -1,0 +1,69 @@
+/*
+ * ranks.h - the training worker's transactions, and the hand-over of a
+ * job's ranks between machines through attention.job_ranks (ranks.c).
+ *
+ * A job with "nodes": K > 1 has K workers, one per machine: the coordinator
+ * (the worker attention.train started) publishes K rows, one per node, with
+ * its rank range and one NCCL communicator id, and claims node 0; the worker
+ * that attention.join_training starts on each other machine claims the next
+ * waiting row, marks it joined and joins the communicator with the id it
+ * read; the coordinator joins once every node has.
+ */
+#ifndef ATTENTION_RANKS_H
+#define ATTENTION_RANKS_H
+
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/spi.h"
+#include "pgstat.h"
+#include "utils/snapmgr.h"
+
+#include "parallel.h"
+
+/* Starts a transaction with SPI and a snapshot (workers run outside any between them). */
+static inline void
+worker_begin(void)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+}
+
+/* Commits what worker_begin() started. */
+static inline void
+worker_commit(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+}
+
+/*
+ * Coordinator: makes a communicator id, publishes the rank ranges of
+ * `nodes` nodes of `local` ranks each (replacing the job's earlier rows),
+ * claims node 0, and fills *world for it. Its own transaction. ERROR
+ * (object_not_in_prerequisite_state) when no id can be made.
+ */
+void		ranks_publish(int64 job_id, int nodes, int local, TfWorld *world);
+
+/*
+ * Coordinator: waits until every other node has joined. Returns false when
+ * the job was cancelled meanwhile. ERROR naming the first node that failed,
+ * or when some did not join in time. Honours interrupts.
+ */
+bool		ranks_wait(int64 job_id, int nodes);
+
+/*
+ * Node worker: claims the next waiting node of the job (waiting for the
+ * coordinator to publish them), and fills *world from its row. ERROR when
+ * none is published in time or the job stops meanwhile.
+ */
+int			ranks_claim(int64 job_id, TfWorld *world);
+
+/* Sets a node's state ("joined", "failed" with its error). Its own transaction. */
+void		ranks_set_state(int64 job_id, int node, const char *state, const char *error);
+
+#endif

@@ -1,0 +1,47 @@
+-- attention 0.1.0 -> 0.2.0: training on several GPUs, and the rank hand-over
+-- between machines. Users' corpora, vocabularies, models, jobs and
+-- checkpoints are kept as they are.
+\echo Use "ALTER EXTENSION attention UPDATE TO '0.2.0'" to load this file. \quit
+
+-----------------------------------------------------------------------------
+-- Ranks of a training job across machines (bgworker/ranks.c)
+-----------------------------------------------------------------------------
+
+CREATE TABLE job_ranks (
+    job_id      bigint NOT NULL REFERENCES jobs ON DELETE CASCADE,
+    node        integer NOT NULL CHECK (node >= 0),
+    first_rank  integer NOT NULL CHECK (first_rank >= 0),
+    ranks       integer NOT NULL CHECK (ranks > 0),
+    world_ranks integer NOT NULL CHECK (world_ranks >= first_rank + ranks),
+    unique_id   bytea NOT NULL CHECK (length(unique_id) = 128),
+    state       text NOT NULL DEFAULT 'waiting' CHECK (state IN ('waiting', 'claimed', 'joined', 'failed')),
+    worker_pid  integer,
+    claimed_at  timestamptz,
+    error       text,
+    PRIMARY KEY (job_id, node)
+);
+COMMENT ON TABLE job_ranks IS
+'The nodes of a training job that spans machines ("nodes" > 1): each node''s rank range and the NCCL communicator id the coordinator made; a node''s worker claims a waiting row, joins, or fails.';
+COMMENT ON COLUMN job_ranks.unique_id IS 'ncclUniqueId (128 bytes): whoever reads it can join the communicator, so only the model''s owners see it.';
+COMMENT ON COLUMN job_ranks.state IS 'waiting (published), claimed (a worker has it), joined (its ranks are joining the communicator), failed (error says why).';
+
+ALTER TABLE job_ranks ENABLE ROW LEVEL SECURITY;
+CREATE POLICY job_ranks_owner ON job_ranks
+    USING (attention.owns_model((SELECT j.model_id FROM attention.jobs j WHERE j.job_id = job_ranks.job_id)));
+GRANT SELECT, INSERT, UPDATE, DELETE ON job_ranks TO PUBLIC;
+
+-----------------------------------------------------------------------------
+-- Training functions
+-----------------------------------------------------------------------------
+
+COMMENT ON FUNCTION train(text, text, jsonb) IS
+'Submits a training job (options: max_steps, max_epochs, max_minutes, batch_tokens, warmup_steps, learning_rate_scale, label_smoothing, dropout, accumulate_batches, batches_per_step, checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, validate_every_steps, validation_bleu_sentences, seed, device ("cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all": one rank per GPU), threads, nodes) and returns its id at once; a background worker connected as the caller trains.';
+COMMENT ON FUNCTION resume_training(bigint, jsonb) IS
+'Continues a stopped job from its newest checkpoint (in the data order an uninterrupted run would see); options may change its limits, checkpoint cadence and devices (a step keeps its batches_per_step batches); returns the job id.';
+
+CREATE FUNCTION join_training(job bigint)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'attention_join_training'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION join_training(bigint) IS
+'Starts a worker on this server that claims the next waiting node of a job that spans machines (attention.job_ranks) and joins its communicator; returns the worker''s pid.';
