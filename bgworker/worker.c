@@ -137,10 +137,16 @@ float8_or_null(double x, bool *isnull)
 	return Float8GetDatum(x);
 }
 
+/* A job with its model and vocabulary: the columns read_job_row reads. */
+#define JOB_QUERY "SELECT j.status, j.cancel_requested, j.options, j.model_id, j.corpus_id, m.config, " \
+	"v.vocab_size, v.pad_id, v.bos_id, v.eos_id, v.model, m.name FROM attention.jobs j " \
+	"JOIN attention.models m USING (model_id) JOIN attention.vocabularies v USING (vocabulary_id) " \
+	"WHERE j.job_id = $1"
+
 /*
  * The job's options, model, vocabulary and optimizer settings from a row of
- * the query in claim_job (columns 3 .. 12: options, model_id, corpus_id,
- * config, vocab_size, pad_id, bos_id, eos_id, the vocabulary, the model's name).
+ * JOB_QUERY (columns 3 .. 12: options, model_id, corpus_id, config,
+ * vocab_size, pad_id, bos_id, eos_id, the vocabulary, the model's name).
  */
 static void
 read_job_row(Job *j, HeapTuple tup, TupleDesc desc)
@@ -195,10 +201,7 @@ claim_job(Job *j, MemoryContext ctx)
 	int			threads;
 
 	worker_begin();
-	if (SPI_execute_with_args("SELECT j.status, j.cancel_requested, j.options, j.model_id, j.corpus_id, m.config, "
-							  "v.vocab_size, v.pad_id, v.bos_id, v.eos_id, v.model, m.name FROM attention.jobs j "
-							  "JOIN attention.models m USING (model_id) JOIN attention.vocabularies v USING (vocabulary_id) "
-							  "WHERE j.job_id = $1 FOR UPDATE OF j", 1, (Oid[]) {INT8OID},
+	if (SPI_execute_with_args(psprintf("%s FOR UPDATE OF j", JOB_QUERY), 1, (Oid[]) {INT8OID},
 							  (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read training job %lld", (long long) j->job_id);
 	if (SPI_processed == 0)
@@ -589,11 +592,8 @@ run_node(Job *j)
 	pgstat_report_activity(STATE_RUNNING, "attention training node: claiming a node");
 	j->node = ranks_claim(j->job_id, &world);
 	worker_begin();
-	if (SPI_execute_with_args("SELECT j.status, j.cancel_requested, j.options, j.model_id, j.corpus_id, m.config, "
-							  "v.vocab_size, v.pad_id, v.bos_id, v.eos_id, v.model, m.name FROM attention.jobs j "
-							  "JOIN attention.models m USING (model_id) JOIN attention.vocabularies v USING (vocabulary_id) "
-							  "WHERE j.job_id = $1", 1, (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(j->job_id)}, NULL,
-							  false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (SPI_execute_with_args(JOB_QUERY, 1, (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false,
+							  1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read training job %lld", (long long) j->job_id);
 	read_job_row(j, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
 	worker_commit();

@@ -29,6 +29,7 @@ ALTER TABLE job_ranks ENABLE ROW LEVEL SECURITY;
 CREATE POLICY job_ranks_owner ON job_ranks
     USING (attention.owns_model((SELECT j.model_id FROM attention.jobs j WHERE j.job_id = job_ranks.job_id)));
 GRANT SELECT, INSERT, UPDATE, DELETE ON job_ranks TO PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('job_ranks', '');
 
 -----------------------------------------------------------------------------
 -- Training functions

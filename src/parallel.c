@@ -198,7 +198,10 @@ run(Rank *r, Work work)
 	switch (work)
 	{
 		case WORK_CREATE:
-			snprintf(name, sizeof(name), strcmp(p->kind, "cpu") == 0 ? "cpu" : "cuda:%d", r->device);
+			if (strcmp(p->kind, "cpu") == 0)
+				strcpy(name, "cpu");
+			else
+				snprintf(name, sizeof(name), "cuda:%d", r->device);
 			r->model = tf_model_create(&p->config, p->seed, name, p->threads, r->err, sizeof(r->err));
 			if (r->model == NULL)
 				r->rc = TF_ERROR;

@@ -1,11 +1,11 @@
--- The schema of attention 0.1.0: tables, keys, constraints, comments,
--- function labels, and registration for pg_dump.
+-- The schema of attention 0.2.0 (0.1.0 and its upgrade script): tables, keys,
+-- constraints, comments, function labels, and registration for pg_dump.
 BEGIN;
-SELECT plan(29);
+SELECT plan(31);
 
 SELECT has_schema('attention');
 SELECT tables_are('attention', ARRAY['corpora', 'corpus_pairs', 'vocabularies', 'models', 'jobs',
-                                     'checkpoints', 'checkpoint_tensors']);
+                                     'checkpoints', 'checkpoint_tensors', 'job_ranks']);
 SELECT views_are('attention', ARRAY['training_jobs']);
 SELECT col_is_pk('attention', 'corpora', 'corpus_id', 'corpora keyed by corpus_id');
 SELECT col_is_pk('attention', 'checkpoint_tensors', ARRAY['checkpoint_id', 'name', 'chunk'],
@@ -17,6 +17,7 @@ SELECT fk_ok('attention', 'checkpoints', 'model_id', 'attention', 'models', 'mod
 SELECT fk_ok('attention', 'checkpoint_tensors', 'checkpoint_id', 'attention', 'checkpoints', 'checkpoint_id');
 SELECT fk_ok('attention', 'jobs', 'model_id', 'attention', 'models', 'model_id');
 SELECT fk_ok('attention', 'checkpoints', 'job_id', 'attention', 'jobs', 'job_id');
+SELECT fk_ok('attention', 'job_ranks', 'job_id', 'attention', 'jobs', 'job_id');
 SELECT col_is_unique('attention', 'corpora', 'name', 'corpus names are unique');
 SELECT col_is_unique('attention', 'vocabularies', 'name', 'vocabulary names are unique');
 
@@ -28,14 +29,17 @@ SELECT throws_ok($$INSERT INTO attention.jobs (model_id, corpus_id, status) VALU
                  '23514', NULL, 'job status is one of the six states');
 SELECT throws_ok($$INSERT INTO attention.checkpoint_tensors VALUES (1, 'w', 0, 'float64', '{2}', '\x00')$$,
                  '23514', NULL, 'tensor dtype is checked');
+SELECT throws_ok($$INSERT INTO attention.job_ranks (job_id, node, first_rank, ranks, world_ranks, unique_id)
+                   VALUES (1, 0, 0, 2, 4, '\x00')$$,
+                 '23514', NULL, 'a communicator id is 128 bytes');
 
 SELECT is_empty($$SELECT c.relname FROM pg_class c
                    WHERE c.relnamespace = 'attention'::regnamespace AND c.relkind IN ('r', 'v')
                      AND obj_description(c.oid, 'pg_class') IS NULL$$, 'every table and view has a comment');
 SELECT is_empty($$SELECT c.relname FROM pg_class c
                    WHERE c.relnamespace = 'attention'::regnamespace AND c.relkind = 'r' AND NOT c.relrowsecurity
-                     AND c.relname IN ('models', 'jobs', 'checkpoints', 'checkpoint_tensors')$$,
-                'models, jobs and checkpoints are guarded by row-level security');
+                     AND c.relname IN ('models', 'jobs', 'checkpoints', 'checkpoint_tensors', 'job_ranks')$$,
+                'models, jobs, checkpoints and job ranks are guarded by row-level security');
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                    WHERE p.pronamespace = 'attention'::regnamespace
                      AND obj_description(p.oid, 'pg_proc') IS NULL$$, 'every function has a comment');
@@ -44,7 +48,7 @@ SELECT is_empty($$SELECT c.relname FROM pg_class c
                      AND c.oid <> ALL ((SELECT extconfig FROM pg_extension WHERE extname = 'attention')::oid[])$$,
                 'every table and sequence is registered with pg_extension_config_dump');
 
-SELECT is((SELECT extversion::text FROM pg_extension WHERE extname = 'attention'), '0.1.0', 'version 0.1.0');
+SELECT is((SELECT extversion::text FROM pg_extension WHERE extname = 'attention'), '0.2.0', 'version 0.2.0');
 SELECT is((SELECT extrelocatable FROM pg_extension WHERE extname = 'attention'), false, 'not relocatable');
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                    WHERE p.pronamespace = 'attention'::regnamespace

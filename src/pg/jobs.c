@@ -48,6 +48,35 @@ require_login(Oid role)
 }
 
 /*
+ * Reads job `job_id` (locked with for_update) into *o and returns its
+ * status; ERROR when it does not exist, or unless the current role owns its
+ * model and can log in (its worker connects as this role). Inside SPI.
+ */
+static char *
+read_job(int64 job_id, bool for_update, TrainOptions *o)
+{
+	char	   *model,
+			   *status;
+	bool		isnull;
+
+	if (SPI_execute_with_args(psprintf("SELECT m.name, v.status, j.options FROM attention.jobs j "
+									   "JOIN attention.training_jobs v USING (job_id) JOIN attention.models m "
+									   "ON m.model_id = j.model_id WHERE j.job_id = $1%s",
+									   for_update ? " FOR UPDATE OF j" : ""), 1,
+							  (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(job_id)}, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.jobs");
+	if (SPI_processed == 0)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("training job %lld does not exist", (long long) job_id)));
+	model = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	status = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	train_options_parse(DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)),
+						false, o);
+	require_model_owner(model, "train");
+	require_login(GetUserId());
+	return status;
+}
+
+/*
  * train(model text, corpus text, options jsonb) returns bigint: validates
  * the options, records a queued job and starts its worker; returns the job
  * id at once.
@@ -102,25 +131,11 @@ attention_resume_training(PG_FUNCTION_ARGS)
 	int64		job_id = PG_GETARG_INT64(0);
 	Jsonb	   *changes = PG_GETARG_JSONB_P(1);
 	TrainOptions o;
-	char	   *model,
-			   *status;
-	bool		isnull;
+	char	   *status;
 
 	SPI_connect();
-	if (SPI_execute_with_args("SELECT m.name, v.status, j.options FROM attention.jobs j "
-							  "JOIN attention.training_jobs v USING (job_id) JOIN attention.models m "
-							  "ON m.model_id = j.model_id WHERE j.job_id = $1 FOR UPDATE OF j", 1,
-							  (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(job_id)}, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read attention.jobs");
-	if (SPI_processed == 0)
-		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("training job %lld does not exist", (long long) job_id)));
-	model = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	status = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	train_options_parse(DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)),
-						false, &o);
+	status = read_job(job_id, true, &o);
 	train_options_parse(changes, true, &o);
-	require_model_owner(model, "train");
-	require_login(GetUserId());
 	if (strcmp(status, "queued") == 0 || strcmp(status, "running") == 0)
 		ereport(ERROR, (errcode(ERRCODE_OBJECT_IN_USE),
 						errmsg("training job %lld is %s", (long long) job_id, status),
@@ -153,25 +168,11 @@ attention_join_training(PG_FUNCTION_ARGS)
 {
 	int64		job_id = PG_GETARG_INT64(0);
 	TrainOptions o;
-	char	   *model,
-			   *status;
-	bool		isnull;
+	char	   *status;
 	int			pid;
 
 	SPI_connect();
-	if (SPI_execute_with_args("SELECT m.name, v.status, j.options FROM attention.jobs j "
-							  "JOIN attention.training_jobs v USING (job_id) JOIN attention.models m "
-							  "ON m.model_id = j.model_id WHERE j.job_id = $1", 1, (Oid[]) {INT8OID},
-							  (Datum[]) {Int64GetDatum(job_id)}, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read attention.jobs");
-	if (SPI_processed == 0)
-		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("training job %lld does not exist", (long long) job_id)));
-	model = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	status = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	train_options_parse(DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)),
-						false, &o);
-	require_model_owner(model, "train");
-	require_login(GetUserId());
+	status = read_job(job_id, false, &o);
 	if (o.nodes < 2)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("training job %lld runs on one machine (\"nodes\" is 1)", (long long) job_id),
