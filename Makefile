@@ -153,13 +153,15 @@ $(ENGINE_TEST_BIN): $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) $(wildcard src/
 		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl
 
 # Benchmarks (bench/run drives them).
-BENCH_BIN = bench/train_step bench/decode
+BENCH_BIN = bench/train_step bench/decode bench/parallel_counts
 EXTRA_CLEAN += $(BENCH_BIN)
 bench/train_step: bench/train_step.c bench/device.h $(ENGINE_NN) $(wildcard src/*.h) test/engine/spm.o
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/train_step.c $(ENGINE_NN) test/engine/spm.o \
 		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl
 bench/decode: bench/decode.c bench/device.h $(ENGINE_NN) $(wildcard src/*.h)
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/decode.c $(ENGINE_NN) $(ENGINE_LIBS) -ldl
+bench/parallel_counts: bench/parallel_counts.c $(ENGINE_NN) $(wildcard src/*.h)
+	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/parallel_counts.c $(ENGINE_NN) $(ENGINE_LIBS) -ldl
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer.
 ENGINE_ASAN_BIN = test/engine/run_tests_asan
