@@ -270,11 +270,12 @@ int64_t		tf_model_steps(const TfModel *model);
  * The model's state as named tensors: every parameter under its Hugging
  * Face MarianMT name, "optimizer.exp_avg.<name>" and
  * "optimizer.exp_avg_sq.<name>" for Adam's moments, and the int64 scalars
- * "optimizer.step", "rng.seed" and "rng.counter" (training forwards, a count
- * only: dropout masks are keyed by the step and TfBatch.index). Every tensor's data is host memory: views of the
- * model's memory on the CPU backend, one download into a host copy on
- * others; valid until tf_tensors_free (and, for views, until the model
- * changes). *count receives their number.
+ * "optimizer.step", "rng.seed" and "rng.counter" (training forwards, a
+ * count only: dropout masks are keyed by the step and TfBatch.index).
+ * Every tensor's data is host memory: views of the model's memory on the
+ * CPU backend, one download into a host copy on others; valid until
+ * tf_tensors_free (and, for views, until the model changes). *count
+ * receives their number.
  */
 int			tf_model_tensors(TfModel *model, TfTensor **tensors, int *count,
 							 char *err, size_t errlen);

@@ -31,7 +31,7 @@ typedef struct DataBatch
 	int64		tgt_tokens;		/* labels: target ids + EOS */
 } DataBatch;
 
-/* A split of a corpus, encoded and batched (data.c). */
+/* A split of a corpus, encoded and batched. */
 typedef struct DataSet
 {
 	DataPair   *pairs;			/* sorted by (source, target) length */
@@ -66,7 +66,7 @@ void		data_epoch_order(const DataSet *d, int64 seed, int64 epoch, int32 *order);
 void		data_fill(const DataSet *d, const DataBatch *b, int pad_id, int bos_id, int eos_id,
 					  int32 *src, int32 *tgt_in, int32 *labels, TfBatch *batch);
 
-/* Special ids of a vocabulary and host buffers for padded batches (validate.c). */
+/* Special ids of a vocabulary and host buffers for padded batches. */
 typedef struct DataFeed
 {
 	int			pad_id,

@@ -9,7 +9,7 @@
 
 #include "utils/jsonb.h"
 
-/* Options of a training job (attention.train's options jsonb; jobs.c). */
+/* Options of a training job (attention.train's options jsonb). */
 typedef struct TrainOptions
 {
 	int64		max_steps;		/* 0: no limit */
