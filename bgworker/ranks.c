@@ -72,6 +72,7 @@ ranks_wait(int64 job_id, int nodes)
 	INSTR_TIME_SET_CURRENT(start);
 	for (;;)
 	{
+		MemoryContext outer = CurrentMemoryContext;
 		bool		isnull;
 		int64		joined;
 		bool		cancel;
@@ -90,9 +91,10 @@ ranks_wait(int64 job_id, int nodes)
 		cancel = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 		if (SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3) != NULL)
 		{
-			failed_node = pstrdup(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3));
+			/* copies that outlive SPI and the transaction */
+			failed_node = MemoryContextStrdup(outer, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3));
 			failed_error = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4);
-			failed_error = pstrdup(failed_error != NULL ? failed_error : "no message");
+			failed_error = MemoryContextStrdup(outer, failed_error != NULL ? failed_error : "no message");
 		}
 		worker_commit();
 		if (failed_node != NULL)
@@ -113,7 +115,7 @@ ranks_wait(int64 job_id, int nodes)
 }
 
 int
-ranks_claim(int64 job_id, TfWorld *world)
+ranks_claim(int64 job_id, int local, TfWorld *world)
 {
 	instr_time	start;
 
@@ -127,7 +129,7 @@ ranks_claim(int64 job_id, TfWorld *world)
 		if (SPI_execute_with_args("UPDATE attention.job_ranks SET state = 'claimed', worker_pid = $2, claimed_at = now() "
 								  "WHERE (job_id, node) = (SELECT job_id, node FROM attention.job_ranks "
 								  "WHERE job_id = $1 AND state = 'waiting' ORDER BY node LIMIT 1 FOR UPDATE SKIP LOCKED) "
-								  "RETURNING node, first_rank, world_ranks, unique_id", 2, (Oid[]) {INT8OID, INT4OID},
+								  "RETURNING node, first_rank, world_ranks, unique_id, ranks", 2, (Oid[]) {INT8OID, INT4OID},
 								  (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(MyProcPid)}, NULL, false,
 								  1) != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "could not claim a node of training job %lld", (long long) job_id);
@@ -138,8 +140,15 @@ ranks_claim(int64 job_id, TfWorld *world)
 			int			node = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
 			bytea	   *id = DatumGetByteaPP(SPI_getbinval(tup, desc, 4, &isnull));
 
+			int			ranks = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+
 			world->first_rank = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
 			world->ranks = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+			if (ranks != local)
+				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+								errmsg("training job %lld: node %d has %d ranks, but this machine's devices give %d",
+									   (long long) job_id, node, ranks, local),
+								errhint("Every node of a job needs the same number of devices.")));
 			if (VARSIZE_ANY_EXHDR(id) != TF_UNIQUE_ID_BYTES)
 				elog(ERROR, "the communicator id of training job %lld has %zu bytes", (long long) job_id,
 					 VARSIZE_ANY_EXHDR(id));
@@ -169,11 +178,13 @@ void
 ranks_set_state(int64 job_id, int node, const char *state, const char *error)
 {
 	worker_begin();
-	if (SPI_execute_with_args("UPDATE attention.job_ranks SET state = $3, error = $4 WHERE job_id = $1 AND node = $2",
-							  4, (Oid[]) {INT8OID, INT4OID, TEXTOID, TEXTOID},
+	/* only this worker's claim: rows published again since belong to others */
+	if (SPI_execute_with_args("UPDATE attention.job_ranks SET state = $3, error = $4 "
+							  "WHERE job_id = $1 AND node = $2 AND worker_pid = $5", 5,
+							  (Oid[]) {INT8OID, INT4OID, TEXTOID, TEXTOID, INT4OID},
 							  (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(node), CStringGetTextDatum(state),
-								  error != NULL ? CStringGetTextDatum(error) : (Datum) 0},
-							  error != NULL ? NULL : "   n", false, 0) != SPI_OK_UPDATE)
+								  error != NULL ? CStringGetTextDatum(error) : (Datum) 0, Int32GetDatum(MyProcPid)},
+							  error != NULL ? NULL : "   n ", false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update node %d of training job %lld", node, (long long) job_id);
 	worker_commit();
 }

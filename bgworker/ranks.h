@@ -59,11 +59,12 @@ bool		ranks_wait(int64 job_id, int nodes);
 /*
  * Node worker: claims the next waiting node of the job (waiting for the
  * coordinator to publish them), and fills *world from its row. ERROR when
- * none is published in time or the job stops meanwhile.
+ * none is published in time, the job stops meanwhile, or the node's rank
+ * count is not `local` (this machine's devices).
  */
-int			ranks_claim(int64 job_id, TfWorld *world);
+int			ranks_claim(int64 job_id, int local, TfWorld *world);
 
-/* Sets a node's state ("joined", "failed" with its error). Its own transaction. */
+/* Sets the state of a node this worker claimed ("joined", "failed" with its error). Its own transaction. */
 void		ranks_set_state(int64 job_id, int node, const char *state, const char *error);
 
 #endif

@@ -99,6 +99,13 @@ model(Job *j)
 	return tf_parallel_model(j->engine);
 }
 
+/* Optimizer steps taken; 0 before the engine exists (a job across machines waiting for its nodes). */
+static int64
+steps(Job *j)
+{
+	return j->engine != NULL ? tf_model_steps(model(j)) : 0;
+}
+
 /* Seconds on PostgreSQL's monotonic instrumentation clock. */
 static double
 now_seconds(void)
@@ -116,8 +123,7 @@ report(Job *j, const char *what)
 	char		text[256];
 
 	snprintf(text, sizeof(text), "attention training job %lld: %s, step %lld, epoch %lld",
-			 (long long) j->job_id, what, j->engine != NULL ? (long long) tf_model_steps(model(j)) : 0LL,
-			 (long long) EPOCH(j));
+			 (long long) j->job_id, what, (long long) steps(j), (long long) EPOCH(j));
 	pgstat_report_activity(STATE_RUNNING, text);
 }
 
@@ -154,6 +160,7 @@ read_job_row(Job *j, HeapTuple tup, TupleDesc desc)
 	bool		isnull;
 
 	train_options_parse(DatumGetJsonbP(SPI_getbinval(tup, desc, 3, &isnull)), false, &j->o);
+	train_options_check(&j->o);
 	j->model_id = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
 	j->corpus_id = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
 	j->feed.pad_id = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
@@ -339,7 +346,7 @@ write_progress(Job *j, const char *final_status)
 	bool		cancel;
 
 	values[0] = Int64GetDatum(j->job_id);
-	values[1] = Int64GetDatum(tf_model_steps(model(j)));
+	values[1] = Int64GetDatum(steps(j));
 	values[2] = Int32GetDatum((int32) EPOCH(j));
 	values[3] = Int64GetDatum(TOKENS_SEEN(j));
 	values[4] = float8_or_null(j->loss_tokens > 0 ? j->loss_sum / j->loss_tokens : NAN, &nulls[4]);
@@ -431,7 +438,7 @@ checkpoint(Job *j, const char *final_status)
 							  "VALUES ($1, $2, 'trained', $3, $4, $5) RETURNING checkpoint_id", 5,
 							  (Oid[]) {INT4OID, INT8OID, INT8OID, FLOAT8OID, FLOAT8OID},
 							  (Datum[]) {Int32GetDatum(j->model_id), Int64GetDatum(j->job_id),
-								  Int64GetDatum(tf_model_steps(model(j))), v0, v1},
+								  Int64GetDatum(steps(j)), v0, v1},
 							  (char[]) {' ', ' ', ' ', nulls[0] ? 'n' : ' ', nulls[1] ? 'n' : ' '},
 							  false, 1) != SPI_OK_INSERT_RETURNING)
 	{
@@ -459,7 +466,7 @@ checkpoint(Job *j, const char *final_status)
 		elog(ERROR, "could not prune the checkpoints of job %lld", (long long) j->job_id);
 	cancel = write_progress(j, final_status);
 	worker_commit();
-	j->checkpoint_step = tf_model_steps(model(j));
+	j->checkpoint_step = steps(j);
 	j->checkpoint_time = now_seconds();
 	return cancel;
 }
@@ -470,7 +477,7 @@ limit_reached(Job *j)
 {
 	int64		elapsed_ms = ELAPSED_MS(j) + (int64) ((now_seconds() - j->run_start) * 1000);
 
-	return (j->o.max_steps > 0 && tf_model_steps(model(j)) >= j->o.max_steps) ||
+	return (j->o.max_steps > 0 && steps(j) >= j->o.max_steps) ||
 		(j->o.max_epochs > 0 && EPOCH(j) >= j->o.max_epochs) ||
 		(j->o.max_minutes > 0 && elapsed_ms >= j->o.max_minutes * 60000.0);
 }
@@ -521,7 +528,7 @@ train_step(Job *j, int *skipped)
 	/* every rank's batches, the all-reduce and the Adam step; one download per rank */
 	if (tf_parallel_step(j->engine, batches, n, (float) (1.0 / labels), &j->opt, &stats, err, sizeof(err)) != TF_OK &&
 		!stats.skipped)
-		engine_error(j, psprintf("step %lld", (long long) tf_model_steps(model(j)) + 1), err);
+		engine_error(j, psprintf("step %lld", (long long) steps(j) + 1), err);
 	j->loss_sum += stats.loss_sum;
 	j->loss_tokens += stats.tokens;
 	if (!stats.skipped)
@@ -585,18 +592,19 @@ run_across_nodes(Job *j)
 
 /* A node worker (attention.join_training): claims a node of the job and joins its communicator. */
 static void
-run_node(Job *j)
+run_node(Job *j, MemoryContext ctx)
 {
 	TfWorld		world;
 
 	pgstat_report_activity(STATE_RUNNING, "attention training node: claiming a node");
-	j->node = ranks_claim(j->job_id, &world);
 	worker_begin();
 	if (SPI_execute_with_args(JOB_QUERY, 1, (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false,
 							  1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read training job %lld", (long long) j->job_id);
 	read_job_row(j, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
 	worker_commit();
+	MemoryContextSwitchTo(ctx);
+	j->node = ranks_claim(j->job_id, j->o.ranks, &world);
 	ranks_set_state(j->job_id, j->node, "joined", NULL);
 	join_nodes(j, &world);
 }
@@ -621,7 +629,7 @@ run_job(Job *j, MemoryContext ctx)
 	j->learning_rate = NAN;
 	load_data(j, ctx);
 	j->run_start = j->train_start = j->interval_start = now_seconds();
-	j->checkpoint_step = tf_model_steps(model(j));
+	j->checkpoint_step = steps(j);
 	j->checkpoint_time = last_progress = now_seconds();
 	report(j, "training");
 	while (!limit_reached(j))
@@ -632,7 +640,7 @@ run_job(Job *j, MemoryContext ctx)
 		if (!PostmasterIsAlive())
 			proc_exit(1);
 		train_step(j, &skipped);
-		step = tf_model_steps(model(j));
+		step = steps(j);
 		if (j->o.validate_every_steps > 0 && step % j->o.validate_every_steps == 0)
 			validate(j);
 		if ((j->o.checkpoint_every_steps > 0 && step - j->checkpoint_step >= j->o.checkpoint_every_steps) ||
@@ -658,7 +666,7 @@ run_job(Job *j, MemoryContext ctx)
 			last_progress = now_seconds();
 		}
 	}
-	if (tf_model_steps(model(j)) != j->checkpoint_step)
+	if (steps(j) != j->checkpoint_step)
 	{
 		if (j->o.validate_every_steps == 0)
 			validate(j);
@@ -719,7 +727,7 @@ attention_training_worker_main(Datum arg)
 	PG_TRY();
 	{
 		if (args.node)
-			run_node(j);
+			run_node(j, ctx);
 		else
 			run_job(j, ctx);
 	}

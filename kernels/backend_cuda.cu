@@ -10,9 +10,15 @@
  * reported by status. Ranks of data-parallel training (join) sum gradients
  * with NCCL on a second stream, ordered against the first by events, so a
  * layer's reduction runs while the backward of the layers below it does.
+ * Their communicator is non-blocking: no host call waits for other ranks
+ * without polling for NCCL's asynchronous errors and for abort, which
+ * another thread may call at any time (NCCL calls and abort hold nccl_mu).
  */
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <new>
+#include <thread>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,8 +50,12 @@ struct CudaState
 	cudaStream_t comm_stream;
 	cudaEvent_t queued,			/* compute stream: what a reduction must follow */
 				reduced;		/* comm stream: the reductions the compute stream waits for */
+	std::mutex	nccl_mu;		/* NCCL calls on comm, and abort, one at a time */
 	std::atomic<bool> aborted;
 };
+
+/* How long a rank waits for the others to join its communicator. */
+#define JOIN_TIMEOUT_SECONDS 300
 
 static CudaState *
 state(TfBackend *be)
@@ -101,18 +111,63 @@ cuda_free(TfBackend *be, void *ptr)
 		check(be, cudaFree(ptr), "cudaFree");
 }
 
+/*
+ * The state of the communicator's pending work: ncclInProgress until it is
+ * done, ncclSuccess, or an error (ncclRemoteError once aborted).
+ */
+static ncclResult_t
+nccl_state(CudaState *st)
+{
+	std::lock_guard<std::mutex> lock(st->nccl_mu);
+	ncclResult_t r = ncclRemoteError;
+
+	if (!st->aborted && ncclCommGetAsyncError(st->comm, &r) != ncclSuccess)
+		r = ncclInternalError;
+	return r;
+}
+
+/*
+ * Waits for the compute stream. A rank of several polls instead of blocking,
+ * so that a peer that failed (NCCL's asynchronous error) or an abort ends
+ * the wait with an error rather than leaving a reduction waiting forever.
+ */
+static void
+stream_wait(TfBackend *be, const char *what)
+{
+	CudaState  *st = state(be);
+	cudaError_t rc;
+
+	if (st->comm == NULL)
+	{
+		check(be, cudaStreamSynchronize(st->stream), what);
+		return;
+	}
+	while ((rc = cudaStreamQuery(st->stream)) == cudaErrorNotReady)
+	{
+		ncclResult_t r = nccl_state(st);
+
+		if (r != ncclSuccess && r != ncclInProgress)
+		{
+			fail(be, what, st->aborted ? "the communicator was aborted (another rank failed)" : ncclGetErrorString(r));
+			return;
+		}
+		std::this_thread::sleep_for(std::chrono::microseconds(20));
+	}
+	check(be, rc, what);
+}
+
 static void
 cuda_upload(TfBackend *be, void *dst, const void *src, size_t bytes)
 {
 	check(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, state(be)->stream), "upload");
-	check(be, cudaStreamSynchronize(state(be)->stream), "upload");
+	stream_wait(be, "upload");
 }
 
 static void
 cuda_download(TfBackend *be, void *dst, const void *src, size_t bytes)
 {
 	check(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, state(be)->stream), "download");
-	check(be, cudaStreamSynchronize(state(be)->stream), "download");
+	stream_wait(be, "download");
 }
 
 static void
@@ -418,29 +473,42 @@ check_nccl(TfBackend *be, ncclResult_t rc, const char *what)
 		fail(be, what, ncclGetErrorString(rc));
 }
 
+static void cuda_abort(TfBackend *be);
+
 static int
 cuda_join(TfBackend *be, const void *id, int ranks, int rank, char *err, size_t errlen)
 {
 	CudaState  *st = state(be);
 	ncclUniqueId uid;
-	cudaError_t rc;
+	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+	ncclComm_t	comm = NULL;
 	ncclResult_t nrc;
+	auto		deadline = std::chrono::steady_clock::now() + std::chrono::seconds(JOIN_TIMEOUT_SECONDS);
 
 	static_assert(sizeof(ncclUniqueId) == TF_UNIQUE_ID_BYTES, "TF_UNIQUE_ID_BYTES is NCCL's id size");
 	memcpy(&uid, id, sizeof(uid));
-	if ((rc = cudaSetDevice(st->device)) != cudaSuccess ||
-		(rc = cudaStreamCreateWithFlags(&st->comm_stream, cudaStreamNonBlocking)) != cudaSuccess ||
-		(rc = cudaEventCreateWithFlags(&st->queued, cudaEventDisableTiming)) != cudaSuccess ||
-		(rc = cudaEventCreateWithFlags(&st->reduced, cudaEventDisableTiming)) != cudaSuccess)
+	config.blocking = 0;		/* so that waiting for the other ranks can be abandoned */
 	{
-		snprintf(err, errlen, "CUDA device %d: %s", st->device, cudaGetErrorString(rc));
-		return TF_ERROR;
+		std::lock_guard<std::mutex> lock(st->nccl_mu);
+
+		if (cudaSetDevice(st->device) == cudaSuccess && !st->aborted)
+			nrc = ncclCommInitRankConfig(&comm, ranks, uid, rank, &config);
+		else
+			nrc = ncclInvalidUsage;
+		if (nrc == ncclSuccess || nrc == ncclInProgress)
+			st->comm = comm;
 	}
-	if ((nrc = ncclCommInitRank(&st->comm, ranks, uid, rank)) != ncclSuccess)
+	while (nrc == ncclInProgress && std::chrono::steady_clock::now() < deadline)
 	{
-		st->comm = NULL;
-		snprintf(err, errlen, "CUDA device %d: NCCL could not make rank %d of %d: %s (%s)", st->device, rank, ranks,
-				 ncclGetErrorString(nrc), ncclGetLastError(NULL));
+		std::this_thread::sleep_for(std::chrono::milliseconds(1));
+		nrc = nccl_state(st);
+	}
+	if (nrc != ncclSuccess)
+	{
+		snprintf(err, errlen, "CUDA device %d: NCCL could not make rank %d of %d: %s", st->device, rank, ranks,
+				 st->aborted ? "aborted (another rank failed)" : nrc == ncclInProgress ?
+				 "the other ranks did not join in time" : ncclGetLastError(NULL));
+		cuda_abort(be);
 		return TF_ERROR;
 	}
 	return TF_OK;
@@ -450,15 +518,23 @@ static void
 cuda_all_reduce(TfBackend *be, float *x, size_t n, bool last)
 {
 	CudaState  *st = state(be);
+	ncclResult_t rc;
 
+	check(be, cudaEventRecord(st->queued, st->stream), "all-reduce");
+	check(be, cudaStreamWaitEvent(st->comm_stream, st->queued, 0), "all-reduce");
+	{
+		std::lock_guard<std::mutex> lock(st->nccl_mu);
+
+		rc = st->aborted ? ncclRemoteError : ncclAllReduce(x, x, n, ncclFloat32, ncclSum, st->comm, st->comm_stream);
+	}
+	while (rc == ncclInProgress)	/* a non-blocking communicator may still be queueing it */
+		rc = nccl_state(st);
 	if (st->aborted)
 	{
 		fail(be, "all-reduce", "the communicator was aborted (another rank failed)");
 		return;
 	}
-	check(be, cudaEventRecord(st->queued, st->stream), "all-reduce");
-	check(be, cudaStreamWaitEvent(st->comm_stream, st->queued, 0), "all-reduce");
-	check_nccl(be, ncclAllReduce(x, x, n, ncclFloat32, ncclSum, st->comm, st->comm_stream), "all-reduce");
+	check_nccl(be, rc, "all-reduce");
 	if (last)
 	{
 		check(be, cudaEventRecord(st->reduced, st->comm_stream), "all-reduce");
@@ -470,8 +546,9 @@ static void
 cuda_abort(TfBackend *be)
 {
 	CudaState  *st = state(be);
+	std::lock_guard<std::mutex> lock(st->nccl_mu);
 
-	if (st->comm != NULL && !st->aborted.exchange(true))
+	if (!st->aborted.exchange(true) && st->comm != NULL)
 		ncclCommAbort(st->comm);
 }
 
@@ -551,6 +628,9 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 	st->device = device;
 	be->state = st;
 	if ((rc = cudaSetDevice(device)) != cudaSuccess || (rc = cudaStreamCreate(&st->stream)) != cudaSuccess ||
+		(rc = cudaStreamCreateWithFlags(&st->comm_stream, cudaStreamNonBlocking)) != cudaSuccess ||
+		(rc = cudaEventCreateWithFlags(&st->queued, cudaEventDisableTiming)) != cudaSuccess ||
+		(rc = cudaEventCreateWithFlags(&st->reduced, cudaEventDisableTiming)) != cudaSuccess ||
 		(rc = cudaMalloc((void **) &st->partials, k_sum_squares_partials() * sizeof(double))) != cudaSuccess)
 	{
 		snprintf(err, errlen, "CUDA device %d: %s", device, cudaGetErrorString(rc));

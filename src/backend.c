@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model.h"
 #include "transformer.h"
 
 #define DEFAULT_CUDA_LIBRARY "attention_cuda.so"
@@ -106,8 +107,16 @@ int
 tf_cuda_unique_id(void *id, char *err, size_t errlen)
 {
 	CudaLibrary *lib = load_cuda(err, errlen);
+	sigset_t	old;
+	int			rc;
 
-	return lib != NULL ? lib->unique_id(id, err, errlen) : TF_ERROR;
+	if (lib == NULL)
+		return TF_ERROR;
+	/* NCCL starts its bootstrap thread here: it must not take the caller's signals */
+	tf_block_signals(&old);
+	rc = lib->unique_id(id, err, errlen);
+	tf_restore_signals(&old);
+	return rc;
 }
 
 TfBackend *

@@ -212,8 +212,8 @@ run(Rank *r, Work work)
 				snprintf(r->err, sizeof(r->err), "the %s backend cannot join several ranks", r->model->be->name);
 				r->rc = TF_ERROR;
 			}
-			else
-				r->rc = r->model->be->join(r->model->be, p->id, p->world, r->rank, r->err, sizeof(r->err));
+			else if (r->model->be->join(r->model->be, p->id, p->world, r->rank, r->err, sizeof(r->err)) != TF_OK)
+				rank_failed(r);	/* the ranks still waiting to join are aborted */
 			break;
 		case WORK_LOAD:
 			r->rc = tf_model_load(r->model, p->tensors, p->tensor_count, r->err, sizeof(r->err));

@@ -6,7 +6,10 @@
  *
  * Semantics kept from NCCL's documentation:
  * - ncclGetUniqueId names a clique; ncclCommInitRank(nranks, id, rank) joins
- *   it and blocks until all nranks ranks have joined;
+ *   it and blocks until all nranks ranks have joined; with
+ *   ncclCommInitRankConfig and config.blocking = 0 it returns ncclInProgress
+ *   at once and ncclCommGetAsyncError says when all have joined (or
+ *   ncclRemoteError once the clique is aborted);
  * - every rank issues the same collectives in the same order with the same
  *   counts and roots (a mismatch aborts: real NCCL would hang or mix buffers);
  * - ncclAllReduce (float, sum/prod/max/min/avg) and ncclBroadcast, in place or
@@ -183,8 +186,9 @@ ncclGetUniqueId(ncclUniqueId *id)
 	return ncclSuccess;
 }
 
-ncclResult_t
-ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
+/* Joins the clique of id as `rank`; waits for the other ranks unless non-blocking. */
+static ncclResult_t
+join(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, bool blocking)
 {
 	Clique	   *c;
 	int			device = 0;
@@ -215,16 +219,38 @@ ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
 	if (c->ranks != nranks)
 		return ncclInvalidArgument;
 	cudaGetDevice(&device);
+	*comm = new ncclComm{c, rank, device};
 	{
 		std::unique_lock<std::mutex> lock(c->mu);
 
 		c->joined++;
 		c->cv.notify_all();
+		if (!blocking)
+			return c->aborted ? ncclRemoteError : c->joined >= c->ranks ? ncclSuccess : ncclInProgress;
 		c->cv.wait(lock, [&] { return c->joined >= c->ranks || c->aborted; });
-		if (c->aborted)
-			return ncclRemoteError;
+		return c->aborted ? ncclRemoteError : ncclSuccess;
 	}
-	*comm = new ncclComm{c, rank, device};
+}
+
+ncclResult_t
+ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
+{
+	return join(comm, nranks, id, rank, true);
+}
+
+ncclResult_t
+ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config)
+{
+	return join(comm, nranks, id, rank, config == nullptr || config->blocking != 0);
+}
+
+ncclResult_t
+ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state)
+{
+	Clique	   *c = comm->clique;
+	std::lock_guard<std::mutex> lock(c->mu);
+
+	*state = c->aborted ? ncclRemoteError : c->joined >= c->ranks ? ncclSuccess : ncclInProgress;
 	return ncclSuccess;
 }
 

@@ -94,6 +94,7 @@ attention_train(PG_FUNCTION_ARGS)
 	bool		isnull;
 
 	train_options_parse(options, false, &o);
+	train_options_check(&o);
 	SPI_connect();
 	model_id = require_model_owner(model, "train");
 	corpus_id = attention_corpus_id(corpus);
@@ -136,6 +137,7 @@ attention_resume_training(PG_FUNCTION_ARGS)
 	SPI_connect();
 	status = read_job(job_id, true, &o);
 	train_options_parse(changes, true, &o);
+	train_options_check(&o);
 	if (strcmp(status, "queued") == 0 || strcmp(status, "running") == 0)
 		ereport(ERROR, (errcode(ERRCODE_OBJECT_IN_USE),
 						errmsg("training job %lld is %s", (long long) job_id, status),
@@ -173,6 +175,7 @@ attention_join_training(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	status = read_job(job_id, false, &o);
+	train_options_check(&o);
 	if (o.nodes < 2)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("training job %lld runs on one machine (\"nodes\" is 1)", (long long) job_id),

@@ -95,7 +95,6 @@ apply_option(TrainOptions *o, const OptionSpec *spec, const JsonbValue *v)
 		if (strlen(s) >= sizeof(o->device))
 			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 							errmsg("training option \"device\" is too long: \"%s\"", s)));
-		o->ranks = attention_check_device(s);
 		strlcpy(field, s, sizeof(o->device));
 		return;
 	}
@@ -160,6 +159,13 @@ train_options_parse(Jsonb *options, bool only_resumable, TrainOptions *o)
 	}
 	if (!only_resumable && o->max_steps == 0 && o->max_epochs == 0 && o->max_minutes == 0)
 		o->max_epochs = 10;
+
+}
+
+void
+train_options_check(TrainOptions *o)
+{
+	o->ranks = attention_check_device(o->device);
 	if (o->nodes > 1 && strcmp(o->device, "cpu") == 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("training option \"nodes\" is %d, but \"device\" is \"cpu\"", o->nodes),

@@ -40,10 +40,17 @@ typedef struct TrainOptions
  * out of range. When `only_resumable`, keys that would change the
  * training's math (batch_tokens, seed, batches_per_step, ...) are refused;
  * the device may change (a step keeps its batches_per_step batches, spread
- * over the new ranks). batches_per_step is derived when not given, and
- * must be at least the ranks.
+ * over the new ranks). The devices are checked by train_options_check.
  */
 void		train_options_parse(Jsonb *options, bool only_resumable, TrainOptions *o);
+
+/*
+ * Checks the options against this server: the devices exist (o->ranks is
+ * set), "nodes" > 1 runs on CUDA, batches_per_step (derived when not given:
+ * nodes x ranks x accumulate_batches) is at least the ranks of all nodes.
+ * ERROR naming the option otherwise.
+ */
+void		train_options_check(TrainOptions *o);
 
 /* The options as a jsonb object with every key (what jobs.options stores). */
 Jsonb	   *train_options_to_jsonb(const TrainOptions *o);
