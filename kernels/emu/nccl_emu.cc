@@ -17,6 +17,8 @@
  * - ncclGroupStart/End: the collectives between them are issued together;
  * - ncclCommAbort ends the clique: collectives waiting in it and later ones
  *   fail with ncclRemoteError, never hang.
+ * A planted failure: CUEMU_JOIN_FAULT_DEVICE=D makes the join of the rank on
+ * device D fail at once while the others wait for it.
  * Collectives are synchronous here. A reduction is computed once, by the
  * last rank to arrive, in rank order, so it is deterministic. Cross-process
  * cliques are not emulated (no shared-memory transport): ncclCommInitRank
@@ -193,8 +195,16 @@ join(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, bool blocking)
 	Clique	   *c;
 	int			device = 0;
 
+	static const long fail_device = cuemu::env("CUEMU_JOIN_FAULT_DEVICE", -1);
+
 	if (nranks < 1 || rank < 0 || rank >= nranks || strncmp(id.internal, "nccl_emu:", 9) != 0)
 		return ncclInvalidArgument;
+	cudaGetDevice(&device);
+	if (device == fail_device)
+	{
+		snprintf(last_error, sizeof(last_error), "planted join failure on device %d (CUEMU_JOIN_FAULT_DEVICE)", device);
+		return ncclSystemError;
+	}
 	if (atol(id.internal + 9) != (long) getpid())
 	{
 		snprintf(last_error, sizeof(last_error), "communicator id %.40s was made by process %ld; communicators "
@@ -218,7 +228,6 @@ join(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, bool blocking)
 	}
 	if (c->ranks != nranks)
 		return ncclInvalidArgument;
-	cudaGetDevice(&device);
 	*comm = new ncclComm{c, rank, device};
 	{
 		std::unique_lock<std::mutex> lock(c->mu);

@@ -4,11 +4,13 @@
  * library of at least 4 devices (the emulated one: CUEMU_DEVICES=4), 1, 2
  * and 4 ranks on the same 20 steps (dropout on), a run stopped at step 10
  * and resumed on 3 and on 2 ranks, a rank that fails, and the collectives
- * and host synchronisations of a step, counted by the emulator.
+ * and host synchronisations of a step, counted by the emulator. With
+ * CUEMU_JOIN_FAULT_DEVICE set, only a rank that fails to join.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <math.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -363,12 +365,45 @@ test_ranks(void)
 	}
 }
 
+/*
+ * With CUEMU_JOIN_FAULT_DEVICE=2 (scripts/test-cuda-emu): the rank on device 2
+ * fails to join while ranks 0, 1 and 3 wait for it in non-blocking joins;
+ * the engine must abort them and report rank 2 at once, not after the
+ * 300-second join timeout.
+ */
+static void
+test_join_failure(void)
+{
+	TfConfig	c;
+	char		err[TF_ERRLEN];
+	struct timespec t0,
+				t1;
+	TfParallel *p;
+	double		seconds;
+
+	tiny_config(&c);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	p = tf_parallel_create(&c, 7, "cuda:0,1,2,3", 1, NULL, err, sizeof(err));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	seconds = (double) (t1.tv_sec - t0.tv_sec) + 1e-9 * (double) (t1.tv_nsec - t0.tv_nsec);
+	CHECK(p == NULL && strstr(err, "rank 2 (cuda:2)") != NULL && strstr(err, "planted join failure") != NULL,
+		  "a failed join: %s", p == NULL ? err : "created");
+	CHECK(seconds < 60, "the ranks waiting to join were left waiting %.0f s", seconds);
+	printf("  rank 2 failed to join: the others aborted, create returned in %.2f s: %s\n", seconds, err);
+	tf_parallel_free(p);
+}
+
 void
 test_parallel(const char *fixtures)
 {
 	char		err[TF_ERRLEN];
 	TfConfig	c;
 
+	if (getenv("CUEMU_JOIN_FAULT_DEVICE") != NULL && strcmp(test_device, "cuda") == 0)
+	{
+		test_join_failure();
+		return;
+	}
 	make_batches();
 	test_device_lists();
 	test_one_rank("cpu");
