@@ -70,6 +70,7 @@ typedef struct Job
 	int64		resumed_pairs;	/* train pairs when the checkpoint was written; -1 = fresh */
 	DataFeed	feed;			/* special ids and batch buffers */
 	int32	   *step_ids;		/* the padded ids of a step's batches: batches_per_step x 3 x max_batch_ids */
+	TfBatch    *step_batches;	/* [batches_per_step] */
 	/* since the last progress update */
 	double		loss_sum;
 	int64		loss_tokens;
@@ -313,6 +314,7 @@ load_data(Job *j, MemoryContext ctx)
 	data_feed_alloc(&j->feed, &j->train, &j->valid, j->config.max_positions);
 	j->step_ids = palloc_extended((Size) j->o.batches_per_step * 3 * j->train.max_batch_ids * sizeof(int32),
 								  MCXT_ALLOC_HUGE);
+	j->step_batches = palloc0(j->o.batches_per_step * sizeof(TfBatch));
 	j->order = palloc(j->train.num_batches * sizeof(int32));
 	if (POSITION(j) >= j->train.num_batches)
 	{
@@ -505,7 +507,7 @@ next_batch(Job *j)
 static void
 train_step(Job *j, int *skipped)
 {
-	TfBatch		batches[TF_MAX_STEP_BATCHES];
+	TfBatch    *batches = j->step_batches;
 	int64		labels = 0;
 	TfStepStats stats = {0};
 	int			a,
