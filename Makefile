@@ -131,7 +131,7 @@ endif
 .PHONY: check-cuda-emu check-cuda
 # Every kernel on the emulator against the CPU backend, in three fiber orders (scripts/test-cuda-emu).
 check-cuda-emu: $(ENGINE_TEST_BIN) $(CUDA_EMU_LIB) test/cuda/test_harness test/cuda/test_harness_tsan \
-	test/cuda/test_kernels_race
+	test/cuda/test_kernels_race test/cuda/precision_debian
 	scripts/test-cuda-emu
 # The same engine tests on a real GPU.
 check-cuda: $(ENGINE_TEST_BIN) $(CUDA_LIB)
@@ -155,9 +155,15 @@ $(ENGINE_TEST_BIN): $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) $(wildcard src/
 # Benchmarks (bench/run drives them).
 BENCH_BIN = bench/train_step bench/decode bench/parallel_counts
 EXTRA_CLEAN += $(BENCH_BIN)
-bench/train_step: bench/train_step.c bench/device.h $(ENGINE_NN) $(wildcard src/*.h) test/engine/spm.o
+bench/train_step: bench/train_step.c bench/corpus.h bench/device.h $(ENGINE_NN) $(wildcard src/*.h) test/engine/spm.o
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/train_step.c $(ENGINE_NN) test/engine/spm.o \
 		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl
+# bf16 against fp32 on the real corpus (scripts/test-cuda-emu)
+test/cuda/precision_debian: test/cuda/precision_debian.c bench/corpus.h $(ENGINE_NN) $(wildcard src/*.h) \
+		test/engine/spm.o
+	$(CC) $(ENGINE_STD_CFLAGS) -o $@ test/cuda/precision_debian.c $(ENGINE_NN) test/engine/spm.o \
+		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl
+EXTRA_CLEAN += test/cuda/precision_debian
 bench/decode: bench/decode.c bench/device.h $(ENGINE_NN) $(wildcard src/*.h)
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/decode.c $(ENGINE_NN) $(ENGINE_LIBS) -ldl
 bench/parallel_counts: bench/parallel_counts.c $(ENGINE_NN) $(wildcard src/*.h)

@@ -173,6 +173,7 @@ read_weights(const char *path, int threads, int32_t **sources, int *config)
 			m = tf_model_create_inference(&c, bench_device, threads, err, sizeof(err));
 			if (m == NULL || tf_model_tensors(m, &t, &n, err, sizeof(err)) != TF_OK)
 				die("create", err);
+			bench_set_precision(m);
 			free(data);
 		}
 		else if (strcmp(name, "sources") == 0)
@@ -253,8 +254,8 @@ run(int argc, char **argv)
 		tf_hypotheses_free(h, SENTENCES);
 	}
 	qsort(times + 1, reps, sizeof(double), cmp_double);
-	printf("engine decode device=%s d_model=%d beam=%d batch=%d threads=%d sentences=%d tokens=%ld seconds=%.3f "
-		   "tokens_per_s=%.0f sentences_per_s=%.1f\n", bench_device, config[1], opt.beam_size, batch, threads, SENTENCES,
+	printf("engine decode device=%s precision=%s d_model=%d beam=%d batch=%d threads=%d sentences=%d tokens=%ld seconds=%.3f "
+		   "tokens_per_s=%.0f sentences_per_s=%.1f\n", bench_device, bench_precision, config[1], opt.beam_size, batch, threads, SENTENCES,
 		   tokens, times[1 + reps / 2], tokens / times[1 + reps / 2], SENTENCES / times[1 + reps / 2]);
 	free(times);
 	free(h);
@@ -273,7 +274,7 @@ main(int argc, char **argv)
 	else
 	{
 		fprintf(stderr, "usage: decode weights OUT small|base [VOCAB]\n"
-				"       decode run WEIGHTS THREADS BEAM BATCH OFFSET [REPS] [OUT_IDS] [--device cpu|cuda|cuda:N]\n");
+				"       decode run WEIGHTS THREADS BEAM BATCH OFFSET [REPS] [OUT_IDS] [--device cpu|cuda|cuda:N] [--precision fp32|bf16]\n");
 		return 2;
 	}
 	return 0;

@@ -1,17 +1,20 @@
 /*
- * device.h - the benchmarks' --device option (cpu, cuda, cuda:N); the CUDA
+ * device.h - the benchmarks' --device option (cpu, cuda, cuda:N) and
+ * --precision option (fp32, bf16: tf_model_set_precision); the CUDA
  * library is $ATTENTION_CUDA_LIBRARY when set (the emulated build in CI).
  */
 #ifndef ATTENTION_BENCH_DEVICE_H
 #define ATTENTION_BENCH_DEVICE_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "transformer.h"
 
-/* The device of "--device D" (default "cpu"), removed from argv; returns the new argc. */
+/* "--device D" (default "cpu") and "--precision P" (default "fp32"), removed from argv; returns the new argc. */
 static const char *bench_device = "cpu";
+static const char *bench_precision = "fp32";
 
 static int
 bench_device_option(int argc, char **argv)
@@ -22,11 +25,28 @@ bench_device_option(int argc, char **argv)
 	for (i = 1; i < argc; i++)
 		if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
 			bench_device = argv[++i];
+		else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc)
+			bench_precision = argv[++i];
 		else
 			argv[j++] = argv[i];
 	if (getenv("ATTENTION_CUDA_LIBRARY") != NULL)
 		tf_backend_set_cuda_library(getenv("ATTENTION_CUDA_LIBRARY"));
 	return j;
+}
+
+/* Sets the model's precision to --precision; exits with the engine's message when it cannot. */
+static void
+bench_set_precision(TfModel *m)
+{
+	char		err[TF_ERRLEN];
+	TfPrecision p;
+
+	if (tf_precision_parse(bench_precision, &p, err, sizeof(err)) != TF_OK ||
+		tf_model_set_precision(m, p, err, sizeof(err)) != TF_OK)
+	{
+		fprintf(stderr, "--precision %s: %s\n", bench_precision, err);
+		exit(2);
+	}
 }
 
 #endif

@@ -3,9 +3,11 @@
 same batches file, the same thread count, full steps (forward, backward, Adam with the
 paper's schedule), eager mode. Prints one result line like the engine's.
 
-Usage: reference_train_step.py BATCHES_FILE small|base THREADS STEPS [cpu|cuda] [fp32|tf32]
+Usage: reference_train_step.py BATCHES_FILE small|base THREADS STEPS [cpu|cuda] [fp32|tf32|bf16]
 On cuda the step time waits for the device (torch.cuda.synchronize); tf32 lets cuBLAS round
-matrix-product inputs to TF32 on tensor cores, fp32 forbids it (the engine's fp32 backend).
+matrix-product inputs to TF32 on tensor cores, fp32 forbids it (the engine's fp32 backend);
+bf16 is torch.autocast(bfloat16) with attention through F.scaled_dot_product_attention (its
+fused kernels), the comparison for the engine's bf16 mixed precision.
 """
 import os
 import resource
@@ -18,6 +20,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_model  # noqa: E402
 from torch_model import Transformer, config  # noqa: E402
 
 
@@ -43,6 +46,8 @@ def main():
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch_model.SDPA = precision == "bf16"
+    autocast = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=precision == "bf16")
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     batches = [tuple(t.to(device) for t in b) for b in read_batches(path)]
     cfg = config(size, 8000)
@@ -54,7 +59,8 @@ def main():
         src, tgt_in, labels = batches[(i + 2) % len(batches)]
         t0 = time.perf_counter()
         opt.zero_grad()
-        _, loss_sum, n = model(src, tgt_in, labels)
+        with autocast:
+            _, loss_sum, n = model(src, tgt_in, labels)
         (loss_sum / n).backward()
         step = i + 3
         for group in opt.param_groups:

@@ -6,6 +6,11 @@ label-smoothed cross-entropy ignoring padding.
 
 Used by test/fixtures/make_model_fixture.py (the reference state the C tests compare
 against) and bench/reference_train_step.py (the throughput reference).
+
+With BF16_RULES set (make_bf16_fixture.py), the engine's bf16 mixed precision applied
+explicitly: every matrix product of a projection and the logits takes its operands rounded
+to bfloat16 (round-to-nearest-even) and accumulates in fp32, and attention reads its keys
+and values rounded so; everything else stays fp32.
 """
 import math
 
@@ -13,6 +18,22 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+
+BF16_RULES = False
+SDPA = False  # attention through F.scaled_dot_product_attention (PyTorch >= 2.0; bench/reference_train_step.py bf16)
+
+
+def rounded(t):
+    """t rounded to bfloat16 and back, under BF16_RULES; t itself otherwise."""
+    return t.to(torch.bfloat16).to(torch.float32) if BF16_RULES else t
+
+
+class Linear(nn.Linear):
+    """nn.Linear whose product follows BF16_RULES (same parameters, same names)."""
+
+    def forward(self, x):
+        return F.linear(rounded(x), rounded(self.weight), self.bias)
 
 
 def positions(length, d):
@@ -28,18 +49,22 @@ class Attention(nn.Module):
     def __init__(self, d, heads, dropout):
         super().__init__()
         self.heads, self.dropout = heads, dropout
-        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (Linear(d, d) for _ in range(4))
 
     def forward(self, x, mem, key_pad, causal):
         b, lq, lk, d = x.shape[0], x.shape[1], mem.shape[1], x.shape[2]
         h, dk = self.heads, d // self.heads
         q = self.q_proj(x).view(b, lq, h, dk).transpose(1, 2)
-        k = self.k_proj(mem).view(b, lk, h, dk).transpose(1, 2)
-        v = self.v_proj(mem).view(b, lk, h, dk).transpose(1, 2)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(dk)
+        k = rounded(self.k_proj(mem)).view(b, lk, h, dk).transpose(1, 2)
+        v = rounded(self.v_proj(mem)).view(b, lk, h, dk).transpose(1, 2)
         mask = key_pad[:, None, None, :].expand(b, h, lq, lk)
         if causal:
-            mask = mask | torch.triu(torch.ones(lq, lk, dtype=torch.bool), 1)
+            mask = mask | torch.triu(torch.ones(lq, lk, dtype=torch.bool, device=x.device), 1)
+        if SDPA:
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=~mask,
+                                                 dropout_p=self.dropout if self.training else 0.0)
+            return self.out_proj(ctx.transpose(1, 2).reshape(b, lq, d))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(dk)
         probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
         self.probs = probs.detach()  # [batch, heads, queries, keys], for attention inspection
         probs = F.dropout(probs, self.dropout, self.training)
@@ -56,8 +81,8 @@ class Layer(nn.Module):
         if decoder:
             self.encoder_attn = Attention(d, cfg["num_heads"], cfg["attention_dropout"])
             self.encoder_attn_layer_norm = nn.LayerNorm(d, eps=eps)
-        self.fc1 = nn.Linear(d, cfg["d_ff"])
-        self.fc2 = nn.Linear(cfg["d_ff"], d)
+        self.fc1 = Linear(d, cfg["d_ff"])
+        self.fc2 = Linear(cfg["d_ff"], d)
         self.final_layer_norm = nn.LayerNorm(d, eps=eps)
 
     def forward(self, x, self_pad, causal, mem=None, mem_pad=None):
@@ -93,15 +118,15 @@ class Transformer(nn.Module):
         m, cfg, d = self.model, self.cfg, self.cfg["d_model"]
         pad = cfg["pad_id"]
         src_pad, tgt_pad = src == pad, tgt_in == pad
-        x = m.shared(src) * math.sqrt(d) + positions(src.shape[1], d)
+        x = m.shared(src) * math.sqrt(d) + positions(src.shape[1], d).to(src.device)
         x = F.dropout(x, cfg["dropout"], self.training)
         for layer in m.encoder.layers:
             x = layer(x, src_pad, False)
-        y = m.shared(tgt_in) * math.sqrt(d) + positions(tgt_in.shape[1], d)
+        y = m.shared(tgt_in) * math.sqrt(d) + positions(tgt_in.shape[1], d).to(tgt_in.device)
         y = F.dropout(y, cfg["dropout"], self.training)
         for layer in m.decoder.layers:
             y = layer(y, tgt_pad, True, x, src_pad)
-        logits = (y @ m.shared.weight.t()).reshape(-1, cfg["vocab_size"])
+        logits = (rounded(y) @ rounded(m.shared.weight).t()).reshape(-1, cfg["vocab_size"])
         loss = F.cross_entropy(logits, labels.reshape(-1), ignore_index=pad,
                                label_smoothing=cfg["label_smoothing"], reduction="sum")
         return logits, loss, int((labels != pad).sum())

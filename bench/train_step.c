@@ -23,6 +23,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "corpus.h"
 #include "device.h"
 #include "spm.h"
 #include "transformer.h"
@@ -55,42 +56,6 @@ now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Reads the lines of a file into a malloc'd array; returns the count. */
-static size_t
-read_lines(const char *path, char ***lines, size_t **lengths)
-{
-	FILE	   *f = fopen(path, "r");
-	char	   *line = NULL;
-	size_t		cap = 0,
-				n = 0,
-				room = 1024;
-	ssize_t		len;
-
-	if (f == NULL)
-	{
-		fprintf(stderr, "cannot open %s\n", path);
-		exit(1);
-	}
-	*lines = malloc(room * sizeof(char *));
-	*lengths = malloc(room * sizeof(size_t));
-	while ((len = getline(&line, &cap, f)) >= 0)
-	{
-		if (len > 0 && line[len - 1] == '\n')
-			line[--len] = '\0';
-		if (n == room)
-		{
-			room *= 2;
-			*lines = realloc(*lines, room * sizeof(char *));
-			*lengths = realloc(*lengths, room * sizeof(size_t));
-		}
-		(*lines)[n] = strdup(line);
-		(*lengths)[n++] = (size_t) len;
-	}
-	free(line);
-	fclose(f);
-	return n;
 }
 
 static int
@@ -371,6 +336,7 @@ run(const char *path, const char *size, int threads, int steps)
 	m = tf_model_create(&c, 1, bench_device, threads, err, sizeof(err));
 	if (m == NULL)
 		return fprintf(stderr, "%s\n", err), 1;
+	bench_set_precision(m);
 	tf_optimizer_default(&opt);
 	peak = sgemm_peak();		/* before the steps, and again after them */
 	for (i = -2; i < steps; i++)
@@ -408,9 +374,9 @@ run(const char *path, const char *size, int threads, int steps)
 
 		qsort(secs, steps, sizeof(double), by_double);
 		sorted_median = secs[steps / 2];
-		printf("engine %s device=%s threads=%d steps=%d median_step_s=%.4f tokens_per_s=%.0f gflops=%.1f "
+		printf("engine %s device=%s precision=%s threads=%d steps=%d median_step_s=%.4f tokens_per_s=%.0f gflops=%.1f "
 			   "sgemm_peak_gflops=%.1f peak_fraction=%.2f max_rss_mb=%ld\n",
-			   size, bench_device, threads, steps, sorted_median, tokens / total, flops / total / 1e9, peak,
+			   size, bench_device, bench_precision, threads, steps, sorted_median, tokens / total, flops / total / 1e9, peak,
 			   flops / total / 1e9 / peak, ru.ru_maxrss / 1024);
 	}
 	tf_model_free(m);
@@ -426,6 +392,6 @@ main(int argc, char **argv)
 	if (argc == 6 && strcmp(argv[1], "run") == 0)
 		return run(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
 	fprintf(stderr, "usage: train_step batches CORPUS_DIR OUT [TOKENS] | run BATCHES small|base THREADS STEPS "
-			"[--device cpu|cuda|cuda:N]\n");
+			"[--device cpu|cuda|cuda:N] [--precision fp32|bf16]\n");
 	return 2;
 }

@@ -247,6 +247,8 @@ claim_job(Job *j, MemoryContext ctx)
 	j->engine = tf_parallel_create(&j->config, (uint64) j->o.seed, j->o.device, threads, NULL, err, sizeof(err));
 	if (j->engine == NULL)
 		engine_error(j, "could not create the model", err);
+	if (tf_parallel_set_precision(j->engine, train_options_precision(&j->o), err, sizeof(err)) != TF_OK)
+		engine_error(j, "could not set the precision", err);
 
 	/* continue from the job's newest checkpoint */
 	j->resumed_pairs = -1;

@@ -5,13 +5,21 @@
  * twins of cpu_attention and cpu_attention_backward.
  *
  * One block per (sentence x head, query row) for the forward and the
- * query-side backward; one per (sentence x head, key row) for the key side.
+ * query-side backward; one per (sentence x head, key row) for the key side;
+ * as many threads as the longest row of keys or d_k needs (row_threads).
  * A row of scores lives in dynamic shared memory (max_k floats).
  */
 #include "kernels.h"
 
 #define ATT_THREADS 128
 #define ATT_MAX_SHARED (48 * 1024)
+
+/* A key or value element as attention reads it: rounded to bf16 in mixed precision. */
+__device__ __forceinline__ float
+kv_value(float x, bool bf16_kv)
+{
+	return bf16_kv ? __bfloat162float(__float2bfloat16_rn(x)) : x;
+}
 
 /* Sentence b's geometry for head h (the arrays are device memory). */
 struct Pair
@@ -39,7 +47,7 @@ pair_of(const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, 
 __global__ void
 attention_kernel(float *ctx, float *probs, const float *q, int ldq, const float *k, const float *v, int ldk,
 				 const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, const int32_t *k_len,
-				 int num_heads, int dk, bool causal, float dropout, uint64_t seed, uint64_t stream)
+				 int num_heads, int dk, bool causal, float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
 {
 	DYNAMIC_SHARED(float, row);
 	__shared__ float part[33];
@@ -72,7 +80,7 @@ attention_kernel(float *ctx, float *probs, const float *q, int ldq, const float 
 		float		dot = 0.0f;
 
 		for (int c = 0; c < dk; c++)
-			dot += qr[c] * kr[c];
+			dot += qr[c] * kv_value(kr[c], bf16_kv);
 		row[j] = dot * scale;
 		mx = fmaxf(mx, row[j]);
 	}
@@ -98,7 +106,7 @@ attention_kernel(float *ctx, float *probs, const float *q, int ldq, const float 
 		float		acc = 0.0f;
 
 		for (int j = 0; j < visible; j++)
-			acc += row[j] * v[(a.k0 + j) * ldk + h * dk + c];
+			acc += row[j] * kv_value(v[(a.k0 + j) * ldk + h * dk + c], bf16_kv);
 		cr[c] = acc;
 	}
 }
@@ -111,7 +119,8 @@ attention_kernel(float *ctx, float *probs, const float *q, int ldq, const float 
 __global__ void
 attention_dq_kernel(float *dq, float *dscores, const float *dctx, const float *probs, const float *k,
 					const float *v, int ldq, int ldk, const int32_t *q_start, const int32_t *k_start,
-					const int64_t *p_start, int num_heads, int dk, float dropout, uint64_t seed, uint64_t stream)
+					const int64_t *p_start, int num_heads, int dk, float dropout, uint64_t seed, uint64_t stream,
+					bool bf16_kv)
 {
 	DYNAMIC_SHARED(float, row);
 	__shared__ float part[33];
@@ -141,7 +150,7 @@ attention_dq_kernel(float *dq, float *dscores, const float *dctx, const float *p
 		float		g = 0.0f;
 
 		for (int c = 0; c < dk; c++)
-			g += dc[c] * vr[c];
+			g += dc[c] * kv_value(vr[c], bf16_kv);
 		if (dropout > 0.0f)
 			g = device_uniform(seed, stream, p0 + j) >= dropout ? g * keep_scale : 0.0f;
 		row[j] = g;
@@ -159,7 +168,7 @@ attention_dq_kernel(float *dq, float *dscores, const float *dctx, const float *p
 		float		acc = 0.0f;
 
 		for (int j = 0; j < a.lk; j++)
-			acc += row[j] * k[(a.k0 + j) * ldk + h * dk + c];
+			acc += row[j] * kv_value(k[(a.k0 + j) * ldk + h * dk + c], bf16_kv);
 		dqr[c] = acc;
 	}
 }
@@ -207,33 +216,36 @@ k_attention_fits(const TfAttentionShape *sh)
 
 void
 k_attention(float *ctx, float *probs, const float *q, int ldq, const float *k, const float *v, int ldk,
-			const TfAttentionShape *sh, cudaStream_t stream)
+			const TfAttentionShape *sh, bool bf16_kv, cudaStream_t stream)
 {
 	dim3		grid((unsigned) (sh->batch * sh->num_heads), (unsigned) sh->max_q);
 
 	if (sh->batch == 0 || sh->max_q == 0)
 		return;
-	LAUNCH(attention_kernel, grid, ATT_THREADS, (size_t) (sh->max_k > 0 ? sh->max_k : 1) * sizeof(float), stream)
+	LAUNCH(attention_kernel, grid, row_threads(sh->max_k > sh->head_dim ? sh->max_k : sh->head_dim, ATT_THREADS),
+		   (size_t) (sh->max_k > 0 ? sh->max_k : 1) * sizeof(float), stream)
 		(ctx, probs, q, ldq, k, v, ldk, sh->q_start, sh->k_start, sh->p_start, sh->k_len, sh->num_heads,
-		 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream);
+		 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream, bf16_kv);
 }
 
 void
 k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, const float *probs, const float *q,
-					 int ldq, const float *k, const float *v, int ldk, const TfAttentionShape *sh, float *dscores,
-					 cudaStream_t stream)
+					 int ldq, const float *k, const float *v, int ldk, const TfAttentionShape *sh, bool bf16_kv,
+					 float *dscores, cudaStream_t stream)
 {
 	unsigned	pairs = (unsigned) (sh->batch * sh->num_heads);
 
 	if (sh->batch == 0)
 		return;
 	if (sh->max_q > 0)
-		LAUNCH(attention_dq_kernel, dim3(pairs, (unsigned) sh->max_q), ATT_THREADS,
+		LAUNCH(attention_dq_kernel, dim3(pairs, (unsigned) sh->max_q),
+			   row_threads(sh->max_k > sh->head_dim ? sh->max_k : sh->head_dim, ATT_THREADS),
 			   (size_t) (sh->max_k > 0 ? sh->max_k : 1) * sizeof(float), stream)
 			(dq, dscores, dctx, probs, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
-			 sh->head_dim, sh->dropout, sh->seed, sh->stream);
+			 sh->head_dim, sh->dropout, sh->seed, sh->stream, bf16_kv);
 	if (sh->max_k > 0)
-		LAUNCH(attention_dkv_kernel, dim3(pairs, (unsigned) sh->max_k), ATT_THREADS, 0, stream)
+		LAUNCH(attention_dkv_kernel, dim3(pairs, (unsigned) sh->max_k), row_threads(sh->head_dim, ATT_THREADS), 0,
+			   stream)
 			(dk, dv, dscores, dctx, probs, q, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
 			 sh->head_dim, sh->dropout, sh->seed, sh->stream);
 }

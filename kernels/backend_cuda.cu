@@ -1,7 +1,7 @@
 /*
- * backend_cuda.cu - the CUDA backend (src/backend.h) on one device, fp32:
- * cuBLAS for every matrix product, the kernels of this directory for the
- * rest, all on one stream. Built by nvcc into attention_cuda.so for a GPU,
+ * backend_cuda.cu - the CUDA backend (src/backend.h) on one device, fp32 or
+ * bf16 mixed precision (set_precision): cuBLAS for every matrix product, the
+ * kernels of this directory for the rest, all on one stream. Built by nvcc into attention_cuda.so for a GPU,
  * and by g++ with emu/cuda_emu.h and the cuBLAS shim into
  * attention_cuda_emu.so, which runs the same sources on the CPU in CI.
  *
@@ -45,6 +45,13 @@ struct CudaState
 	double	   *partials;		/* sum_squares' per-block sums */
 	float	   *columns;		/* column sums' per-chunk partials, grown as needed */
 	size_t		columns_floats;
+	/* bf16 mixed precision (set_precision): the weights' copy and two rounded operands */
+	bool		bf16;
+	const float *weights;
+	size_t		weights_n;
+	__nv_bfloat16 *weights16;
+	__nv_bfloat16 *operand16[2];
+	size_t		operand16_n[2];
 	/* data parallelism (join): NCCL communicator, its stream and the events between the two */
 	ncclComm_t	comm;
 	cudaStream_t comm_stream;
@@ -202,26 +209,113 @@ cuda_reserve(TfBackend *be, size_t plane, size_t probs)
 }
 
 /*
+ * A gemm operand in bf16 (set_precision TF_BF16): [rows, cols] row-major
+ * with leading dimension ld. Inside the weights: their bf16 copy at the same
+ * offset; otherwise rounded into operand workspace `which` (0 or 1), grown
+ * on first need. NULL after recording out of memory.
+ */
+static const __nv_bfloat16 *
+bf16_operand(TfBackend *be, int which, const float *x, int rows, int cols, int ld)
+{
+	CudaState  *st = state(be);
+	size_t		n = (size_t) (rows - 1) * ld + cols;
+	uintptr_t	at = (uintptr_t) x,
+				w = (uintptr_t) st->weights;
+
+	if (at >= w && at + n * sizeof(float) <= w + st->weights_n * sizeof(float))
+		return st->weights16 + (x - st->weights);
+	if (n > st->operand16_n[which])
+	{
+		__nv_bfloat16 *p = (__nv_bfloat16 *) cuda_alloc(be, n * sizeof(__nv_bfloat16));
+
+		if (p == NULL)
+		{
+			fail(be, "bf16 gemm", "out of device memory for a rounded operand");
+			return NULL;
+		}
+		cuda_free(be, st->operand16[which]);
+		st->operand16[which] = p;
+		st->operand16_n[which] = n;
+	}
+	k_round_bf16(st->operand16[which], x, n, st->stream);
+	launched(be, "bf16 rounding");
+	return st->operand16[which];
+}
+
+/*
  * Row-major C = alpha op(A) op(B) + beta C is column-major
  * C^T = alpha op(B)^T op(A)^T + beta C^T: cuBLAS with the operands swapped.
+ * In bf16, both operands rounded (bf16_operand) and fp32 accumulation
+ * (cublasGemmEx, CUBLAS_COMPUTE_32F) into fp32 C.
  */
 static void
 cuda_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
 		  const float *b, int ldb, float beta, float *c, int ldc)
 {
+	CudaState  *st = state(be);
+	cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+				op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
 	cublasStatus_t rc;
 
 	if (m == 0 || n == 0)
 		return;
-	rc = cublasSgemm(state(be)->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-					 n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc);
+	if (st->bf16 && k > 0)
+	{
+		const __nv_bfloat16 *a16 = bf16_operand(be, 0, a, trans_a ? k : m, trans_a ? m : k, lda),
+				   *b16 = bf16_operand(be, 1, b, trans_b ? n : k, trans_b ? k : n, ldb);
+
+		if (a16 == NULL || b16 == NULL)
+			return;
+		rc = cublasGemmEx(st->blas, op_b, op_a, n, m, k, &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda,
+						  &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+	}
+	else
+		rc = cublasSgemm(st->blas, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc);
 	if (rc != CUBLAS_STATUS_SUCCESS)
 	{
 		char		why[64];
 
 		snprintf(why, sizeof(why), "cuBLAS status %d (m %d, n %d, k %d)", (int) rc, m, n, k);
-		fail(be, "cublasSgemm", why);
+		fail(be, st->bf16 ? "cublasGemmEx (bf16)" : "cublasSgemm", why);
 	}
+}
+
+/*
+ * Mixed precision: (re)makes the bf16 copy of the weights, allocated when
+ * their count changes; TF_FP32 frees it and the operand workspaces.
+ */
+static bool
+cuda_set_precision(TfBackend *be, TfPrecision precision, const float *weights, size_t n)
+{
+	CudaState  *st = state(be);
+
+	if (precision == TF_FP32 || n != st->weights_n)
+	{
+		cuda_free(be, st->weights16);
+		for (int i = 0; i < 2; i++)
+		{
+			cuda_free(be, st->operand16[i]);
+			st->operand16[i] = NULL;
+			st->operand16_n[i] = 0;
+		}
+		st->weights16 = NULL;
+		st->weights = NULL;
+		st->weights_n = 0;
+	}
+	st->bf16 = precision == TF_BF16;
+	if (!st->bf16)
+		return true;
+	if (st->weights16 == NULL &&
+		(st->weights16 = (__nv_bfloat16 *) cuda_alloc(be, (n > 0 ? n : 1) * sizeof(__nv_bfloat16))) == NULL)
+	{
+		st->bf16 = false;
+		return false;
+	}
+	st->weights = weights;
+	st->weights_n = n;
+	k_round_bf16(st->weights16, weights, n, st->stream);
+	launched(be, "bf16 copy of the weights");
+	return true;
 }
 
 /*
@@ -363,7 +457,7 @@ cuda_attention(TfBackend *be, float *ctx, float *probs, const float *q, int ldq,
 {
 	if (!attention_fits(be, sh))
 		return;
-	k_attention(ctx, probs, q, ldq, k, v, ldk, sh, state(be)->stream);
+	k_attention(ctx, probs, q, ldq, k, v, ldk, sh, state(be)->bf16, state(be)->stream);
 	launched(be, "attention");
 }
 
@@ -379,7 +473,8 @@ cuda_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const fl
 		fail(be, "attention_backward", "the score workspace was not reserved for this call");
 		return;
 	}
-	k_attention_backward(dq, dk, dv, dctx, probs, q, ldq, k, v, ldk, sh, state(be)->dscores, state(be)->stream);
+	k_attention_backward(dq, dk, dv, dctx, probs, q, ldq, k, v, ldk, sh, state(be)->bf16, state(be)->dscores,
+						 state(be)->stream);
 	launched(be, "attention_backward");
 }
 
@@ -576,6 +671,9 @@ cuda_destroy(TfBackend *be)
 	cudaFree(st->dscores);
 	cudaFree(st->partials);
 	cudaFree(st->columns);
+	cudaFree(st->weights16);
+	cudaFree(st->operand16[0]);
+	cudaFree(st->operand16[1]);
 	if (st->blas != NULL)
 		cublasDestroy(st->blas);
 	if (st->stream != NULL)
@@ -677,6 +775,7 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 	be->adam = cuda_adam;
 	be->gather = cuda_gather;
 	be->log_softmax_topk = cuda_log_softmax_topk;
+	be->set_precision = cuda_set_precision;
 	be->set_threads = cuda_set_threads;
 	be->join = cuda_join;
 	be->all_reduce = cuda_all_reduce;

@@ -51,6 +51,20 @@ blocks_for(size_t n, unsigned threads)
 	return (unsigned) (b == 0 ? 1 : b > 65535 ? 65535 : b);
 }
 
+/*
+ * Threads per block for a kernel whose threads stride over `width` elements
+ * of a row: width rounded up to whole warps, between one warp and `most`
+ * (a multiple of 32). Short rows (small d_model, short sentences) then leave
+ * no warps idle, on a GPU and in the emulator alike.
+ */
+static inline unsigned
+row_threads(int width, unsigned most)
+{
+	unsigned	t = width > 0 ? ((unsigned) width + 31u) / 32u * 32u : 32u;
+
+	return t < most ? t : most;
+}
+
 /* The two reductions of the kernels. */
 struct SumOp
 {

@@ -1,7 +1,8 @@
 /*
  * elementwise.cu - residual add, scaling, bias rows and their column sums,
  * the feed-forward activations and their backward: the CUDA twins of the elementwise ops of
- * src/backend_cpu.c.
+ * src/backend_cpu.c; and the rounding of fp32 to bf16 that mixed precision
+ * feeds cuBLAS with (no CPU twin: the CPU backend computes in fp32 only).
  */
 #include "kernels.h"
 
@@ -14,6 +15,13 @@ add_kernel(float *out, const float *a, const float *b, size_t n)
 {
 	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
 		out[i] = a[i] + b[i];
+}
+
+__global__ void
+round_bf16_kernel(__nv_bfloat16 *out, const float *x, size_t n)
+{
+	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
+		out[i] = __float2bfloat16_rn(x[i]);
 }
 
 __global__ void
@@ -81,6 +89,12 @@ void
 k_add(float *out, const float *a, const float *b, size_t n, cudaStream_t stream)
 {
 	LAUNCH(add_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(out, a, b, n);
+}
+
+void
+k_round_bf16(__nv_bfloat16 *out, const float *x, size_t n, cudaStream_t stream)
+{
+	LAUNCH(round_bf16_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(out, x, n);
 }
 
 void

@@ -10,6 +10,8 @@
 
 #include "common.cuh"
 
+#include <cuda_bf16.h>
+
 extern "C" {
 #include "backend.h"
 }
@@ -17,6 +19,8 @@ extern "C" {
 /* elementwise.cu (column sums: workspace of column_chunks(...) * cols floats) */
 void		k_add(float *out, const float *a, const float *b, size_t n, cudaStream_t stream);
 void		k_scale(float *x, size_t n, float s, cudaStream_t stream);
+/* out[i] = x[i] rounded to bfloat16, to nearest, ties to even (__float2bfloat16_rn) */
+void		k_round_bf16(__nv_bfloat16 *out, const float *x, size_t n, cudaStream_t stream);
 void		k_bias_rows(float *out, const float *bias, int rows, int cols, cudaStream_t stream);
 void		k_bias_backward(float *dbias, const float *dout, int rows, int cols, float *workspace,
 							size_t workspace_floats, cudaStream_t stream);
@@ -43,13 +47,16 @@ void		k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *
 								 const float *mean, const float *rstd, const float *gamma, int rows, int d,
 								 float *workspace, size_t workspace_floats, cudaStream_t stream);
 
-/* attention.cu (dscores: sh->p_total floats of workspace) */
+/*
+ * attention.cu (dscores: sh->p_total floats of workspace; bf16_kv: keys and
+ * values are read rounded to bfloat16, as set_precision TF_BF16 says)
+ */
 bool		k_attention_fits(const TfAttentionShape *sh);
 void		k_attention(float *ctx, float *probs, const float *q, int ldq, const float *k, const float *v,
-						int ldk, const TfAttentionShape *sh, cudaStream_t stream);
+						int ldk, const TfAttentionShape *sh, bool bf16_kv, cudaStream_t stream);
 void		k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, const float *probs,
 								 const float *q, int ldq, const float *k, const float *v, int ldk,
-								 const TfAttentionShape *sh, float *dscores, cudaStream_t stream);
+								 const TfAttentionShape *sh, bool bf16_kv, float *dscores, cudaStream_t stream);
 
 /* cross_entropy.cu */
 void		k_cross_entropy(float *logits, float *inv_sum, const int32_t *labels, int rows, int vocab,

@@ -115,7 +115,7 @@ k_layernorm(float *out, float *mean, float *rstd, const float *x, const float *g
 			int rows, int d, float eps, cudaStream_t stream)
 {
 	if (rows > 0)
-		LAUNCH(layernorm_kernel, rows, BLOCK, 0, stream)(out, mean, rstd, x, gamma, beta, d, eps);
+		LAUNCH(layernorm_kernel, rows, row_threads(d, BLOCK), 0, stream)(out, mean, rstd, x, gamma, beta, d, eps);
 }
 
 void
@@ -129,7 +129,7 @@ k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dout, 
 
 	if (rows <= 0)
 		return;
-	LAUNCH(layernorm_dx_kernel, rows, BLOCK, 0, stream)(dx, dout, x, mean, rstd, gamma, d);
+	LAUNCH(layernorm_dx_kernel, rows, row_threads(d, BLOCK), 0, stream)(dx, dout, x, mean, rstd, gamma, d);
 	LAUNCH(layernorm_dparams_kernel, dim3(blocks_for(d, 64), (unsigned) chunks), 64, 0, stream)
 		(pg, pb, dout, x, mean, rstd, rows, d, chunks);
 	LAUNCH(layernorm_dparams_total_kernel, blocks_for(d, BLOCK), BLOCK, 0, stream)(dgamma, dbeta, pg, pb, d, chunks);

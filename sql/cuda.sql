@@ -46,7 +46,7 @@ SELECT current_database() AS db \gset
 ALTER DATABASE :"db" SET attention.cuda_library = '$libdir/attention_cuda_emu.so';
 
 -- the same 16 steps on the CPU and on the emulated GPU (dropout on, checkpoints at 8 and 16) ...
-\set options '"batch_tokens": 120, "warmup_steps": 8, "learning_rate_scale": 0.5, "checkpoint_every_steps": 8, "keep_checkpoints": 2, "seed": 5, "dropout": 0.1, "threads": 1, "validation_bleu_sentences": 2'
+\set options '"batch_tokens": 120, "warmup_steps": 8, "learning_rate_scale": 0.5, "checkpoint_every_steps": 8, "keep_checkpoints": 2, "seed": 5, "dropout": 0.1, "threads": 1, "validation_bleu_sentences": 2, "precision": "fp32"'
 SELECT attention.train('gpu_job', 'tr_regress', format('{"max_steps": 16, "device": "cpu", %s}', :'options')::jsonb)
   AS cpu_job \gset
 SELECT attention.wait_training(:cpu_job);
@@ -67,6 +67,26 @@ SELECT abs(g.loss - c.loss) / c.loss < 1e-5 AS same_test_loss, g.sentences
          (SELECT checkpoint_id FROM attention.checkpoints WHERE job_id = :cpu_job AND step = 16)) c,
        attention.evaluate('gpu_job', 'tr_regress', 'test',
          (SELECT checkpoint_id FROM attention.checkpoints WHERE job_id = :cuda_job AND step = 16)) g;
+
+-- bf16 mixed precision: refused on the CPU, a bad name refused, both before any job is queued
+SELECT count(*) AS jobs_before FROM attention.training_jobs \gset
+SELECT attention.train('gpu_job', 'tr_regress', '{"device": "cpu", "precision": "bf16"}');
+SELECT attention.train('gpu_job', 'tr_regress', '{"device": "cuda", "precision": "fp16"}');
+SELECT count(*) = :jobs_before AS no_job_queued FROM attention.training_jobs;
+-- the default on a CUDA device: the same 16 steps in bf16 (8, then resumed in fp32 to 16)
+\set options_bf16 '"batch_tokens": 120, "warmup_steps": 8, "learning_rate_scale": 0.5, "checkpoint_every_steps": 8, "keep_checkpoints": 2, "seed": 5, "dropout": 0.1, "threads": 1, "validation_bleu_sentences": 2'
+SELECT attention.train('gpu_job', 'tr_regress', format('{"max_steps": 8, "device": "cuda", %s}', :'options_bf16')::jsonb)
+  AS bf16_job \gset
+SELECT attention.wait_training(:bf16_job);
+SELECT status, step, options->>'precision' AS precision, error FROM attention.training_jobs WHERE job_id = :bf16_job;
+SELECT attention.resume_training(:bf16_job, '{"max_steps": 16, "precision": "fp32"}') = :bf16_job AS resumed;
+SELECT attention.wait_training(:bf16_job);
+SELECT status, step, options->>'precision' AS precision, error FROM attention.training_jobs WHERE job_id = :bf16_job;
+-- validation losses within 2% of the fp32 job's, yet not equal to them (bf16 did run at step 8)
+SELECT c.step, abs(g.valid_loss - c.valid_loss) / c.valid_loss < 0.02 AS within_2_percent,
+       g.valid_loss <> c.valid_loss AS differs
+  FROM attention.checkpoints c JOIN attention.checkpoints g USING (step)
+ WHERE c.job_id = :cpu_job AND g.job_id = :bf16_job ORDER BY step;
 ALTER DATABASE :"db" RESET attention.cuda_library;
 RESET attention.cuda_library;
 SELECT attention.drop_model('gpu_job');

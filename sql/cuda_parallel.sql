@@ -32,7 +32,7 @@ SELECT options->>'device' AS device, options->'batches_per_step' AS batches_per_
   FROM attention.training_jobs WHERE job_id = :job_all;
 
 -- the same 20 steps of 4 batches on 1, 2 and 4 ranks (checkpoints, with validation, every 5)
-\set options '"batch_tokens": 120, "warmup_steps": 100, "batches_per_step": 4, "checkpoint_every_steps": 5, "keep_checkpoints": 0, "seed": 5, "dropout": 0.1, "threads": 1'
+\set options '"batch_tokens": 120, "warmup_steps": 100, "batches_per_step": 4, "checkpoint_every_steps": 5, "keep_checkpoints": 0, "seed": 5, "dropout": 0.1, "threads": 1, "precision": "fp32"'
 SELECT attention.train('dp_job', 'tr_regress', format('{"max_steps": 20, "device": "cuda:0", %s}', :'options')::jsonb)
   AS one \gset
 SELECT attention.wait_training(:one);
@@ -48,8 +48,7 @@ SELECT j.job_id = :one AS one_rank, j.status, j.step, j.error
 SELECT c.step, bool_and(abs(o.valid_loss - c.valid_loss) / c.valid_loss < 1e-5) AS same_valid_loss, count(*) AS jobs
   FROM attention.checkpoints c JOIN attention.checkpoints o ON o.job_id = :one AND o.step = c.step
  WHERE c.job_id IN (:two, :four) GROUP BY c.step ORDER BY c.step;
-SELECT bool_and(abs(j.train_loss - o.train_loss) / o.train_loss < 1e-5) AS same_train_loss
-  FROM attention.training_jobs j, attention.training_jobs o WHERE j.job_id IN (:two, :four) AND o.job_id = :one;
+-- (not train_loss: the mean over the steps since the last progress update, whose window is wall-clock time)
 
 -- 4 ranks stopped at step 10, resumed on 3 ranks (each accumulating up to 2 of the 4 batches)
 SELECT attention.train('dp_job', 'tr_regress', format('{"max_steps": 10, "device": "cuda:0,1,2,3", %s}', :'options')::jsonb)

@@ -225,6 +225,17 @@ struct TfBackend
 	void		(*log_softmax_topk) (TfBackend *be, const float *logits, int rows, int vocab, int k,
 									 float *top_logp, int32_t *top_id, int eos_id, float *eos_logp);
 
+	/*
+	 * Mixed precision (NULL on backends without it: the CPU's). With TF_BF16
+	 * gemm rounds both operands to bfloat16 (round-to-nearest-even) and
+	 * accumulates in fp32, and attention and attention_backward read keys
+	 * and values rounded so; every other operation is unchanged. weights [n]
+	 * (fp32, the master copy) get a bf16 copy now, which gemm reads for
+	 * operands inside them: call again whenever the weights change (after
+	 * adam, an upload). TF_FP32 frees the copy. false when out of memory.
+	 */
+	bool		(*set_precision) (TfBackend *be, TfPrecision precision, const float *weights, size_t n);
+
 	/* Sets the number of compute threads (>= 1) for the operations that follow. */
 	void		(*set_threads) (TfBackend *be, int threads);
 

@@ -293,6 +293,69 @@ tf_model_download(TfModel *m, void *dst, const void *src, size_t bytes, char *er
 	return m->be->status(m->be, err, errlen);
 }
 
+int
+tf_precision_parse(const char *name, TfPrecision *precision, char *err, size_t errlen)
+{
+	if (strcmp(name, "fp32") == 0)
+		*precision = TF_FP32;
+	else if (strcmp(name, "bf16") == 0)
+		*precision = TF_BF16;
+	else
+	{
+		snprintf(err, errlen, "invalid precision \"%s\" (expected \"fp32\" or \"bf16\")", name);
+		return TF_ERROR;
+	}
+	return TF_OK;
+}
+
+const char *
+tf_precision_name(TfPrecision precision)
+{
+	return precision == TF_BF16 ? "bf16" : "fp32";
+}
+
+int
+tf_model_set_precision(TfModel *m, TfPrecision precision, char *err, size_t errlen)
+{
+	sigset_t	old;
+	bool		ok;
+
+	if (m->be->set_precision == NULL)
+	{
+		if (precision == TF_FP32)
+			return TF_OK;
+		snprintf(err, errlen, "precision \"%s\" needs a CUDA device; the %s backend computes in fp32 only",
+				 tf_precision_name(precision), m->be->name);
+		return TF_ERROR;
+	}
+	tf_block_signals(&old);
+	ok = m->be->set_precision(m->be, precision, m->params, m->num_params);
+	tf_restore_signals(&old);
+	if (!ok)
+	{
+		snprintf(err, errlen, "out of device memory for the %s copy of %zu weights", tf_precision_name(precision),
+				 m->num_params);
+		m->be->set_precision(m->be, TF_FP32, m->params, m->num_params);
+		m->precision = TF_FP32;
+		return TF_ERROR;
+	}
+	m->precision = precision;
+	return m->be->status(m->be, err, errlen);
+}
+
+TfPrecision
+tf_model_precision(const TfModel *m)
+{
+	return m->precision;
+}
+
+void
+tf_model_weights_changed(TfModel *m)
+{
+	if (m->precision != TF_FP32)
+		m->be->set_precision(m->be, m->precision, m->params, m->num_params);
+}
+
 void
 tf_model_reset_stats(TfModel *m)
 {

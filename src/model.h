@@ -126,6 +126,13 @@ typedef struct BatchLayout
 void		tf_linear(TfBackend *be, float *y, const float *x, const float *w, const float *bias,
 					  int rows, int in, int out);
 
+/*
+ * After the parameters changed (an Adam step, a load): refreshes the
+ * backend's bf16 copy of the weights when the model computes in TF_BF16
+ * (a failure is the backend's sticky error).
+ */
+void		tf_model_weights_changed(TfModel *m);
+
 /* Zeroes the loss totals of the step (backend stats and the host token count). */
 void		tf_model_reset_stats(TfModel *m);
 
@@ -141,6 +148,7 @@ struct TfModel
 	TfBackend  *be;
 	uint64_t	seed;
 	int64_t		step;			/* optimizer steps */
+	TfPrecision precision;		/* of the matrix products (tf_model_set_precision) */
 	int64_t		forwards;		/* training forward passes (a count; "rng.counter") */
 
 	ParamEntry *entries;

@@ -101,6 +101,7 @@ tf_model_step(TfModel *m, const TfOptimizer *opt, TfStepStats *stats, char *err,
 			 opt->beta1, opt->beta2, opt->epsilon,
 			 (float) (1.0 - pow(opt->beta1, (double) t)), (float) (1.0 - pow(opt->beta2, (double) t)));
 	m->step = t;
+	tf_model_weights_changed(m);
 	tf_model_zero_grad(m);
 	tf_restore_signals(&old);
 	stats->learning_rate = lr;

@@ -21,6 +21,7 @@ typedef enum Work
 	WORK_CREATE,
 	WORK_JOIN,
 	WORK_LOAD,
+	WORK_PRECISION,
 	WORK_STEP,
 	WORK_QUIT
 } Work;
@@ -64,6 +65,7 @@ struct TfParallel
 	uint8_t		id[TF_UNIQUE_ID_BYTES];
 	const TfTensor *tensors;
 	int			tensor_count;
+	TfPrecision precision;
 	const TfBatch *batches;
 	int			count;
 	float		grad_scale;
@@ -217,6 +219,9 @@ run(Rank *r, Work work)
 			break;
 		case WORK_LOAD:
 			r->rc = tf_model_load(r->model, p->tensors, p->tensor_count, r->err, sizeof(r->err));
+			break;
+		case WORK_PRECISION:
+			r->rc = tf_model_set_precision(r->model, p->precision, r->err, sizeof(r->err));
 			break;
 		case WORK_STEP:
 			rank_step(r);
@@ -401,6 +406,18 @@ tf_parallel_load(TfParallel *p, const TfTensor *tensors, int count, char *err, s
 	p->tensors = tensors;
 	p->tensor_count = count;
 	return run_all(p, WORK_LOAD, err, errlen);
+}
+
+int
+tf_parallel_set_precision(TfParallel *p, TfPrecision precision, char *err, size_t errlen)
+{
+	if (p->broken)
+	{
+		snprintf(err, errlen, "a rank failed earlier: the replicas are unusable");
+		return TF_ERROR;
+	}
+	p->precision = precision;
+	return run_all(p, WORK_PRECISION, err, errlen);
 }
 
 int

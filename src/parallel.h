@@ -74,6 +74,9 @@ TfModel    *tf_parallel_model(TfParallel *p);
 /* tf_model_load on every replica (each on its own thread). Errors as tf_model_load. */
 int			tf_parallel_load(TfParallel *p, const TfTensor *tensors, int count, char *err, size_t errlen);
 
+/* tf_model_set_precision on every replica (each on its own thread). Errors as it. */
+int			tf_parallel_set_precision(TfParallel *p, TfPrecision precision, char *err, size_t errlen);
+
 /*
  * One optimizer step over batches[0 .. count - 1] (count >= the ranks in
  * all, <= TF_MAX_STEP_BATCHES; each batch's index is set to its position):

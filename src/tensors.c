@@ -202,6 +202,9 @@ tf_model_load(TfModel *m, const TfTensor *in, int count, char *err, size_t errle
 	}
 	free(mine);
 	if (rc == TF_OK)
+	{
+		tf_model_weights_changed(m);
 		rc = m->be->status(m->be, err, errlen);
+	}
 	return rc;
 }

@@ -181,6 +181,38 @@ int			tf_model_download(TfModel *model, void *dst, const void *src, size_t bytes
  */
 void		tf_model_set_threads(TfModel *model, int threads);
 
+/*
+ * Arithmetic of the matrix products. TF_FP32: everything in fp32 (the
+ * default, and the only precision of the CPU backend). TF_BF16 (mixed
+ * precision, CUDA): every matrix product takes its operands rounded to
+ * bfloat16 (round-to-nearest-even from fp32) and accumulates in fp32; so do
+ * attention's keys and values; LayerNorm, softmax, the loss, the gradients'
+ * sums and Adam stay fp32, on fp32 master weights of which a bf16 copy is
+ * refreshed after every optimizer step and load.
+ */
+typedef enum TfPrecision
+{
+	TF_FP32 = 0,
+	TF_BF16
+} TfPrecision;
+
+/* Parses "fp32" or "bf16"; TF_ERROR with a message naming the bad value. */
+int			tf_precision_parse(const char *name, TfPrecision *precision, char *err, size_t errlen);
+
+/* "fp32" or "bf16". */
+const char *tf_precision_name(TfPrecision precision);
+
+/*
+ * Sets the model's precision for its next calls (either way at any time;
+ * parameters and checkpoints stay fp32). TF_ERROR with a message: TF_BF16
+ * on a backend without it (the CPU's), out of device memory for the bf16
+ * copy of the weights.
+ */
+int			tf_model_set_precision(TfModel *model, TfPrecision precision, char *err, size_t errlen);
+
+/* The model's precision (TF_FP32 until set). */
+TfPrecision tf_model_precision(const TfModel *model);
+
 /* Frees a model and everything it allocated (NULL is allowed). */
 void		tf_model_free(TfModel *model);
 

@@ -24,7 +24,7 @@ typedef enum OptionType
 	OPT_TEXT
 } OptionType;
 
-/* One option: name, type, range, and whether resume_training may change it. */
+/* One option: name, type, range (a text's: its field's size), and whether resume_training may change it. */
 typedef struct OptionSpec
 {
 	const char *name;
@@ -52,7 +52,8 @@ static const OptionSpec option_specs[] = {
 	{"validate_every_steps", OPT_INT64, offsetof(TrainOptions, validate_every_steps), 0, 1e15, true},
 	{"validation_bleu_sentences", OPT_INT32, offsetof(TrainOptions, validation_bleu_sentences), 0, 1e6, true},
 	{"seed", OPT_INT64, offsetof(TrainOptions, seed), 0, 9.0e18, false},
-	{"device", OPT_TEXT, offsetof(TrainOptions, device), 0, 0, true},
+	{"device", OPT_TEXT, offsetof(TrainOptions, device), 0, sizeof(((TrainOptions *) 0)->device), true},
+	{"precision", OPT_TEXT, offsetof(TrainOptions, precision), 0, sizeof(((TrainOptions *) 0)->precision), true},
 	{"threads", OPT_INT32, offsetof(TrainOptions, threads), 0, 1024, true},
 	{"nodes", OPT_INT32, offsetof(TrainOptions, nodes), 1, 1024, false},
 };
@@ -92,10 +93,11 @@ apply_option(TrainOptions *o, const OptionSpec *spec, const JsonbValue *v)
 			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 							errmsg("training option \"%s\" must be a string", spec->name)));
 		s = pnstrdup(v->val.string.val, v->val.string.len);
-		if (strlen(s) >= sizeof(o->device))
+		if (strlen(s) >= (size_t) spec->max || strlen(s) == 0)
 			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							errmsg("training option \"device\" is too long: \"%s\"", s)));
-		strlcpy(field, s, sizeof(o->device));
+							errmsg("training option \"%s\" is %s: \"%s\"", spec->name,
+								   strlen(s) == 0 ? "empty" : "too long", s)));
+		strlcpy(field, s, (size_t) spec->max);
 		return;
 	}
 	if (v->type != jbvNumeric)
@@ -148,7 +150,7 @@ train_options_parse(Jsonb *options, bool only_resumable, TrainOptions *o)
 								errhint("Options: max_steps, max_epochs, max_minutes, batch_tokens, warmup_steps, "
 										"learning_rate_scale, label_smoothing, dropout, accumulate_batches, batches_per_step, "
 										"checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, "
-										"validate_every_steps, validation_bleu_sentences, seed, device, threads, nodes.")));
+										"validate_every_steps, validation_bleu_sentences, seed, device, precision, threads, nodes.")));
 			if (only_resumable && !pending->resumable)
 				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 								errmsg("training option \"%s\" cannot change when a job resumes", key),
@@ -162,9 +164,28 @@ train_options_parse(Jsonb *options, bool only_resumable, TrainOptions *o)
 
 }
 
+TfPrecision
+train_options_precision(const TrainOptions *o)
+{
+	TfPrecision p;
+	char		err[TF_ERRLEN];
+
+	if (o->precision[0] == '\0')
+		return strcmp(o->device, "cpu") == 0 ? TF_FP32 : TF_BF16;
+	if (tf_precision_parse(o->precision, &p, err, sizeof(err)) != TF_OK)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("training option \"precision\": %s", err),
+						errhint("Leave it out for the device's default: bf16 on CUDA devices, fp32 on the CPU.")));
+	return p;
+}
+
 void
 train_options_check(TrainOptions *o)
 {
+	if (train_options_precision(o) == TF_BF16 && strcmp(o->device, "cpu") == 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("training option \"precision\" is \"bf16\", but \"device\" is \"cpu\""),
+						errhint("bf16 mixed precision runs on CUDA devices; the CPU trains in fp32.")));
 	o->ranks = attention_check_device(o->device);
 	if (o->nodes > 1 && strcmp(o->device, "cpu") == 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -195,8 +216,8 @@ train_options_to_jsonb(const TrainOptions *o)
 		const OptionSpec *spec = &option_specs[i];
 		const char *field = (const char *) o + spec->offset;
 
-		if (spec->type == OPT_FLOAT && *(const double *) field < 0)
-			continue;			/* the model's own value */
+		if ((spec->type == OPT_FLOAT && *(const double *) field < 0) || (spec->type == OPT_TEXT && field[0] == '\0'))
+			continue;			/* the model's or the device's own value */
 		appendStringInfo(&s, "%s\"%s\": ", i > 0 ? ", " : "", spec->name);
 		if (spec->type == OPT_INT32)
 			appendStringInfo(&s, "%d", *(const int32 *) field);

@@ -29,6 +29,7 @@ typedef struct TrainOptions
 	int32		validation_bleu_sentences;	/* 0: no BLEU */
 	int64		seed;
 	char		device[256];	/* "cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all" */
+	char		precision[8];	/* "fp32", "bf16", or "" for the device's default */
 	int32		threads;		/* 0: attention.num_threads */
 	int32		nodes;			/* machines, each with the devices `device` names */
 	int32		ranks;			/* not an option: the devices `device` names here */
@@ -45,7 +46,8 @@ typedef struct TrainOptions
 void		train_options_parse(Jsonb *options, bool only_resumable, TrainOptions *o);
 
 /*
- * Checks the options against this server: the devices exist (o->ranks is
+ * Checks the options against this server: the precision fits the device
+ * (bf16 needs CUDA), the devices exist (o->ranks is
  * set), "nodes" > 1 runs on CUDA, batches_per_step (derived when not given:
  * nodes x ranks x accumulate_batches) is at least the ranks of all nodes.
  * ERROR naming the option otherwise.
@@ -54,6 +56,12 @@ void		train_options_check(TrainOptions *o);
 
 /* The options as a jsonb object with every key (what jobs.options stores). */
 Jsonb	   *train_options_to_jsonb(const TrainOptions *o);
+
+/*
+ * The precision a job computes in: its "precision" option, or by default
+ * bf16 on CUDA devices and fp32 on the CPU. Valid after train_options_check.
+ */
+TfPrecision train_options_precision(const TrainOptions *o);
 
 /*
  * The ranks (devices) of `device`; ERROR unless it names devices training

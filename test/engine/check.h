@@ -33,6 +33,7 @@ void		test_bleu(const char *fixtures);
 void		test_spm(const char *fixtures);
 void		test_ops(const char *fixtures);
 void		test_model(const char *fixtures);
+void		test_precision(const char *fixtures);
 void		test_decode(const char *fixtures);
 void		test_backend(const char *fixtures);
 void		test_parallel(const char *fixtures);

@@ -1,0 +1,303 @@
+/*
+ * precision_debian.c - bf16 mixed precision against fp32 on the real corpus
+ * (scripts/fetch-corpus), through the engine:
+ *
+ *   precision_debian CORPUS_DIR CUDA_LIBRARY [STEPS [TOKENS [SENTENCES]]]
+ *
+ * Trains a 1,000-piece BPE vocabulary on the train split and the tiny
+ * configuration (d_model 64, 2+2 layers, 4 heads, d_ff 256, dropout 0.1) from
+ * one seed twice, over the same batches of about TOKENS (default 400) tokens
+ * per side: in fp32 on the CPU backend and in bf16 on the CUDA backend of
+ * CUDA_LIBRARY (the emulated one in CI). Dropout masks are keyed by seed,
+ * step and batch, so the two runs differ only by their arithmetic. Then
+ * translates the first SENTENCES (default 100) test sentences of at most 47
+ * pieces with the bf16
+ * run's model, in fp32 on the CPU and in bf16 on the CUDA backend (beam 4).
+ *
+ * Fails (exit 1) when a 10th step's loss differs from fp32's by more than 2%
+ * or fewer than 95% of the translations are equal; prints every compared
+ * value.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../bench/corpus.h"
+#include "spm.h"
+#include "transformer.h"
+
+#define VOCAB 1000
+#define MAX_LEN 48
+
+typedef struct Pair
+{
+	int		   *src;
+	int			ns;				/* source ids + EOS */
+	int		   *tgt;
+	int			nt;				/* target ids + 1 (BOS in, EOS out) */
+} Pair;
+
+static void
+die(const char *what, const char *err)
+{
+	fprintf(stderr, "precision_debian: %s: %s\n", what, err);
+	exit(2);
+}
+
+static int
+by_length(const void *a, const void *b)
+{
+	const Pair *x = a,
+			   *y = b;
+
+	return x->ns != y->ns ? x->ns - y->ns : x->nt - y->nt;
+}
+
+/* Fills a padded batch from pairs[0 .. n-1]; buffers are malloc'd. */
+static TfBatch
+make_batch(const Pair *p, int n)
+{
+	TfBatch		b = {0};
+	int32_t    *src,
+			   *tgt,
+			   *lab;
+
+	for (int k = 0; k < n; k++)
+	{
+		b.src_len = p[k].ns > b.src_len ? p[k].ns : b.src_len;
+		b.tgt_len = p[k].nt > b.tgt_len ? p[k].nt : b.tgt_len;
+	}
+	b.batch_size = n;
+	src = calloc((size_t) n * b.src_len, 4);
+	tgt = calloc((size_t) n * b.tgt_len, 4);
+	lab = calloc((size_t) n * b.tgt_len, 4);
+	for (int k = 0; k < n; k++)
+	{
+		for (int t = 0; t < p[k].ns - 1; t++)
+			src[k * b.src_len + t] = p[k].src[t];
+		src[k * b.src_len + p[k].ns - 1] = SPM_EOS_ID;
+		tgt[k * b.tgt_len] = SPM_BOS_ID;
+		for (int t = 0; t < p[k].nt - 1; t++)
+		{
+			tgt[k * b.tgt_len + t + 1] = p[k].tgt[t];
+			lab[k * b.tgt_len + t] = p[k].tgt[t];
+		}
+		lab[k * b.tgt_len + p[k].nt - 1] = SPM_EOS_ID;
+	}
+	b.src = src;
+	b.tgt_in = tgt;
+	b.labels = lab;
+	return b;
+}
+
+/* One optimizer step over one batch; returns the mean loss. */
+static double
+train_step(TfModel *m, const TfBatch *b, const TfOptimizer *opt)
+{
+	char		err[TF_ERRLEN];
+	double		loss;
+	int64_t		tokens;
+	TfStepStats stats;
+
+	if (tf_model_forward(m, b, true, &loss, &tokens, err, sizeof(err)) != TF_OK ||
+		tf_model_backward(m, 1.0f / (float) tokens, err, sizeof(err)) != TF_OK ||
+		tf_model_step(m, opt, &stats, err, sizeof(err)) != TF_OK)
+		die("training step", err);
+	return loss / (double) tokens;
+}
+
+/* Beam-4 translations of src [n, len] into out [n]. */
+static void
+translate(TfModel *m, const int32_t *src, int n, int len, TfHypothesis *out)
+{
+	char		err[TF_ERRLEN];
+	TfDecodeOptions opt;
+
+	tf_decode_options_default(&opt);
+	if (tf_model_translate(m, src, n, len, &opt, out, err, sizeof(err)) != TF_OK)
+		die("translation", err);
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *dir = argc > 2 ? argv[1] : NULL;
+	int			steps = argc > 3 ? atoi(argv[3]) : 300,
+				tokens = argc > 4 ? atoi(argv[4]) : 400,
+				sentences = argc > 5 ? atoi(argv[5]) : 100;
+	char		path[4096],
+				err[512];
+	char	  **en,
+			  **de,
+			  **all,
+			  **test_en;
+	size_t	   *len_en,
+			   *len_de,
+			   *len_all,
+			   *len_test;
+	size_t		n,
+				test_lines,
+				kept = 0,
+				nb = 0;
+	char	   *spm_bytes;
+	size_t		spm_len;
+	SpmModel   *vocab;
+	SpmTrainOptions spm_opt = {VOCAB, "bpe", 1.0, true, 2};
+	Pair	   *pairs;
+	TfBatch    *batches;
+	TfConfig	config;
+	TfOptimizer opt;
+	TfModel    *fp32,
+			   *bf16;
+	TfTensor   *tensors;
+	int			count,
+				worst_step = 0,
+				equal = 0;
+	double		worst = 0.0;
+	int32_t    *test_src;
+	TfHypothesis *hyp32,
+			   *hyp16;
+	bool		failed = false;
+
+	if (dir == NULL || steps < 10 || tokens < MAX_LEN || sentences < 1)
+	{
+		fprintf(stderr, "usage: %s CORPUS_DIR CUDA_LIBRARY [STEPS >= 10 [TOKENS >= %d [SENTENCES]]]\n", argv[0],
+				MAX_LEN);
+		return 2;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	tf_backend_set_cuda_library(argv[2]);
+
+	/* vocabulary on both sides of the train split; pairs of at most MAX_LEN pieces */
+	snprintf(path, sizeof(path), "%s/train.en", dir);
+	n = read_lines(path, &en, &len_en);
+	snprintf(path, sizeof(path), "%s/train.de", dir);
+	if (read_lines(path, &de, &len_de) != n)
+		die(path, "line count differs from train.en");
+	all = malloc(2 * n * sizeof(char *));
+	len_all = malloc(2 * n * sizeof(size_t));
+	memcpy(all, en, n * sizeof(char *));
+	memcpy(all + n, de, n * sizeof(char *));
+	memcpy(len_all, len_en, n * sizeof(size_t));
+	memcpy(len_all + n, len_de, n * sizeof(size_t));
+	if (spm_train((const char *const *) all, len_all, 2 * n, &spm_opt, &spm_bytes, &spm_len, err, sizeof(err)) != 0 ||
+		spm_load(spm_bytes, spm_len, &vocab, err, sizeof(err)) != 0)
+		die("sentencepiece", err);
+	pairs = calloc(n, sizeof(Pair));
+	for (size_t i = 0; i < n; i++)
+	{
+		Pair	   *p = &pairs[kept];
+		size_t		a,
+					b;
+
+		if (spm_encode(vocab, en[i], len_en[i], &p->src, &a, err, sizeof(err)) != 0 ||
+			spm_encode(vocab, de[i], len_de[i], &p->tgt, &b, err, sizeof(err)) != 0)
+			die("encode", err);
+		p->ns = (int) a + 1;
+		p->nt = (int) b + 1;
+		if (p->ns <= MAX_LEN && p->nt <= MAX_LEN)
+			kept++;
+	}
+
+	/*
+	 * Batches of similar lengths, up to `tokens` per side with padding, taken
+	 * in a seeded order: step s trains on batch s mod their number.
+	 */
+	qsort(pairs, kept, sizeof(Pair), by_length);
+	batches = calloc(kept, sizeof(TfBatch));
+	for (size_t i = 0; i < kept;)
+	{
+		size_t		j = i + 1;
+
+		while (j < kept && (size_t) pairs[j].ns * (j - i + 1) <= (size_t) tokens &&
+			   (size_t) (pairs[j].nt > pairs[j - 1].nt ? pairs[j].nt : pairs[j - 1].nt) * (j - i + 1) <=
+			   (size_t) tokens)
+			j++;
+		batches[nb++] = make_batch(pairs + i, (int) (j - i));
+		i = j;
+	}
+	for (size_t i = nb - 1; i > 0; i--)
+	{
+		size_t		j = ((i * 2654435761u) >> 7) % (i + 1);
+		TfBatch		t = batches[i];
+
+		batches[i] = batches[j];
+		batches[j] = t;
+	}
+	printf("%zu pairs, %zu of at most %d pieces, %zu batches of <= %d tokens per side\n", n, kept, MAX_LEN, nb,
+		   tokens);
+
+	tf_config_small(&config, VOCAB);
+	config.d_model = 64;
+	config.num_encoder_layers = config.num_decoder_layers = 2;
+	config.num_heads = 4;
+	config.d_ff = 256;
+	config.max_positions = 128;
+	tf_optimizer_default(&opt);
+	opt.warmup_steps = 100;
+	if ((fp32 = tf_model_create(&config, 11, "cpu", 1, err, sizeof(err))) == NULL)
+		die("fp32 model", err);
+	if ((bf16 = tf_model_create(&config, 11, "cuda", 1, err, sizeof(err))) == NULL ||
+		tf_model_set_precision(bf16, TF_BF16, err, sizeof(err)) != TF_OK)
+		die("bf16 model", err);
+
+	printf("step  loss fp32   loss bf16   difference\n");
+	for (int s = 0; s < steps; s++)
+	{
+		const TfBatch *b = &batches[s % nb];
+		double		l32 = train_step(fp32, b, &opt),
+					l16 = train_step(bf16, b, &opt),
+					rel = fabs(l16 - l32) / l32;
+
+		if ((s + 1) % 10 != 0)
+			continue;
+		printf("%4d  %9.5f   %9.5f   %6.3f%%\n", s + 1, l32, l16, 100.0 * rel);
+		if (rel > worst)
+			worst = rel, worst_step = s + 1;
+	}
+	printf("losses: largest difference %.3f%% at step %d (limit 2%%)\n", 100.0 * worst, worst_step);
+	failed |= worst > 0.02;
+
+	/* the bf16 run's model, decoded in fp32 on the CPU and in bf16 on the CUDA backend */
+	if (tf_model_tensors(bf16, &tensors, &count, err, sizeof(err)) != TF_OK ||
+		tf_model_load(fp32, tensors, count, err, sizeof(err)) != TF_OK)
+		die("copying the bf16 run's model", err);
+	tf_tensors_free(tensors);
+	snprintf(path, sizeof(path), "%s/test.en", dir);
+	test_lines = read_lines(path, &test_en, &len_test);
+	test_src = calloc((size_t) sentences * MAX_LEN, sizeof(int32_t));
+	for (int i = 0, line = 0; i < sentences; line++)
+	{
+		int		   *ids;
+		size_t		k;
+
+		if (line == (int) test_lines)
+			die(path, "fewer short test sentences than asked for");
+		if (spm_encode(vocab, test_en[line], len_test[line], &ids, &k, err, sizeof(err)) != 0)
+			die("encode", err);
+		if (k < MAX_LEN)
+		{
+			for (size_t t = 0; t < k; t++)
+				test_src[i * MAX_LEN + t] = ids[t];
+			test_src[i++ * MAX_LEN + k] = SPM_EOS_ID;
+		}
+		spm_free_buffer(ids);
+	}
+	hyp32 = calloc(sentences, sizeof(TfHypothesis));
+	hyp16 = calloc(sentences, sizeof(TfHypothesis));
+	translate(fp32, test_src, sentences, MAX_LEN, hyp32);
+	translate(bf16, test_src, sentences, MAX_LEN, hyp16);
+	for (int i = 0; i < sentences; i++)
+		equal += hyp32[i].length == hyp16[i].length &&
+			memcmp(hyp32[i].tokens, hyp16[i].tokens, hyp32[i].length * sizeof(int32_t)) == 0;
+	printf("translations: %d of %d equal in bf16 and fp32 (limit 95%%)\n", equal, sentences);
+	failed |= equal * 100 < 95 * sentences;
+	tf_hypotheses_free(hyp32, sentences);
+	tf_hypotheses_free(hyp16, sentences);
+	tf_model_free(fp32);
+	tf_model_free(bf16);
+	printf("%s\n", failed ? "FAILED" : "passed");
+	return failed ? 1 : 0;
+}
