@@ -248,7 +248,9 @@ claim_job(Job *j, MemoryContext ctx)
 	if (j->engine == NULL)
 		engine_error(j, "could not create the model", err);
 	if (tf_parallel_set_precision(j->engine, train_options_precision(&j->o), err, sizeof(err)) != TF_OK)
-		engine_error(j, "could not set the precision", err);
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
+						errmsg("training job %lld: could not compute in %s: %s", (long long) j->job_id,
+							   j->o.precision, err)));
 
 	/* continue from the job's newest checkpoint */
 	j->resumed_pairs = -1;
@@ -564,6 +566,11 @@ join_nodes(Job *j, const TfWorld *world)
 
 	attention_use_cuda_library();
 	j->engine = tf_parallel_create(&j->config, (uint64) j->o.seed, j->o.device, threads, world, err, sizeof(err));
+	if (j->engine != NULL && tf_parallel_set_precision(j->engine, train_options_precision(&j->o), err,
+													   sizeof(err)) != TF_OK)
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
+						errmsg("training job %lld: could not compute in %s: %s", (long long) j->job_id,
+							   j->o.precision, err)));
 	if (j->engine == NULL)
 		ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
 						errmsg("training job %lld: ranks %d .. %d could not join the communicator of %d ranks: %s",

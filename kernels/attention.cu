@@ -14,11 +14,20 @@
 #define ATT_THREADS 128
 #define ATT_MAX_SHARED (48 * 1024)
 
-/* A key or value element as attention reads it: rounded to bf16 in mixed precision. */
+/*
+ * A key or value element as attention reads it: rounded to bf16 in mixed
+ * precision; a bf16 cache's element is that already.
+ */
 __device__ __forceinline__ float
 kv_value(float x, bool bf16_kv)
 {
 	return bf16_kv ? __bfloat162float(__float2bfloat16_rn(x)) : x;
+}
+__device__ __forceinline__ float
+kv_value(__nv_bfloat16 x, bool bf16_kv)
+{
+	(void) bf16_kv;
+	return __bfloat162float(x);
 }
 
 /* Sentence b's geometry for head h (the arrays are device memory). */
@@ -44,8 +53,9 @@ pair_of(const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, 
 	return a;
 }
 
+template <class KV>
 __global__ void
-attention_kernel(float *ctx, float *probs, const float *q, int ldq, const float *k, const float *v, int ldk,
+attention_kernel(float *ctx, float *probs, const float *q, int ldq, const KV *k, const KV *v, int ldk,
 				 const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, const int32_t *k_len,
 				 int num_heads, int dk, bool causal, float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
 {
@@ -76,7 +86,7 @@ attention_kernel(float *ctx, float *probs, const float *q, int ldq, const float 
 	visible = causal && i + 1 < a.lk ? i + 1 : a.lk;
 	for (int j = threadIdx.x; j < visible; j += blockDim.x)
 	{
-		const float *kr = k + (a.k0 + j) * ldk + h * dk;
+		const KV   *kr = k + (a.k0 + j) * ldk + h * dk;
 		float		dot = 0.0f;
 
 		for (int c = 0; c < dk; c++)
@@ -219,11 +229,24 @@ k_attention(float *ctx, float *probs, const float *q, int ldq, const float *k, c
 			const TfAttentionShape *sh, bool bf16_kv, cudaStream_t stream)
 {
 	dim3		grid((unsigned) (sh->batch * sh->num_heads), (unsigned) sh->max_q);
+	unsigned	threads = row_threads(sh->max_k > sh->head_dim ? sh->max_k : sh->head_dim, ATT_THREADS);
+	size_t		shared = (size_t) (sh->max_k > 0 ? sh->max_k : 1) * sizeof(float);
 
 	if (sh->batch == 0 || sh->max_q == 0)
 		return;
-	LAUNCH(attention_kernel, grid, row_threads(sh->max_k > sh->head_dim ? sh->max_k : sh->head_dim, ATT_THREADS),
-		   (size_t) (sh->max_k > 0 ? sh->max_k : 1) * sizeof(float), stream)
+	if (sh->kv_cache && bf16_kv)	/* a bf16 key/value cache (cache_gather) */
+	{
+		void		(*kernel) (float *, float *, const float *, int, const __nv_bfloat16 *, const __nv_bfloat16 *,
+							   int, const int32_t *, const int32_t *, const int64_t *, const int32_t *, int, int, bool,
+							   float, uint64_t, uint64_t, bool) = attention_kernel<__nv_bfloat16>;
+
+		LAUNCH(kernel, grid, threads, shared, stream)
+			(ctx, probs, q, ldq, (const __nv_bfloat16 *) k, (const __nv_bfloat16 *) v, ldk, sh->q_start, sh->k_start,
+			 sh->p_start, sh->k_len, sh->num_heads, sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream,
+			 bf16_kv);
+		return;
+	}
+	LAUNCH(attention_kernel<float>, grid, threads, shared, stream)
 		(ctx, probs, q, ldq, k, v, ldk, sh->q_start, sh->k_start, sh->p_start, sh->k_len, sh->num_heads,
 		 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream, bf16_kv);
 }

@@ -303,12 +303,14 @@ cuda_set_precision(TfBackend *be, TfPrecision precision, const float *weights, s
 		st->weights_n = 0;
 	}
 	st->bf16 = precision == TF_BF16;
+	be->cache_bytes = st->bf16 ? (int) sizeof(__nv_bfloat16) : (int) sizeof(float);
 	if (!st->bf16)
 		return true;
 	if (st->weights16 == NULL &&
 		(st->weights16 = (__nv_bfloat16 *) cuda_alloc(be, (n > 0 ? n : 1) * sizeof(__nv_bfloat16))) == NULL)
 	{
 		st->bf16 = false;
+		be->cache_bytes = sizeof(float);
 		return false;
 	}
 	st->weights = weights;
@@ -530,6 +532,23 @@ cuda_gather(TfBackend *be, float *dst, size_t dst_stride, const float *src, size
 {
 	k_gather(dst, dst_stride, src, src_stride, rows, n, count, state(be)->stream);
 	launched(be, "gather");
+}
+
+/* Key/value caches: fp32, or bf16 in mixed precision (be->cache_bytes, set by set_precision). */
+static void
+cuda_cache_gather(TfBackend *be, void *dst, size_t dst_stride, const void *src, size_t src_stride, bool from_fp32,
+				  const int32_t *rows, int n, size_t count)
+{
+	cudaStream_t stream = state(be)->stream;
+
+	if (be->cache_bytes == (int) sizeof(float))
+		k_gather((float *) dst, dst_stride, (const float *) src, src_stride, rows, n, count, stream);
+	else if (from_fp32)
+		k_gather_to_bf16((__nv_bfloat16 *) dst, dst_stride, (const float *) src, src_stride, rows, n, count, stream);
+	else
+		k_gather_bf16((__nv_bfloat16 *) dst, dst_stride, (const __nv_bfloat16 *) src, src_stride, rows, n, count,
+					  stream);
+	launched(be, "cache_gather");
 }
 
 static void
@@ -774,6 +793,8 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 	be->scale = cuda_scale;
 	be->adam = cuda_adam;
 	be->gather = cuda_gather;
+	be->cache_gather = cuda_cache_gather;
+	be->cache_bytes = sizeof(float);
 	be->log_softmax_topk = cuda_log_softmax_topk;
 	be->set_precision = cuda_set_precision;
 	be->set_threads = cuda_set_threads;

@@ -1,13 +1,30 @@
 /*
  * gather.cu - strided row gather (beam reordering of key/value caches and
- * writes into them).
+ * writes into them), on fp32 and on bf16 caches (cache_gather).
  */
 #include "kernels.h"
 
+/* An element converted on its way into a gather's destination (bf16: rounded to nearest even). */
+__device__ __forceinline__ void
+put(float *d, float x)
+{
+	*d = x;
+}
+__device__ __forceinline__ void
+put(__nv_bfloat16 *d, float x)
+{
+	*d = __float2bfloat16_rn(x);
+}
+__device__ __forceinline__ void
+put(__nv_bfloat16 *d, __nv_bfloat16 x)
+{
+	*d = x;
+}
+
 /* Out of place: every (row, element) independent. */
+template <class D, class S>
 __global__ void
-gather_kernel(float *dst, size_t dst_stride, const float *src, size_t src_stride, const int32_t *rows, int n,
-			  size_t count)
+gather_kernel(D *dst, size_t dst_stride, const S *src, size_t src_stride, const int32_t *rows, int n, size_t count)
 {
 	size_t		total = (size_t) n * count;
 
@@ -17,7 +34,7 @@ gather_kernel(float *dst, size_t dst_stride, const float *src, size_t src_stride
 					j = i % count;
 		size_t		from = rows != NULL ? (size_t) rows[r] : r;
 
-		dst[r * dst_stride + j] = src[from * src_stride + j];
+		put(&dst[r * dst_stride + j], src[from * src_stride + j]);
 	}
 }
 
@@ -25,8 +42,9 @@ gather_kernel(float *dst, size_t dst_stride, const float *src, size_t src_stride
  * In place (rows increasing, rows[i] >= i): row i may be the source of an
  * earlier row, so rows go in order, one block, a barrier between rows.
  */
+template <class T>
 __global__ void
-gather_in_place_kernel(float *x, size_t stride, const int32_t *rows, int n, size_t count)
+gather_in_place_kernel(T *x, size_t stride, const int32_t *rows, int n, size_t count)
 {
 	for (int r = 0; r < n; r++)
 	{
@@ -37,15 +55,41 @@ gather_in_place_kernel(float *x, size_t stride, const int32_t *rows, int n, size
 	}
 }
 
+/* The launches of gather and cache_gather: elements D written from elements S (converted by put). */
+template <class D, class S>
+static void
+launch_gather(D *dst, size_t dst_stride, const S *src, size_t src_stride, const int32_t *rows, int n, size_t count,
+			  cudaStream_t stream)
+{
+	if (n <= 0 || count == 0)
+		return;
+	void		(*in_place) (D *, size_t, const int32_t *, int, size_t) = gather_in_place_kernel<D>;
+	void		(*apart) (D *, size_t, const S *, size_t, const int32_t *, int, size_t) = gather_kernel<D, S>;
+
+	if ((const void *) dst == (const void *) src)
+		LAUNCH(in_place, 1, 1024, 0, stream)(dst, dst_stride, rows, n, count);
+	else
+		LAUNCH(apart, blocks_for((size_t) n * count, BLOCK), BLOCK, 0, stream)(dst, dst_stride, src, src_stride, rows,
+																			   n, count);
+}
+
 void
 k_gather(float *dst, size_t dst_stride, const float *src, size_t src_stride, const int32_t *rows, int n,
 		 size_t count, cudaStream_t stream)
 {
-	if (n <= 0 || count == 0)
-		return;
-	if (dst == src)
-		LAUNCH(gather_in_place_kernel, 1, 1024, 0, stream)(dst, dst_stride, rows, n, count);
-	else
-		LAUNCH(gather_kernel, blocks_for((size_t) n * count, BLOCK), BLOCK, 0, stream)(dst, dst_stride, src,
-																						 src_stride, rows, n, count);
+	launch_gather(dst, dst_stride, src, src_stride, rows, n, count, stream);
+}
+
+void
+k_gather_bf16(__nv_bfloat16 *dst, size_t dst_stride, const __nv_bfloat16 *src, size_t src_stride,
+			  const int32_t *rows, int n, size_t count, cudaStream_t stream)
+{
+	launch_gather(dst, dst_stride, src, src_stride, rows, n, count, stream);
+}
+
+void
+k_gather_to_bf16(__nv_bfloat16 *dst, size_t dst_stride, const float *src, size_t src_stride, const int32_t *rows,
+				 int n, size_t count, cudaStream_t stream)
+{
+	launch_gather(dst, dst_stride, src, src_stride, rows, n, count, stream);
 }

@@ -74,8 +74,12 @@ void		k_sum_squares(const float *x, size_t n, double *out, double *partials, cud
 void		k_adam(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
 				   float beta2, float eps, float bc1, float bc2, cudaStream_t stream);
 
-/* gather.cu */
+/* gather.cu: fp32, bf16, and fp32 rounded into bf16 (src must not overlap dst then) */
 void		k_gather(float *dst, size_t dst_stride, const float *src, size_t src_stride, const int32_t *rows,
 					 int n, size_t count, cudaStream_t stream);
+void		k_gather_bf16(__nv_bfloat16 *dst, size_t dst_stride, const __nv_bfloat16 *src, size_t src_stride,
+						  const int32_t *rows, int n, size_t count, cudaStream_t stream);
+void		k_gather_to_bf16(__nv_bfloat16 *dst, size_t dst_stride, const float *src, size_t src_stride,
+							 const int32_t *rows, int n, size_t count, cudaStream_t stream);
 
 #endif

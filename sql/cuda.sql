@@ -73,15 +73,17 @@ SELECT count(*) AS jobs_before FROM attention.training_jobs \gset
 SELECT attention.train('gpu_job', 'tr_regress', '{"device": "cpu", "precision": "bf16"}');
 SELECT attention.train('gpu_job', 'tr_regress', '{"device": "cuda", "precision": "fp16"}');
 SELECT count(*) = :jobs_before AS no_job_queued FROM attention.training_jobs;
--- the default on a CUDA device: the same 16 steps in bf16 (8, then resumed in fp32 to 16)
+-- the default on a CUDA device: the same 16 steps in bf16 (8, then resumed on the CPU, which means fp32, to 16)
 \set options_bf16 '"batch_tokens": 120, "warmup_steps": 8, "learning_rate_scale": 0.5, "checkpoint_every_steps": 8, "keep_checkpoints": 2, "seed": 5, "dropout": 0.1, "threads": 1, "validation_bleu_sentences": 2'
 SELECT attention.train('gpu_job', 'tr_regress', format('{"max_steps": 8, "device": "cuda", %s}', :'options_bf16')::jsonb)
   AS bf16_job \gset
 SELECT attention.wait_training(:bf16_job);
 SELECT status, step, options->>'precision' AS precision, error FROM attention.training_jobs WHERE job_id = :bf16_job;
-SELECT attention.resume_training(:bf16_job, '{"max_steps": 16, "precision": "fp32"}') = :bf16_job AS resumed;
+SELECT attention.resume_training(:bf16_job, '{"max_steps": 16, "device": "cpu", "precision": "bf16"}');
+SELECT attention.resume_training(:bf16_job, '{"max_steps": 16, "device": "cpu"}') = :bf16_job AS resumed;
 SELECT attention.wait_training(:bf16_job);
-SELECT status, step, options->>'precision' AS precision, error FROM attention.training_jobs WHERE job_id = :bf16_job;
+SELECT status, step, options->>'device' AS device, options->>'precision' AS precision, error
+  FROM attention.training_jobs WHERE job_id = :bf16_job;
 -- validation losses within 2% of the fp32 job's, yet not equal to them (bf16 did run at step 8)
 SELECT c.step, abs(g.valid_loss - c.valid_loss) / c.valid_loss < 0.02 AS within_2_percent,
        g.valid_loss <> c.valid_loss AS differs

@@ -54,6 +54,8 @@ typedef struct TfAttentionShape
 	const int32_t *k_len;		/* NULL, or [batch] key counts: sentence b's keys are
 								 * rows k_start[b] .. k_start[b] + k_len[b] - 1 (incremental
 								 * decoding, where rows of one source share its keys) */
+	bool		kv_cache;		/* k and v point into a key/value cache: elements of
+								 * be->cache_bytes bytes (cache_gather), ldk counted in them */
 	/* host copies of the extents, for launch geometry and workspaces */
 	int			max_q;			/* most queries of one sentence */
 	int			max_k;			/* most keys of one sentence */
@@ -67,6 +69,7 @@ struct TfBackend
 	const char *name;
 	bool		host_memory;	/* backend memory is host memory (the CPU backend) */
 	int64_t		allocations;	/* device allocations made so far (tests: none in a steady step) */
+	int			cache_bytes;	/* bytes per key/value cache element (cache_gather) */
 
 	/* Memory: zeroed allocation (NULL when out of memory), free, copies. */
 	/* Releases the backend and its state (threads, handles, workspaces). */
@@ -215,6 +218,16 @@ struct TfBackend
 	 */
 	void		(*gather) (TfBackend *be, float *dst, size_t dst_stride, const float *src,
 						   size_t src_stride, const int32_t *rows, int n, size_t count);
+
+	/*
+	 * Key/value caches of incremental decoding hold cache_bytes bytes per
+	 * element: 4 (fp32), or 2 (bfloat16) while set_precision TF_BF16 is in
+	 * force. cache_gather is gather on cache elements (rows, strides and
+	 * count in elements); with from_fp32, src is fp32 memory whose values
+	 * are rounded into the cache's format (appending keys and values).
+	 */
+	void		(*cache_gather) (TfBackend *be, void *dst, size_t dst_stride, const void *src,
+								 size_t src_stride, bool from_fp32, const int32_t *rows, int n, size_t count);
 
 	/*
 	 * Per row of logits [rows, vocab]: the k largest log-probabilities

@@ -881,6 +881,15 @@ cpu_gather(TfBackend *be, float *dst, size_t dst_stride, const float *src, size_
 			   src + (size_t) (rows != NULL ? rows[i] : i) * src_stride, count * sizeof(float));
 }
 
+/* The CPU's caches are fp32: gather. */
+static void
+cpu_cache_gather(TfBackend *be, void *dst, size_t dst_stride, const void *src, size_t src_stride,
+				 bool from_fp32, const int32_t *rows, int n, size_t count)
+{
+	(void) from_fp32;
+	cpu_gather(be, dst, dst_stride, src, src_stride, rows, n, count);
+}
+
 /* Eight floats (GCC/Clang vector extension: AVX with -march=native, else two SSE halves). */
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
@@ -1076,6 +1085,8 @@ tf_backend_cpu_create(int threads)
 	be->scale = cpu_scale;
 	be->adam = cpu_adam;
 	be->gather = cpu_gather;
+	be->cache_gather = cpu_cache_gather;
+	be->cache_bytes = sizeof(float);
 	be->log_softmax_topk = cpu_log_softmax_topk;
 	be->set_threads = cpu_set_threads;
 	start_threads(threads);

@@ -8,7 +8,8 @@
  * self-attention keys and values of position 0, and the logits of the
  * first output token. Each later step feeds one token per live hypothesis
  * through the decoder, appends its keys and values to a per-layer cache
- * [rows, max length, 2 d_model] and attends over the cache, so a step costs
+ * [rows, max length, 2 d_model] (fp32, or bf16 in mixed precision: the
+ * backend's cache_bytes) and attends over the cache, so a step costs
  * one row per hypothesis instead of the whole prefix. After each step the
  * caches are gathered into the order of the surviving hypotheses.
  */
@@ -130,7 +131,8 @@ typedef struct Search
 	int64_t    *longs;			/* staging for dec_pstart */
 
 	/* backend memory */
-	float	   *cache[MAX_DECODER_LAYERS + 1];	/* per decoder layer [rows_cap, Tmax, 2d], plus a spare */
+	void	   *cache[MAX_DECODER_LAYERS + 1];	/* per decoder layer [rows_cap, Tmax, 2d] elements of
+												 * be->cache_bytes, plus a spare */
 	const float *kv_cross[MAX_DECODER_LAYERS];	/* per decoder layer [source rows, 2d] (the forward's) */
 	float	   *x,
 			   *x1,
@@ -212,7 +214,7 @@ search_backend_alloc(Search *s)
 	int			Ld = m->config.num_decoder_layers;
 	size_t		R = (size_t) s->rows_cap,
 				d = s->d;
-	size_t		cache = R * s->Tmax * 2 * d;
+	size_t		cache = R * s->Tmax * 2 * d * m->be->cache_bytes / sizeof(float);	/* floats of one cache */
 	size_t		need = (Ld + 1) * cache + R * (7 * d + 3 * d + s->F + 2 + s->V + 2 * s->K + 1) +
 		R * s->H * (s->Tmax + s->max_src);
 	size_t		ints = 8 * R + 1,
@@ -287,7 +289,7 @@ decoder_step(Search *s, int t)
 	int64_t    *p_self = s->longs,
 			   *p_cross = p_self + R + 1;
 	int32_t    *dev = m->dec_idx;
-	TfAttentionShape self = {0},
+	TfAttentionShape self = {.kv_cache = true},
 				cross = {0};
 	const float *P = m->params;
 	int			r,
@@ -330,12 +332,15 @@ decoder_step(Search *s, int t)
 	for (l = 0; l < c->num_decoder_layers; l++)
 	{
 		const LayerOffsets *o = &m->layer_off[Le + l];
-		float	   *cache = s->cache[l];
+		char	   *cache = s->cache[l];
+		size_t		eb = (size_t) be->cache_bytes;
 
 		/* masked self-attention over the cache (this position is the newest key) */
 		tf_linear(be, s->qkv, s->x, P + o->self.w_qkv, P + o->self.b_qkv, R, d, 3 * d);
-		be->gather(be, cache + (size_t) t * 2 * d, row_stride, s->qkv + d, 3 * (size_t) d, NULL, R, 2 * (size_t) d);
-		be->attention(be, s->ctx, s->probs, s->qkv, 3 * d, cache, cache + d, 2 * d, &self);
+		be->cache_gather(be, cache + (size_t) t * 2 * d * eb, row_stride, s->qkv + d, 3 * (size_t) d, true, NULL, R,
+						 2 * (size_t) d);
+		be->attention(be, s->ctx, s->probs, s->qkv, 3 * d, (const float *) cache, (const float *) (cache + d * eb),
+					  2 * d, &self);
 		tf_linear(be, s->tmp, s->ctx, P + o->self.w_out, P + o->self.b_out, R, d, d);
 		be->add(be, s->res, s->x, s->tmp, (size_t) R * d);
 		be->layernorm(be, s->x1, s->mean, s->rstd, s->res, P + o->ln_self_g, P + o->ln_self_b, R, d,
@@ -488,17 +493,17 @@ reorder(Search *s, int next, int t)
 	be->upload(be, m->dec_idx, s->parent, (size_t) next * sizeof(int32_t));
 	for (l = 0; l < Ld && i < next; l++)
 	{
-		float	   *spare = s->cache[Ld];
+		void	   *spare = s->cache[Ld];
 
 		if (in_place)
 		{
-			be->gather(be, s->cache[l], row_stride, s->cache[l], row_stride, m->dec_idx, next,
-					   (size_t) (t + 1) * 2 * s->d);
+			be->cache_gather(be, s->cache[l], row_stride, s->cache[l], row_stride, false, m->dec_idx, next,
+							 (size_t) (t + 1) * 2 * s->d);
 			continue;
 		}
 		/* gather layer l into the spare buffer, which becomes layer l's */
-		be->gather(be, spare, row_stride, s->cache[l], row_stride, m->dec_idx, next,
-				   (size_t) (t + 1) * 2 * s->d);
+		be->cache_gather(be, spare, row_stride, s->cache[l], row_stride, false, m->dec_idx, next,
+						 (size_t) (t + 1) * 2 * s->d);
 		s->cache[Ld] = s->cache[l];
 		s->cache[l] = spare;
 	}
@@ -579,8 +584,8 @@ search_run(Search *s, char *err, size_t errlen)
 		const LayerActs *a = &m->acts[Le + l];
 
 		s->kv_cross[l] = a->kv_cross;
-		be->gather(be, s->cache[l], (size_t) s->Tmax * 2 * s->d, a->qkv + s->d, 3 * (size_t) s->d,
-				   NULL, s->B, 2 * (size_t) s->d);
+		be->cache_gather(be, s->cache[l], (size_t) s->Tmax * 2 * s->d, a->qkv + s->d, 3 * (size_t) s->d, true,
+						 NULL, s->B, 2 * (size_t) s->d);
 	}
 	topk_step(s, m->logits);
 	for (;;)

@@ -670,6 +670,7 @@ attn_shape(const TfModel *m, AttnKind kind, uint32_t site)
 	s.seed = m->seed;
 	s.stream = tf_dropout_stream(m->step, m->lay.index, site);
 	s.k_len = NULL;
+	s.kv_cache = false;
 	s.max_q = kind == ATTN_ENCODER ? m->lay.max_src : m->lay.max_tgt;
 	s.max_k = kind == ATTN_DECODER_SELF ? m->lay.max_tgt : m->lay.max_src;
 	s.p_total = m->lay.longs[(kind == ATTN_ENCODER ? 0 : kind == ATTN_DECODER_SELF ? B1 : 2 * B1) + m->lay.B];

@@ -327,7 +327,11 @@ int			tf_model_load(TfModel *model, const TfTensor *tensors, int count,
 /* The model's pointer to the gradient of parameter `name`, or NULL (tests, diagnostics). */
 float	   *tf_model_grad(TfModel *model, const char *name, size_t *count);
 
-/* The model's pointer to parameter `name`, or NULL. */
+/*
+ * The model's pointer to parameter `name`, or NULL. A bf16 model's products
+ * read its bf16 copy: after writing through the pointer, call
+ * tf_model_set_precision again.
+ */
 float	   *tf_model_param(TfModel *model, const char *name, size_t *count);
 
 /*

@@ -126,6 +126,8 @@ train_options_parse(Jsonb *options, bool only_resumable, TrainOptions *o)
 	JsonbValue	v;
 	JsonbIteratorToken tok;
 	const OptionSpec *pending = NULL;
+	bool		saw_device = false,
+				saw_precision = false;
 
 	if (!only_resumable)
 		train_options_default(o);
@@ -151,6 +153,8 @@ train_options_parse(Jsonb *options, bool only_resumable, TrainOptions *o)
 										"learning_rate_scale, label_smoothing, dropout, accumulate_batches, batches_per_step, "
 										"checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, "
 										"validate_every_steps, validation_bleu_sentences, seed, device, precision, threads, nodes.")));
+			saw_device |= strcmp(key, "device") == 0;
+			saw_precision |= strcmp(key, "precision") == 0;
 			if (only_resumable && !pending->resumable)
 				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 								errmsg("training option \"%s\" cannot change when a job resumes", key),
@@ -161,6 +165,9 @@ train_options_parse(Jsonb *options, bool only_resumable, TrainOptions *o)
 	}
 	if (!only_resumable && o->max_steps == 0 && o->max_epochs == 0 && o->max_minutes == 0)
 		o->max_epochs = 10;
+	/* a job keeps its precision, except that a move to the CPU without one names fp32, the CPU's only */
+	if (only_resumable && saw_device && !saw_precision && strcmp(o->device, "cpu") == 0)
+		strlcpy(o->precision, "fp32", sizeof(o->precision));
 
 }
 
@@ -186,6 +193,7 @@ train_options_check(TrainOptions *o)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("training option \"precision\" is \"bf16\", but \"device\" is \"cpu\""),
 						errhint("bf16 mixed precision runs on CUDA devices; the CPU trains in fp32.")));
+	strlcpy(o->precision, tf_precision_name(train_options_precision(o)), sizeof(o->precision));
 	o->ranks = attention_check_device(o->device);
 	if (o->nodes > 1 && strcmp(o->device, "cpu") == 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -216,8 +224,8 @@ train_options_to_jsonb(const TrainOptions *o)
 		const OptionSpec *spec = &option_specs[i];
 		const char *field = (const char *) o + spec->offset;
 
-		if ((spec->type == OPT_FLOAT && *(const double *) field < 0) || (spec->type == OPT_TEXT && field[0] == '\0'))
-			continue;			/* the model's or the device's own value */
+		if (spec->type == OPT_FLOAT && *(const double *) field < 0)
+			continue;			/* the model's own value */
 		appendStringInfo(&s, "%s\"%s\": ", i > 0 ? ", " : "", spec->name);
 		if (spec->type == OPT_INT32)
 			appendStringInfo(&s, "%d", *(const int32 *) field);

@@ -29,7 +29,7 @@ typedef struct TrainOptions
 	int32		validation_bleu_sentences;	/* 0: no BLEU */
 	int64		seed;
 	char		device[256];	/* "cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all" */
-	char		precision[8];	/* "fp32", "bf16", or "" for the device's default */
+	char		precision[8];	/* "fp32" or "bf16"; "" until train_options_check gives the device's default */
 	int32		threads;		/* 0: attention.num_threads */
 	int32		nodes;			/* machines, each with the devices `device` names */
 	int32		ranks;			/* not an option: the devices `device` names here */
@@ -59,7 +59,9 @@ Jsonb	   *train_options_to_jsonb(const TrainOptions *o);
 
 /*
  * The precision a job computes in: its "precision" option, or by default
- * bf16 on CUDA devices and fp32 on the CPU. Valid after train_options_check.
+ * bf16 on CUDA devices and fp32 on the CPU, which train_options_check
+ * stores: a job keeps its precision across resumes unless one names
+ * another, or moves the job to the CPU without naming one (then fp32).
  */
 TfPrecision train_options_precision(const TrainOptions *o);
 

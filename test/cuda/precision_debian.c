@@ -2,7 +2,7 @@
  * precision_debian.c - bf16 mixed precision against fp32 on the real corpus
  * (scripts/fetch-corpus), through the engine:
  *
- *   precision_debian CORPUS_DIR CUDA_LIBRARY [STEPS [TOKENS [SENTENCES]]]
+ *   precision_debian CORPUS_DIR CUDA_LIBRARY [STEPS [TOKENS [SENTENCES [MORE_STEPS]]]]
  *
  * Trains a 1,000-piece BPE vocabulary on the train split and the tiny
  * configuration (d_model 64, 2+2 layers, 4 heads, d_ff 256, dropout 0.1) from
@@ -10,13 +10,15 @@
  * per side: in fp32 on the CPU backend and in bf16 on the CUDA backend of
  * CUDA_LIBRARY (the emulated one in CI). Dropout masks are keyed by seed,
  * step and batch, so the two runs differ only by their arithmetic. Then
- * translates the first SENTENCES (default 100) test sentences of at most 47
- * pieces with the bf16
- * run's model, in fp32 on the CPU and in bf16 on the CUDA backend (beam 4).
+ * trains the bf16 run's model MORE_STEPS (default 2,000) steps further in
+ * fp32 on the CPU, so that it translates, and translates the first
+ * SENTENCES (default 100) test sentences of at most 47 pieces with it, in
+ * fp32 on the CPU and in bf16 on the CUDA backend (beam 4).
  *
- * Fails (exit 1) when a 10th step's loss differs from fp32's by more than 2%
- * or fewer than 95% of the translations are equal; prints every compared
- * value.
+ * Fails (exit 1) when a 10th step's loss differs from fp32's by more than 2%,
+ * fewer than 95% of the translations are equal, or the fp32 translations
+ * are degenerate (fewer than a tenth distinct, or under 5 tokens on average:
+ * such a model agrees with itself trivially); prints every compared value.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -92,6 +94,38 @@ make_batch(const Pair *p, int n)
 	return b;
 }
 
+/*
+ * Batches of similar lengths from pairs sorted by length, up to `tokens` per
+ * side with padding, in a seeded order (step s trains on batch s mod *nb).
+ */
+static TfBatch *
+cut_batches(const Pair *pairs, size_t kept, int tokens, size_t *nb)
+{
+	TfBatch    *batches = calloc(kept, sizeof(TfBatch));
+
+	*nb = 0;
+	for (size_t i = 0; i < kept;)
+	{
+		size_t		j = i + 1;
+
+		while (j < kept && (size_t) pairs[j].ns * (j - i + 1) <= (size_t) tokens &&
+			   (size_t) (pairs[j].nt > pairs[j - 1].nt ? pairs[j].nt : pairs[j - 1].nt) * (j - i + 1) <=
+			   (size_t) tokens)
+			j++;
+		batches[(*nb)++] = make_batch(pairs + i, (int) (j - i));
+		i = j;
+	}
+	for (size_t i = *nb - 1; i > 0; i--)
+	{
+		size_t		j = ((i * 2654435761u) >> 7) % (i + 1);
+		TfBatch		t = batches[i];
+
+		batches[i] = batches[j];
+		batches[j] = t;
+	}
+	return batches;
+}
+
 /* One optimizer step over one batch; returns the mean loss. */
 static double
 train_step(TfModel *m, const TfBatch *b, const TfOptimizer *opt)
@@ -106,6 +140,13 @@ train_step(TfModel *m, const TfBatch *b, const TfOptimizer *opt)
 		tf_model_step(m, opt, &stats, err, sizeof(err)) != TF_OK)
 		die("training step", err);
 	return loss / (double) tokens;
+}
+
+/* Whether two hypotheses have the same tokens. */
+static bool
+same(const TfHypothesis *a, const TfHypothesis *b)
+{
+	return a->length == b->length && memcmp(a->tokens, b->tokens, a->length * sizeof(int32_t)) == 0;
 }
 
 /* Beam-4 translations of src [n, len] into out [n]. */
@@ -126,7 +167,8 @@ main(int argc, char **argv)
 	const char *dir = argc > 2 ? argv[1] : NULL;
 	int			steps = argc > 3 ? atoi(argv[3]) : 300,
 				tokens = argc > 4 ? atoi(argv[4]) : 400,
-				sentences = argc > 5 ? atoi(argv[5]) : 100;
+				sentences = argc > 5 ? atoi(argv[5]) : 100,
+				more_steps = argc > 6 ? atoi(argv[6]) : 2000;
 	char		path[4096],
 				err[512];
 	char	  **en,
@@ -154,7 +196,9 @@ main(int argc, char **argv)
 	TfTensor   *tensors;
 	int			count,
 				worst_step = 0,
-				equal = 0;
+				equal = 0,
+				distinct = 0;
+	long		output_tokens = 0;
 	double		worst = 0.0;
 	int32_t    *test_src;
 	TfHypothesis *hyp32,
@@ -163,7 +207,7 @@ main(int argc, char **argv)
 
 	if (dir == NULL || steps < 10 || tokens < MAX_LEN || sentences < 1)
 	{
-		fprintf(stderr, "usage: %s CORPUS_DIR CUDA_LIBRARY [STEPS >= 10 [TOKENS >= %d [SENTENCES]]]\n", argv[0],
+		fprintf(stderr, "usage: %s CORPUS_DIR CUDA_LIBRARY [STEPS >= 10 [TOKENS >= %d [SENTENCES [MORE_STEPS]]]]\n", argv[0],
 				MAX_LEN);
 		return 2;
 	}
@@ -201,31 +245,8 @@ main(int argc, char **argv)
 			kept++;
 	}
 
-	/*
-	 * Batches of similar lengths, up to `tokens` per side with padding, taken
-	 * in a seeded order: step s trains on batch s mod their number.
-	 */
 	qsort(pairs, kept, sizeof(Pair), by_length);
-	batches = calloc(kept, sizeof(TfBatch));
-	for (size_t i = 0; i < kept;)
-	{
-		size_t		j = i + 1;
-
-		while (j < kept && (size_t) pairs[j].ns * (j - i + 1) <= (size_t) tokens &&
-			   (size_t) (pairs[j].nt > pairs[j - 1].nt ? pairs[j].nt : pairs[j - 1].nt) * (j - i + 1) <=
-			   (size_t) tokens)
-			j++;
-		batches[nb++] = make_batch(pairs + i, (int) (j - i));
-		i = j;
-	}
-	for (size_t i = nb - 1; i > 0; i--)
-	{
-		size_t		j = ((i * 2654435761u) >> 7) % (i + 1);
-		TfBatch		t = batches[i];
-
-		batches[i] = batches[j];
-		batches[j] = t;
-	}
+	batches = cut_batches(pairs, kept, tokens, &nb);
 	printf("%zu pairs, %zu of at most %d pieces, %zu batches of <= %d tokens per side\n", n, kept, MAX_LEN, nb,
 		   tokens);
 
@@ -260,11 +281,25 @@ main(int argc, char **argv)
 	printf("losses: largest difference %.3f%% at step %d (limit 2%%)\n", 100.0 * worst, worst_step);
 	failed |= worst > 0.02;
 
-	/* the bf16 run's model, decoded in fp32 on the CPU and in bf16 on the CUDA backend */
+	/*
+	 * After 300 steps the model still answers every source with EOS alone;
+	 * the bf16 run's model goes on training in fp32 on the CPU (cheap) over
+	 * batches of 400 tokens until it translates, then that model is decoded
+	 * in fp32 on the CPU and in bf16 on the CUDA backend.
+	 */
 	if (tf_model_tensors(bf16, &tensors, &count, err, sizeof(err)) != TF_OK ||
 		tf_model_load(fp32, tensors, count, err, sizeof(err)) != TF_OK)
 		die("copying the bf16 run's model", err);
 	tf_tensors_free(tensors);
+	free(batches);
+	batches = cut_batches(pairs, kept, 400, &nb);
+	for (int s = 0; s < more_steps; s++)
+		train_step(fp32, &batches[s % nb], &opt);
+	if (tf_model_tensors(fp32, &tensors, &count, err, sizeof(err)) != TF_OK ||
+		tf_model_load(bf16, tensors, count, err, sizeof(err)) != TF_OK)
+		die("copying the model back", err);
+	tf_tensors_free(tensors);
+	printf("then %d more steps in fp32 on the CPU over batches of <= 400 tokens per side\n", more_steps);
 	snprintf(path, sizeof(path), "%s/test.en", dir);
 	test_lines = read_lines(path, &test_en, &len_test);
 	test_src = calloc((size_t) sentences * MAX_LEN, sizeof(int32_t));
@@ -290,10 +325,19 @@ main(int argc, char **argv)
 	translate(fp32, test_src, sentences, MAX_LEN, hyp32);
 	translate(bf16, test_src, sentences, MAX_LEN, hyp16);
 	for (int i = 0; i < sentences; i++)
-		equal += hyp32[i].length == hyp16[i].length &&
-			memcmp(hyp32[i].tokens, hyp16[i].tokens, hyp32[i].length * sizeof(int32_t)) == 0;
-	printf("translations: %d of %d equal in bf16 and fp32 (limit 95%%)\n", equal, sentences);
-	failed |= equal * 100 < 95 * sentences;
+	{
+		bool		seen = false;
+
+		equal += same(&hyp32[i], &hyp16[i]);
+		for (int k = 0; k < i && !seen; k++)
+			seen = same(&hyp32[k], &hyp32[i]);
+		distinct += !seen;
+		output_tokens += hyp32[i].length;
+	}
+	printf("translations: %d of %d equal in bf16 and fp32 (limit 95%%); %d distinct, %.1f tokens on average "
+		   "(a tenth distinct and 5 tokens required: a degenerate model would agree with itself)\n", equal,
+		   sentences, distinct, (double) output_tokens / sentences);
+	failed |= equal * 100 < 95 * sentences || distinct * 10 < sentences || output_tokens < 5L * sentences;
 	tf_hypotheses_free(hyp32, sentences);
 	tf_hypotheses_free(hyp16, sentences);
 	tf_model_free(fp32);

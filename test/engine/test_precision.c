@@ -114,13 +114,15 @@ operand(int rows, int cols, int ld)
  * bf16 products on the CUDA backend against the CPU backend's fp32 product
  * of the rounded operands (bitwise: both are cblas_sgemm of the same values
  * under emulation; to 1e-6 on a GPU, whose sums run in another order) and of
- * the unrounded ones (1e-2). Operand b lies inside the registered weights.
+ * the unrounded ones (1e-2). One operand lies inside the registered weights
+ * (b on even shapes, a on odd ones), the other is rounded into a workspace.
  */
 static void
 check_gemm(void)
 {
 	static const int shapes[][5] = {	/* m, n, k, trans_a, trans_b */
-		{7, 5, 3, 0, 1}, {33, 17, 64, 0, 1}, {16, 40, 9, 1, 0}, {5, 64, 31, 0, 0}, {12, 12, 100, 1, 1}};
+		{7, 5, 3, 0, 1}, {33, 17, 64, 0, 1}, {16, 40, 9, 1, 0}, {5, 64, 31, 0, 0}, {12, 12, 100, 1, 1},
+	{9, 21, 40, 1, 0}};
 	char		err[TF_ERRLEN];
 	TfBackend  *cpu = tf_backend_create("cpu", 0, 1, err, sizeof(err)),
 			   *gpu = tf_backend_create("cuda", 0, 1, err, sizeof(err));
@@ -138,13 +140,16 @@ check_gemm(void)
 					n = shapes[s][1],
 					k = shapes[s][2];
 		bool		ta = shapes[s][3],
-					tb = shapes[s][4];
+					tb = shapes[s][4],
+					b_is_weight = s % 2 == 0;
 		Operand		a = operand(ta ? k : m, ta ? m : k, (ta ? m : k) + 3),
-					b = operand(tb ? n : k, tb ? k : n, tb ? k : n);
+					b = operand(tb ? n : k, tb ? k : n, (tb ? k : n) + (int) s % 3);
+		Operand    *w = b_is_weight ? &b : &a;	/* the operand inside the weights */
 		size_t		na = (size_t) a.rows * a.ld,
 					nb = (size_t) b.rows * b.ld,
+					nw = (size_t) w->rows * w->ld,
 					nc = (size_t) m * n,
-					pad = 11;	/* b sits inside the weights, not at their start */
+					pad = 11;	/* it sits inside the weights, not at their start */
 		float	   *ra = malloc(na * sizeof(float)),
 				   *rb = malloc(nb * sizeof(float)),
 				   *want = malloc(nc * sizeof(float)),
@@ -154,9 +159,11 @@ check_gemm(void)
 		float	   *ca = cpu->alloc(cpu, na * 4),
 				   *cb = cpu->alloc(cpu, nb * 4),
 				   *cc = cpu->alloc(cpu, nc * 4);
-		float	   *ga = gpu->alloc(gpu, na * 4),
-				   *gw = gpu->alloc(gpu, (nb + 2 * pad) * 4),
+		float	   *gweights = gpu->alloc(gpu, (nw + 2 * pad) * 4),
+				   *gother = gpu->alloc(gpu, (b_is_weight ? na : nb) * 4),
 				   *gc = gpu->alloc(gpu, nc * 4);
+		float	   *ga = b_is_weight ? gother : gweights + pad,
+				   *gb = b_is_weight ? gweights + pad : gother;
 		double		e;
 
 		for (size_t i = 0; i < na; i++)
@@ -172,11 +179,11 @@ check_gemm(void)
 		cpu->upload(cpu, cb, b.host, nb * 4);
 		cpu->gemm(cpu, ta, tb, m, n, k, 1.0f, ca, a.ld, cb, b.ld, 0.0f, cc, n);
 		cpu->download(cpu, exact, cc, nc * 4);
-		/* CUDA in bf16, b inside the weights */
+		/* CUDA in bf16 */
 		gpu->upload(gpu, ga, a.host, na * 4);
-		gpu->upload(gpu, gw + pad, b.host, nb * 4);
-		CHECK(gpu->set_precision(gpu, TF_BF16, gw, nb + 2 * pad), "set_precision bf16");
-		gpu->gemm(gpu, ta, tb, m, n, k, 1.0f, ga, a.ld, gw + pad, b.ld, 0.0f, gc, n);
+		gpu->upload(gpu, gb, b.host, nb * 4);
+		CHECK(gpu->set_precision(gpu, TF_BF16, gweights, nw + 2 * pad), "set_precision bf16");
+		gpu->gemm(gpu, ta, tb, m, n, k, 1.0f, ga, a.ld, gb, b.ld, 0.0f, gc, n);
 		gpu->download(gpu, got, gc, nc * 4);
 		e = rel_error(got, want, nc);
 		worst_rounded = e > worst_rounded ? e : worst_rounded;
@@ -188,29 +195,29 @@ check_gemm(void)
 		worst_fp32 = e > worst_fp32 ? e : worst_fp32;
 		CHECK(e < 1e-2 && e > 0.0, "gemm %d: bf16 against fp32 %.3g (expected in (0, 1e-2))", (int) s, e);
 		/* the weights change without a refresh: the product still reads the old copy ... */
-		for (size_t i = 0; i < nb; i++)
-			b.host[i] = -b.host[i];
-		gpu->upload(gpu, gw + pad, b.host, nb * 4);
-		gpu->gemm(gpu, ta, tb, m, n, k, 1.0f, ga, a.ld, gw + pad, b.ld, 0.0f, gc, n);
+		for (size_t i = 0; i < nw; i++)
+			w->host[i] = -w->host[i];
+		gpu->upload(gpu, gweights + pad, w->host, nw * 4);
+		gpu->gemm(gpu, ta, tb, m, n, k, 1.0f, ga, a.ld, gb, b.ld, 0.0f, gc, n);
 		gpu->download(gpu, stale, gc, nc * 4);
 		CHECK(memcmp(stale, got, nc * 4) == 0, "gemm %d: the weights' copy changed without set_precision", (int) s);
 		/* ... and the refreshed copy gives the negated product; fp32 gives the exact one */
-		CHECK(gpu->set_precision(gpu, TF_BF16, gw, nb + 2 * pad), "refresh");
-		gpu->gemm(gpu, ta, tb, m, n, k, 1.0f, ga, a.ld, gw + pad, b.ld, 0.0f, gc, n);
+		CHECK(gpu->set_precision(gpu, TF_BF16, gweights, nw + 2 * pad), "refresh");
+		gpu->gemm(gpu, ta, tb, m, n, k, 1.0f, ga, a.ld, gb, b.ld, 0.0f, gc, n);
 		gpu->download(gpu, stale, gc, nc * 4);
 		for (size_t i = 0; i < nc; i++)
 			stale[i] = -stale[i];
 		CHECK(rel_error(stale, got, nc) < 1e-6, "gemm %d: refreshed copy %.3g off", (int) s, rel_error(stale, got, nc));
 		CHECK(gpu->set_precision(gpu, TF_FP32, NULL, 0), "set_precision fp32");
-		for (size_t i = 0; i < nb; i++)
-			b.host[i] = -b.host[i];
-		gpu->upload(gpu, gw + pad, b.host, nb * 4);
-		gpu->gemm(gpu, ta, tb, m, n, k, 1.0f, ga, a.ld, gw + pad, b.ld, 0.0f, gc, n);
+		for (size_t i = 0; i < nw; i++)
+			w->host[i] = -w->host[i];
+		gpu->upload(gpu, gweights + pad, w->host, nw * 4);
+		gpu->gemm(gpu, ta, tb, m, n, k, 1.0f, ga, a.ld, gb, b.ld, 0.0f, gc, n);
 		gpu->download(gpu, got, gc, nc * 4);
 		CHECK(rel_error(got, exact, nc) < 1e-6, "gemm %d: fp32 again %.3g off", (int) s, rel_error(got, exact, nc));
 		CHECK(gpu->status(gpu, err, sizeof(err)) == TF_OK, "gemm %d: %s", (int) s, err);
 		cpu->free(cpu, ca), cpu->free(cpu, cb), cpu->free(cpu, cc);
-		gpu->free(gpu, ga), gpu->free(gpu, gw), gpu->free(gpu, gc);
+		gpu->free(gpu, gweights), gpu->free(gpu, gother), gpu->free(gpu, gc);
 		free(a.host), free(b.host), free(ra), free(rb), free(want), free(exact), free(got), free(stale);
 	}
 	printf("  bf16 gemm: %zu shapes, against the rounded CPU product %.3g, against fp32 %.3g\n",
@@ -278,6 +285,53 @@ reference_logits(const Fixture *model_fx, const Fixture *ref)
 }
 
 /*
+ * Beam search in bf16 (key/value caches of bf16 elements) on the fixture's
+ * sources: every hypothesis's log-probability equals its teacher-forced
+ * score in bf16 (whose keys and values are fp32 buffers rounded on read) to
+ * 1e-4 relative, so the cache holds the right values in the right places.
+ */
+static void
+check_decode(TfModel *m, const Fixture *fx)
+{
+	const int32_t *src = fixture_get(fx, "src")->data;
+	int			B = 3,
+				L = (int) fixture_get(fx, "src")->count / 3;
+	char		err[TF_ERRLEN];
+	TfDecodeOptions opt;
+	TfHypothesis h[3 * 4];
+	double		worst = 0.0;
+	int			tokens = 0;
+
+	CHECK(m->be->cache_bytes == 2, "a bf16 model's cache holds %d-byte elements", m->be->cache_bytes);
+	tf_decode_options_default(&opt);
+	opt.nbest = 4;
+	opt.max_length_offset = 5;
+	CHECK(tf_model_translate(m, src, B, L, &opt, h, err, sizeof(err)) == TF_OK, "bf16 translate: %s", err);
+	for (int i = 0; i < B * opt.nbest; i++)
+	{
+		int			n = h[i].length + 1;
+		int32_t    *tgt = calloc(2 * (size_t) n, sizeof(int32_t));
+		TfBatch		b = {1, L, n, src + (size_t) (i / opt.nbest) * L, tgt, tgt + n, 0};
+		double		lp = 0.0;
+
+		tgt[0] = opt.bos_id;
+		for (int j = 0; j < h[i].length; j++)
+			tgt[1 + j] = tgt[n + j] = h[i].tokens[j];
+		tgt[2 * n - 1] = opt.eos_id;
+		CHECK(tf_model_score(m, &b, &lp, err, sizeof(err)) == TF_OK, "bf16 score: %s", err);
+		CHECK(fabs(lp - h[i].log_prob) <= 1e-4 * fabs(lp), "bf16 hypothesis %d: incremental %.6f, scored %.6f", i,
+			  h[i].log_prob, lp);
+		worst = fmax(worst, fabs(lp - h[i].log_prob) / fabs(lp));
+		tokens += h[i].length;
+		free(tgt);
+	}
+	CHECK(tokens > B * opt.nbest, "bf16 hypotheses of %d tokens in all", tokens);
+	printf("  bf16 beam search: %d hypotheses (%d tokens) from bf16 caches, log-probabilities %.3g from their "
+		   "scores\n", B * opt.nbest, tokens, worst);
+	tf_hypotheses_free(h, B * opt.nbest);
+}
+
+/*
  * The model fixture in bf16 on the CUDA backend: logits and loss against
  * PyTorch under the same rules (1e-3) and against fp32 (1e-2); 10 Adam
  * steps tracking PyTorch's fp32 losses (2%); checkpoints that move between
@@ -333,6 +387,8 @@ check_model(const char *fixtures)
 		  "the rules matter: PyTorch bf16 vs fp32 %.3g is not well above the engine's error %.3g",
 		  norm_error(want16, want32, count), norm_error(logits, want16, count));
 	free(logits);
+
+	check_decode(m, &fx);
 
 	/*
 	 * training: 10 Adam steps on the fixture batch learn (its schedule is too
