@@ -71,41 +71,22 @@ by_length(const void *a, const void *b)
 static int
 make_batches(const char *dir, const char *out, int tokens)
 {
-	char		path[4096],
-				err[512];
+	char		err[512];
 	char	  **en,
-			  **de,
-			  **all;
+			  **de;
 	size_t	   *len_en,
-			   *len_de,
-			   *len_all;
+			   *len_de;
 	size_t		n,
 				i,
 				nb = 0;
-	char	   *model_bytes;
-	size_t		model_len;
 	SpmModel   *model;
-	SpmTrainOptions opt = {8000, "bpe", 1.0, true, 2};
 	Pair	   *pairs;
 	Batch	   *batches;
 	FILE	   *f;
 	unsigned	seed = 2024;
 	int			count = 0;
 
-	snprintf(path, sizeof(path), "%s/train.en", dir);
-	n = read_lines(path, &en, &len_en);
-	snprintf(path, sizeof(path), "%s/train.de", dir);
-	if (read_lines(path, &de, &len_de) != n)
-		return fprintf(stderr, "line counts differ\n"), 1;
-	all = malloc(2 * n * sizeof(char *));
-	len_all = malloc(2 * n * sizeof(size_t));
-	memcpy(all, en, n * sizeof(char *));
-	memcpy(all + n, de, n * sizeof(char *));
-	memcpy(len_all, len_en, n * sizeof(size_t));
-	memcpy(len_all + n, len_de, n * sizeof(size_t));
-	if (spm_train((const char *const *) all, len_all, 2 * n, &opt, &model_bytes, &model_len, err, sizeof(err)) != 0 ||
-		spm_load(model_bytes, model_len, &model, err, sizeof(err)) != 0)
-		return fprintf(stderr, "sentencepiece: %s\n", err), 1;
+	model = corpus_train_vocabulary(dir, 8000, &en, &len_en, &de, &len_de, &n);
 
 	pairs = calloc(n, sizeof(Pair));
 	for (i = 0; i < n; i++)

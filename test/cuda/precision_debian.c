@@ -173,20 +173,15 @@ main(int argc, char **argv)
 				err[512];
 	char	  **en,
 			  **de,
-			  **all,
 			  **test_en;
 	size_t	   *len_en,
 			   *len_de,
-			   *len_all,
 			   *len_test;
 	size_t		n,
 				test_lines,
 				kept = 0,
 				nb = 0;
-	char	   *spm_bytes;
-	size_t		spm_len;
 	SpmModel   *vocab;
-	SpmTrainOptions spm_opt = {VOCAB, "bpe", 1.0, true, 2};
 	Pair	   *pairs;
 	TfBatch    *batches;
 	TfConfig	config;
@@ -215,20 +210,7 @@ main(int argc, char **argv)
 	tf_backend_set_cuda_library(argv[2]);
 
 	/* vocabulary on both sides of the train split; pairs of at most MAX_LEN pieces */
-	snprintf(path, sizeof(path), "%s/train.en", dir);
-	n = read_lines(path, &en, &len_en);
-	snprintf(path, sizeof(path), "%s/train.de", dir);
-	if (read_lines(path, &de, &len_de) != n)
-		die(path, "line count differs from train.en");
-	all = malloc(2 * n * sizeof(char *));
-	len_all = malloc(2 * n * sizeof(size_t));
-	memcpy(all, en, n * sizeof(char *));
-	memcpy(all + n, de, n * sizeof(char *));
-	memcpy(len_all, len_en, n * sizeof(size_t));
-	memcpy(len_all + n, len_de, n * sizeof(size_t));
-	if (spm_train((const char *const *) all, len_all, 2 * n, &spm_opt, &spm_bytes, &spm_len, err, sizeof(err)) != 0 ||
-		spm_load(spm_bytes, spm_len, &vocab, err, sizeof(err)) != 0)
-		die("sentencepiece", err);
+	vocab = corpus_train_vocabulary(dir, VOCAB, &en, &len_en, &de, &len_de, &n);
 	pairs = calloc(n, sizeof(Pair));
 	for (size_t i = 0; i < n; i++)
 	{
