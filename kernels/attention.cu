@@ -236,11 +236,12 @@ k_attention(float *ctx, float *probs, const float *q, int ldq, const float *k, c
 		return;
 	if (sh->kv_cache && bf16_kv)	/* a bf16 key/value cache (cache_gather) */
 	{
-		void		(*kernel) (float *, float *, const float *, int, const __nv_bfloat16 *, const __nv_bfloat16 *,
-							   int, const int32_t *, const int32_t *, const int64_t *, const int32_t *, int, int, bool,
-							   float, uint64_t, uint64_t, bool) = attention_kernel<__nv_bfloat16>;
+		void		(*attention_bf16_cache) (float *, float *, const float *, int, const __nv_bfloat16 *,
+											 const __nv_bfloat16 *, int, const int32_t *, const int32_t *,
+											 const int64_t *, const int32_t *, int, int, bool, float, uint64_t,
+											 uint64_t, bool) = attention_kernel<__nv_bfloat16>;
 
-		LAUNCH(kernel, grid, threads, shared, stream)
+		LAUNCH(attention_bf16_cache, grid, threads, shared, stream)
 			(ctx, probs, q, ldq, (const __nv_bfloat16 *) k, (const __nv_bfloat16 *) v, ldk, sh->q_start, sh->k_start,
 			 sh->p_start, sh->k_len, sh->num_heads, sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream,
 			 bf16_kv);

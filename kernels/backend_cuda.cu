@@ -1,9 +1,10 @@
 /*
  * backend_cuda.cu - the CUDA backend (src/backend.h) on one device, fp32 or
  * bf16 mixed precision (set_precision): cuBLAS for every matrix product, the
- * kernels of this directory for the rest, all on one stream. Built by nvcc into attention_cuda.so for a GPU,
- * and by g++ with emu/cuda_emu.h and the cuBLAS shim into
- * attention_cuda_emu.so, which runs the same sources on the CPU in CI.
+ * kernels of this directory for the rest, all on one stream. Built by nvcc
+ * into attention_cuda.so for a GPU, and by g++ with emu/cuda_emu.h and the
+ * cuBLAS shim into attention_cuda_emu.so, which runs the same sources on the
+ * CPU in CI.
  *
  * Synchronisation (backend.h): upload and download wait for the stream;
  * every other operation is queued. Failures of queued work are sticky and

@@ -63,14 +63,15 @@ launch_gather(D *dst, size_t dst_stride, const S *src, size_t src_stride, const 
 {
 	if (n <= 0 || count == 0)
 		return;
-	void		(*in_place) (D *, size_t, const int32_t *, int, size_t) = gather_in_place_kernel<D>;
-	void		(*apart) (D *, size_t, const S *, size_t, const int32_t *, int, size_t) = gather_kernel<D, S>;
+	/* named kernels for the launch macro (a template's comma would split its argument) */
+	void		(*gather_in_place) (D *, size_t, const int32_t *, int, size_t) = gather_in_place_kernel<D>;
+	void		(*gather_rows) (D *, size_t, const S *, size_t, const int32_t *, int, size_t) = gather_kernel<D, S>;
 
 	if ((const void *) dst == (const void *) src)
-		LAUNCH(in_place, 1, 1024, 0, stream)(dst, dst_stride, rows, n, count);
+		LAUNCH(gather_in_place, 1, 1024, 0, stream)(dst, dst_stride, rows, n, count);
 	else
-		LAUNCH(apart, blocks_for((size_t) n * count, BLOCK), BLOCK, 0, stream)(dst, dst_stride, src, src_stride, rows,
-																			   n, count);
+		LAUNCH(gather_rows, blocks_for((size_t) n * count, BLOCK), BLOCK, 0, stream)(dst, dst_stride, src, src_stride,
+																					 rows, n, count);
 }
 
 void

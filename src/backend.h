@@ -241,8 +241,9 @@ struct TfBackend
 	/*
 	 * Mixed precision (NULL on backends without it: the CPU's). With TF_BF16
 	 * gemm rounds both operands to bfloat16 (round-to-nearest-even) and
-	 * accumulates in fp32, and attention and attention_backward read keys
-	 * and values rounded so; every other operation is unchanged. weights [n]
+	 * accumulates in fp32, attention and attention_backward read keys and
+	 * values rounded so, and key/value caches hold bfloat16 (cache_bytes 2);
+	 * every other operation is unchanged. weights [n]
 	 * (fp32, the master copy) get a bf16 copy now, which gemm reads for
 	 * operands inside them: call again whenever the weights change (after
 	 * adam, an upload). TF_FP32 frees the copy. false when out of memory.

@@ -71,6 +71,7 @@ main(void)
 			   *acc = NULL,
 			   *partials = NULL;
 	uint8_t    *mask = NULL;
+	__nv_bfloat16 *cache = NULL;
 	TfAttentionShape sh = {};
 
 	cudaMalloc((void **) &rows, R * sizeof(double));
@@ -79,6 +80,7 @@ main(void)
 	cudaMalloc((void **) &mask, R * D);
 	cudaMemset(acc, 0, sizeof(double));
 	cudaMalloc((void **) &top_id, R * 4 * sizeof(int32_t));
+	cudaMalloc((void **) &cache, R * 2 * D * sizeof(__nv_bfloat16));
 
 	k_add(out, x, y, R * D, s);
 	k_scale(out, R * D, 0.5f, s);
@@ -108,6 +110,13 @@ main(void)
 	k_adam(x, y, out, work, R * D, 1e-3f, 0.9f, 0.98f, 1e-9f, 0.1f, 0.02f, s);
 	k_gather(out, D, x, D, ids, R, D, s);
 	k_gather(x, D, x, D, qs, 3, D, s);
+	/* bf16: rounding, caches written, reordered in place and read by attention */
+	k_round_bf16(cache, x, R * 2 * D, s);
+	k_gather_to_bf16(cache, 2 * D, x + D, 3 * D, NULL, R, 2 * D, s);
+	k_gather_bf16(cache + 2 * D, 2 * D, cache, 2 * D, NULL, 2, 2 * D, s);
+	k_gather_bf16(cache, 2 * D, cache, 2 * D, qs, 2, 2 * D, s);
+	sh.kv_cache = true;
+	k_attention(out, probs, x, 3 * D, (const float *) cache, (const float *) (cache + D), 2 * D, &sh, true, s);
 	printf("kernels run: %s\n", cudaGetErrorString(cudaGetLastError()));
 	return 0;
 }
