@@ -149,6 +149,30 @@ same(const TfHypothesis *a, const TfHypothesis *b)
 	return a->length == b->length && memcmp(a->tokens, b->tokens, a->length * sizeof(int32_t)) == 0;
 }
 
+/*
+ * What beam search ranks a hypothesis of source src [MAX_LEN] by, under
+ * model m: its log-probability (teacher-forced, EOS included) over the
+ * length penalty ((5 + |Y|) / 6)^0.6 of the default options.
+ */
+static double
+rank_score(TfModel *m, const int32_t *src, const TfHypothesis *h)
+{
+	char		err[TF_ERRLEN];
+	int			n = h->length + 1;
+	int32_t    *tgt = calloc(2 * (size_t) n, sizeof(int32_t));
+	TfBatch		b = {1, MAX_LEN, n, src, tgt, tgt + n, 0};
+	double		lp;
+
+	tgt[0] = SPM_BOS_ID;
+	for (int j = 0; j < h->length; j++)
+		tgt[1 + j] = tgt[n + j] = h->tokens[j];
+	tgt[2 * n - 1] = SPM_EOS_ID;
+	if (tf_model_score(m, &b, &lp, err, sizeof(err)) != TF_OK)
+		die("score", err);
+	free(tgt);
+	return lp / pow((5.0 + n) / 6.0, 0.6);
+}
+
 /* Beam-4 translations of src [n, len] into out [n]. */
 static void
 translate(TfModel *m, const int32_t *src, int n, int len, TfHypothesis *out)
@@ -311,6 +335,12 @@ main(int argc, char **argv)
 		bool		seen = false;
 
 		equal += same(&hyp32[i], &hyp16[i]);
+		if (!same(&hyp32[i], &hyp16[i]))
+			printf("sentence %d differs: fp32 ranks its own output %.4f and bf16's %.4f (a gap of %.2g)\n", i,
+				   rank_score(fp32, test_src + (size_t) i * MAX_LEN, &hyp32[i]),
+				   rank_score(fp32, test_src + (size_t) i * MAX_LEN, &hyp16[i]),
+				   rank_score(fp32, test_src + (size_t) i * MAX_LEN, &hyp32[i]) -
+				   rank_score(fp32, test_src + (size_t) i * MAX_LEN, &hyp16[i]));
 		for (int k = 0; k < i && !seen; k++)
 			seen = same(&hyp32[k], &hyp32[i]);
 		distinct += !seen;
