@@ -46,3 +46,35 @@ AS 'MODULE_PATHNAME', 'attention_join_training'
 LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION join_training(bigint) IS
 'Starts a worker on this server that claims the next waiting node of a job that spans machines (attention.job_ranks) and joins its communicator; returns the worker''s pid.';
+
+-- wait_training: a job whose worker has just committed its final status and exited could
+-- read as interrupted (the view's snapshot predates the commit, its liveness check follows
+-- the exit); a second look, with a snapshot taken after the exit was seen, tells the two apart.
+CREATE OR REPLACE FUNCTION wait_training(job bigint, timeout interval DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    deadline timestamptz := clock_timestamp() + timeout;
+    shown text;
+BEGIN
+    IF job IS NULL THEN
+        RAISE EXCEPTION 'job must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    LOOP
+        SELECT v.status INTO shown FROM attention.training_jobs v WHERE v.job_id = job;
+        IF shown IS NULL THEN
+            RAISE EXCEPTION 'training job % does not exist', job USING ERRCODE = 'undefined_object';
+        END IF;
+        IF shown = 'interrupted' THEN
+            SELECT v.status INTO shown FROM attention.training_jobs v WHERE v.job_id = job;
+        END IF;
+        EXIT WHEN shown NOT IN ('queued', 'running') OR clock_timestamp() >= deadline;
+        PERFORM pg_sleep(0.1);
+    END LOOP;
+    RETURN shown;
+END
+$$;
+COMMENT ON FUNCTION wait_training(bigint, interval) IS
+'Waits until a job stops (or the timeout passes; NULL waits without limit) and returns its status.';
