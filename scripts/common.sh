@@ -37,6 +37,7 @@ work_dir() {
 # $(work_dir)/NAME on 127.0.0.1:PORT, trust authentication, no Unix socket
 # (a cluster that already runs, e.g. kept by DEMO_KEEP_RUNNING, is used as it is,
 # and CLUSTER_REUSED is set to 1; empty when this call started it).
+# Server options in CLUSTER_OPTIONS are added (e.g. "-c shared_preload_libraries=attention").
 # Exports PGHOST, PGPORT, PGUSER for psql, pg_regress and pg_prove.
 cluster_start() {
   local name=$1 port=$2 base data
@@ -53,7 +54,7 @@ cluster_start() {
   if ! as_cluster_user "$PGBIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
     CLUSTER_REUSED=
     as_cluster_user "$PGBIN/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 \
-      -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=''" start >/dev/null \
+      -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories='' ${CLUSTER_OPTIONS:-}" start >/dev/null \
       || { tail -20 "$data/server.log"; return 1; }
   fi
   export PGHOST=127.0.0.1 PGPORT=$port PGUSER=$CLUSTER_USER

@@ -146,8 +146,13 @@ DROP ROLE regress_tr_reader;
 
 -- a statement timeout stops it between or inside batches; what was committed stays, and a new call resumes
 CREATE TABLE many (id integer PRIMARY KEY, en text, de text);
-INSERT INTO many SELECT i, 'the package provides documentation files for ' || i || ' and ' || (i * 7), NULL
-  FROM generate_series(1, 1500) AS i;
+-- (distinct sources in the vocabulary's words: numbers would all be <unk>, and identical sources are translated once)
+INSERT INTO many
+  SELECT i, 'the package provides ' || (SELECT string_agg((ARRAY['data', 'library', 'documentation', 'development',
+                                                                 'example'])[1 + (i / 5 ^ k)::int % 5], ' files for ')
+                                        FROM generate_series(0, 4) AS k), NULL
+    FROM generate_series(1, 1500) AS i;
+SELECT count(DISTINCT en) AS distinct_sources FROM many;
 -- (terse: the cancel may land in the engine or in an UPDATE, whose CONTEXT line would differ)
 \set VERBOSITY terse
 SET statement_timeout = '300ms';

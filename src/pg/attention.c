@@ -1,6 +1,7 @@
 /*
  * attention.c - the module's entry point: PG_MODULE_MAGIC, and _PG_init,
- * which defines the settings and, under shared_preload_libraries,
+ * which defines the settings, installs the planner hook that batches
+ * per-row translate() calls and, under shared_preload_libraries,
  * registers the launcher that resumes interrupted training jobs.
  */
 #include "postgres.h"
@@ -8,6 +9,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 
+#include "batch_translate.h"
 #include "settings.h"
 #include "worker.h"
 
@@ -19,6 +21,7 @@ void
 _PG_init(void)
 {
 	attention_define_settings();
+	batch_translate_init();
 	if (process_shared_preload_libraries_in_progress)
 		register_launcher();
 }

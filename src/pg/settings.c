@@ -18,6 +18,7 @@ int			attention_num_threads = 0;
 char	   *attention_default_model = NULL;
 int			attention_beam_size = 4;
 int			attention_max_input_tokens = 512;
+int			attention_batch_rows = 64;
 char	   *attention_cuda_library = NULL;
 
 void
@@ -49,6 +50,13 @@ attention_define_settings(void)
 							"Longer inputs are refused; split them into sentences.",
 							&attention_max_input_tokens,
 							512, 1, 65535,
+							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("attention.batch_rows",
+							"Rows per batch when the planner batches per-row translate() calls (0 = off).",
+							"The Attention Batch Translate node reads this many rows ahead of what it returns.",
+							&attention_batch_rows,
+							64, 0, 10000,
 							PGC_USERSET, 0,
 							NULL, NULL, NULL);
 	DefineCustomStringVariable("attention.cuda_library",

@@ -13,6 +13,7 @@ extern char *attention_default_model;	/* attention.default_model */
 extern int	attention_beam_size;	/* attention.beam_size */
 extern int	attention_max_input_tokens; /* attention.max_input_tokens */
 extern char *attention_cuda_library;	/* attention.cuda_library */
+extern int	attention_batch_rows;	/* attention.batch_rows: 0 = per-row calls */
 
 /*
  * Hands attention.cuda_library to the engine ("$libdir/" expanded to the

@@ -1,7 +1,7 @@
 /*
  * translate.c - translation in SQL: translate (one text, an array),
- * translate_nbest, score, attention_weights, align, and the
- * translate_column procedure, over the deployed models of model.c.
+ * translate_nbest and score over the deployed models of model.c, and the
+ * helpers the other translation files share (translation.h).
  *
  * The engine runs with its own threads (all signals blocked); between
  * decoding steps it polls InterruptPending, so a cancel or
@@ -10,47 +10,24 @@
  */
 #include "postgres.h"
 
-#include "access/htup_details.h"
 #include "catalog/pg_type.h"
-#include "commands/defrem.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "nodes/parsenodes.h"
-#include "portability/instr_time.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/datum.h"
-#include "utils/lsyscache.h"
-#include "utils/memutils.h"
 
 #include "attention.h"
+#include "translation.h"
 
 PG_FUNCTION_INFO_V1(attention_translate_default);
 PG_FUNCTION_INFO_V1(attention_translate);
 PG_FUNCTION_INFO_V1(attention_translate_array);
 PG_FUNCTION_INFO_V1(attention_translate_nbest);
 PG_FUNCTION_INFO_V1(attention_score);
-PG_FUNCTION_INFO_V1(attention_attention_weights);
-PG_FUNCTION_INFO_V1(attention_align);
-PG_FUNCTION_INFO_V1(attention_translate_column);
-
-/* Sentences per engine call when translating many. */
-#define BATCH_SENTENCES 32
-
-/* Seconds between translate_column's progress notices. */
-#define NOTICE_SECONDS 5.0
-
-/* A source (or target) as subword ids. */
-typedef struct Encoded
-{
-	int32_t    *ids;			/* the text's ids, then EOS when add_eos */
-	int			n;				/* ids without EOS */
-} Encoded;
 
 /* Encodes text under the model's vocabulary; with add_eos an EOS follows (space is always reserved). */
-static Encoded
+Encoded
 encode_text(AttentionModel *am, text *t, bool add_eos, const char *what)
 {
 	Encoded		e;
@@ -80,7 +57,7 @@ encode_text(AttentionModel *am, text *t, bool add_eos, const char *what)
 }
 
 /* Text of ids under the model's vocabulary (palloc'd text). */
-static text *
+text *
 decode_ids(AttentionModel *am, const int32_t *ids, int n)
 {
 	char	   *out;
@@ -96,7 +73,7 @@ decode_ids(AttentionModel *am, const int32_t *ids, int n)
 }
 
 /* The piece of id as text. */
-static text *
+text *
 piece_text(AttentionModel *am, int id)
 {
 	size_t		len;
@@ -106,7 +83,7 @@ piece_text(AttentionModel *am, int id)
 }
 
 /* Decoding options from SQL arguments; ERROR naming a bad one. */
-static TfDecodeOptions
+TfDecodeOptions
 decode_options(AttentionModel *am, int beam_size, int nbest, double length_penalty, int max_length_offset)
 {
 	TfDecodeOptions opt;
@@ -156,7 +133,7 @@ interrupt_pending(void *arg)
  * are freed at once, so an ERROR later leaks nothing). Services interrupts
  * (an ERROR for a cancel) and retries the batch after one that was not.
  */
-static void
+void
 translate_batch(AttentionModel *am, Encoded *src, int n, TfDecodeOptions *opt, TfHypothesis *out)
 {
 	int			len = 0,
@@ -251,31 +228,35 @@ attention_translate(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(translate_one(am, PG_GETARG_TEXT_PP(0), &opt));
 }
 
-/* Sorts sentence indexes by source length. */
+/* Orders sentence indexes by source length, then ids (identical sources side by side), then index. */
 static int
-length_cmp(const void *a, const void *b, void *arg)
+source_cmp(const void *a, const void *b, void *arg)
 {
 	const Encoded *e = arg;
 	int			x = *(const int *) a,
 				y = *(const int *) b;
+	int			c;
 
 	if (e[x].n != e[y].n)
 		return e[x].n < e[y].n ? -1 : 1;
+	c = memcmp(e[x].ids, e[y].ids, e[x].n * sizeof(int32_t));
+	if (c != 0)
+		return c;
 	return x < y ? -1 : x > y;
 }
 
-/*
- * Translates texts[0 .. n) (NULL entries stay NULL, empty ones become '')
- * in length-sorted batches; results[i] receives the translation of texts[i].
- */
-static void
-translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *opt, text **results)
+int
+translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *opt, int max_batch, text **results)
 {
 	Encoded    *e = palloc0(Max(n, 1) * sizeof(Encoded));
 	int		   *order = palloc(Max(n, 1) * sizeof(int));
+	int		   *first = palloc(Max(n, 1) * sizeof(int));	/* distinct sources, as indexes */
 	int			m = 0,
+				distinct = 0,
+				calls = 0,
 				i;
-	TfHypothesis *h = palloc0(BATCH_SENTENCES * sizeof(TfHypothesis));
+	TfHypothesis *h = palloc0(max_batch * sizeof(TfHypothesis));
+	Encoded    *batch = palloc(max_batch * sizeof(Encoded));
 
 	for (i = 0; i < n; i++)
 	{
@@ -288,24 +269,61 @@ translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *opt, te
 		else
 			order[m++] = i;
 	}
-	qsort_arg(order, m, sizeof(int), length_cmp, e);
-	for (i = 0; i < m; i += BATCH_SENTENCES)
+	qsort_arg(order, m, sizeof(int), source_cmp, e);
+	for (i = 0; i < m; i++)
+		if (i == 0 || e[order[i]].n != e[order[i - 1]].n ||
+			memcmp(e[order[i]].ids, e[order[i - 1]].ids, e[order[i]].n * sizeof(int32_t)) != 0)
+			first[distinct++] = order[i];
+	for (i = 0; i < distinct; i += max_batch)
 	{
-		int			b = Min(BATCH_SENTENCES, m - i);
-		Encoded    *batch = palloc(b * sizeof(Encoded));
+		int			b = Min(max_batch, distinct - i);
 		int			j;
 
 		CHECK_FOR_INTERRUPTS();
 		for (j = 0; j < b; j++)
-			batch[j] = e[order[i + j]];
+			batch[j] = e[first[i + j]];
 		translate_batch(am, batch, b, opt, h);
+		calls++;
 		for (j = 0; j < b; j++)
 		{
-			results[order[i + j]] = decode_ids(am, h[j].tokens, h[j].length);
+			results[first[i + j]] = decode_ids(am, h[j].tokens, h[j].length);
 			pfree(h[j].tokens);
 		}
-		pfree(batch);
 	}
+	/* the duplicates share their first occurrence's translation */
+	for (i = 1; i < m; i++)
+		if (results[order[i]] == NULL)
+			results[order[i]] = results[order[i - 1]];
+	return calls;
+}
+
+int
+translate_rows(bool one_arg, const NullableDatum *options, text **texts, int n, int max_batch, text **results)
+{
+	AttentionModel *am;
+	TfDecodeOptions opt;
+	int			i;
+
+	for (i = 0; i < n && texts[i] == NULL; i++)
+		results[i] = NULL;
+	if (i == n)
+		return 0;
+	if (one_arg)
+	{
+		am = attention_model_get(NULL);
+		opt = decode_options(am, attention_beam_size, 1, 0.6, 50);
+	}
+	else
+	{
+		for (i = 0; i < 3; i++)
+			if (options[i + 1].isnull)
+				ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+								errmsg("%s must not be NULL", option_names[i])));
+		am = attention_model_get(options[0].isnull ? NULL : DatumGetTextPP(options[0].value));
+		opt = decode_options(am, DatumGetInt32(options[1].value), 1, DatumGetFloat8(options[2].value),
+							 DatumGetInt32(options[3].value));
+	}
+	return translate_many(am, texts, n, &opt, max_batch, results);
 }
 
 /* translate(sources text[], model, beam_size, length_penalty, max_length_offset) returns text[]. */
@@ -338,7 +356,7 @@ attention_translate_array(PG_FUNCTION_ARGS)
 	results = palloc(Max(n, 1) * sizeof(text *));
 	for (i = 0; i < n; i++)
 		texts[i] = nulls[i] ? NULL : DatumGetTextPP(elems[i]);
-	translate_many(am, texts, n, &opt, results);
+	translate_many(am, texts, n, &opt, BATCH_SENTENCES, results);
 	for (i = 0; i < n; i++)
 		elems[i] = results[i] != NULL ? PointerGetDatum(results[i]) : (Datum) 0;
 	dims[0] = n;
@@ -415,7 +433,7 @@ attention_translate_nbest(PG_FUNCTION_ARGS)
  * target->ids): afterwards the engine holds the attention probabilities.
  * Returns the log-probability of the target's tokens and EOS.
  */
-static double
+double
 teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target)
 {
 	int			n = target->n + 1;
@@ -461,376 +479,3 @@ attention_score(PG_FUNCTION_ARGS)
 	PG_RETURN_FLOAT8(teacher_forced(am, &source, &target));
 }
 
-/* The target for inspection: the given text's ids, or (NULL) the translation's ids. */
-static Encoded
-inspection_target(AttentionModel *am, const Encoded *source, text *target)
-{
-	Encoded		t;
-	TfDecodeOptions opt;
-	TfHypothesis h;
-
-	if (target != NULL)
-		return encode_text(am, target, false, "target");
-	t.ids = palloc0(sizeof(int32_t));
-	t.n = 0;
-	if (source->n == 0)
-		return t;
-	opt = decode_options(am, attention_beam_size, 1, 0.6, 50);
-	translate_batch(am, (Encoded *) source, 1, &opt, &h);
-	t.ids = h.tokens;
-	t.n = h.length;
-	return t;
-}
-
-/* Pieces of source + EOS and of BOS + target (queries of the decoder), as text datums. */
-static Datum *
-token_texts(AttentionModel *am, const Encoded *e, int first_id, int last_id)
-{
-	int			n = e->n + 1;
-	Datum	   *d = palloc(n * sizeof(Datum));
-	int			i;
-
-	for (i = 0; i < n; i++)
-	{
-		int			id = first_id >= 0 ? (i == 0 ? first_id : e->ids[i - 1]) : (i < e->n ? e->ids[i] : last_id);
-
-		d[i] = PointerGetDatum(piece_text(am, id));
-	}
-	return d;
-}
-
-/* Fetches attention probabilities [heads, q, k] of the last pass; ERROR on engine failure. */
-static float *
-fetch_attention(AttentionModel *am, TfAttentionKind kind, int layer, int *q, int *k)
-{
-	char		err[TF_ERRLEN];
-	float	   *p;
-
-	if (tf_model_attention(am->engine, kind, layer, 0, NULL, q, k, err, sizeof(err)) != TF_OK)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("%s", err)));
-	p = palloc(Max((size_t) tf_model_config(am->engine)->num_heads * *q * *k, 1) * sizeof(float));
-	tf_model_attention(am->engine, kind, layer, 0, p, q, k, err, sizeof(err));
-	return p;
-}
-
-/*
- * attention_weights(source, target, model) returns table (kind, layer,
- * head, query_pos, query_token, key_pos, key_token, weight): every
- * attention probability of the teacher-forced pass. Encoder tokens are the
- * source's pieces and EOS; decoder queries are BOS and the target's pieces.
- */
-Datum
-attention_attention_weights(PG_FUNCTION_ARGS)
-{
-	static const char *const kinds[] = {"encoder_self", "decoder_self", "cross"};
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	AttentionModel *am;
-	Encoded		source,
-				target;
-	Datum	   *src_tokens,
-			   *dec_tokens;
-	const TfConfig *c;
-	int			kind;
-
-	InitMaterializedSRF(fcinfo, 0);
-	if (PG_ARGISNULL(0))
-		return (Datum) 0;
-	am = attention_model_get(PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2));
-	c = tf_model_config(am->engine);
-	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, "source");
-	target = inspection_target(am, &source, PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
-	teacher_forced(am, &source, &target);
-	src_tokens = token_texts(am, &source, -1, am->eos_id);
-	dec_tokens = token_texts(am, &target, am->bos_id, -1);
-	for (kind = 0; kind < 3; kind++)
-	{
-		int			layers = kind == TF_ENCODER_SELF ? c->num_encoder_layers : c->num_decoder_layers;
-		int			layer;
-
-		for (layer = 0; layer < layers; layer++)
-		{
-			int			q,
-						k,
-						h,
-						i,
-						j;
-			float	   *p = fetch_attention(am, (TfAttentionKind) kind, layer, &q, &k);
-			Datum	   *qt = kind == TF_ENCODER_SELF ? src_tokens : dec_tokens;
-			Datum	   *kt = kind == TF_DECODER_SELF ? dec_tokens : src_tokens;
-
-			for (h = 0; h < c->num_heads; h++)
-				for (i = 0; i < q; i++)
-				{
-					CHECK_FOR_INTERRUPTS();
-					for (j = 0; j < k; j++)
-					{
-						Datum		values[8];
-						bool		nulls[8] = {false, false, false, false, false, false, false, false};
-
-						values[0] = CStringGetTextDatum(kinds[kind]);
-						values[1] = Int32GetDatum(layer);
-						values[2] = Int32GetDatum(h);
-						values[3] = Int32GetDatum(i);
-						values[4] = qt[i];
-						values[5] = Int32GetDatum(j);
-						values[6] = kt[j];
-						values[7] = Float4GetDatum(p[((size_t) h * q + i) * k + j]);
-						tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-					}
-				}
-			pfree(p);
-		}
-	}
-	return (Datum) 0;
-}
-
-/*
- * align(source, target, model) returns table (target_pos, target_token,
- * source_pos, source_token, weight): for each target token (and EOS), the
- * last decoder layer's cross-attention of the position that predicts it,
- * averaged over heads.
- */
-Datum
-attention_align(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	AttentionModel *am;
-	Encoded		source,
-				target;
-	Datum	   *src_tokens,
-			   *tgt_tokens;
-	const TfConfig *c;
-	float	   *p;
-	int			q,
-				k,
-				i,
-				j,
-				h;
-
-	InitMaterializedSRF(fcinfo, 0);
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		return (Datum) 0;
-	am = attention_model_get(PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2));
-	c = tf_model_config(am->engine);
-	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, "source");
-	target = encode_text(am, PG_GETARG_TEXT_PP(1), false, "target");
-	teacher_forced(am, &source, &target);
-	src_tokens = token_texts(am, &source, -1, am->eos_id);
-	tgt_tokens = token_texts(am, &target, -1, am->eos_id);
-	p = fetch_attention(am, TF_CROSS, c->num_decoder_layers - 1, &q, &k);
-	for (i = 0; i < q; i++)
-		for (j = 0; j < k; j++)
-		{
-			Datum		values[5];
-			bool		nulls[5] = {false, false, false, false, false};
-			double		w = 0.0;
-
-			for (h = 0; h < c->num_heads; h++)
-				w += p[((size_t) h * q + i) * k + j];
-			values[0] = Int32GetDatum(i);
-			values[1] = tgt_tokens[i];
-			values[2] = Int32GetDatum(j);
-			values[3] = src_tokens[j];
-			values[4] = Float4GetDatum((float) (w / c->num_heads));
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-		}
-	return (Datum) 0;
-}
-
-/* ------------------------------------------------------------------------
- * translate_column
- * ------------------------------------------------------------------------ */
-
-/* Attribute number of a text-typed column; ERROR when missing or not text/varchar. */
-static AttrNumber
-text_column(Oid relid, const char *column, const char *role)
-{
-	AttrNumber	att = get_attnum(relid, column);
-	Oid			type;
-
-	if (att == InvalidAttrNumber)
-		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
-						errmsg("column \"%s\" of relation \"%s\" does not exist", column, get_rel_name(relid))));
-	type = getBaseType(get_atttype(relid, att));
-	if (type != TEXTOID && type != VARCHAROID)
-		ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
-						errmsg("%s column \"%s\" is of type %s, not text", role, column, format_type_be(type)),
-						errhint("translate_column reads and writes text or varchar columns.")));
-	return att;
-}
-
-/*
- * translate_column(relation, source_column, target_column, model, batch_size):
- * translates the rows whose target is NULL and source is not, in
- * length-sorted batches, committing after each batch when called with CALL
- * outside a transaction block (so a cancel loses at most one batch and a
- * new call resumes). Rows are addressed by the primary key.
- */
-Datum
-attention_translate_column(PG_FUNCTION_ARGS)
-{
-	Oid			relid;
-	char	   *source_column,
-			   *target_column;
-	int			batch_size;
-	bool		atomic = !(fcinfo->context != NULL && IsA(fcinfo->context, CallContext) &&
-						   !castNode(CallContext, fcinfo->context)->atomic);
-	StringInfoData select,
-				update;
-	int			pk_count,
-				i;
-	Oid		   *types;
-	SPIPlanPtr	update_plan;
-	char	   *rel;
-	AttentionModel *am;
-	TfDecodeOptions opt;
-	MemoryContext batch_cxt,
-				old;
-	int64		total,
-				done = 0;
-	instr_time	start,
-				last_notice,
-				now;
-	bool		isnull;
-
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(4))
-		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-						errmsg("relation, source_column, target_column and batch_size must not be NULL")));
-	relid = PG_GETARG_OID(0);
-	source_column = NameStr(*PG_GETARG_NAME(1));
-	target_column = NameStr(*PG_GETARG_NAME(2));
-	batch_size = PG_GETARG_INT32(4);
-	if (batch_size < 1 || batch_size > 10000)
-		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						errmsg("batch_size %d is out of range", batch_size),
-						errhint("batch_size must be between 1 and 10000.")));
-	text_column(relid, source_column, "source");
-	text_column(relid, target_column, "target");
-	if (strcmp(source_column, target_column) == 0)
-		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						errmsg("source_column and target_column are both \"%s\"", source_column)));
-
-	SPI_connect_ext(atomic ? 0 : SPI_OPT_NONATOMIC);
-	batch_cxt = AllocSetContextCreate(CurrentMemoryContext, "translate_column batch", ALLOCSET_DEFAULT_SIZES);
-	rel = pstrdup(DatumGetCString(DirectFunctionCall1(regclassout, ObjectIdGetDatum(relid))));
-
-	/* the primary key, in key order */
-	if (SPI_execute_with_args("SELECT a.attname, a.atttypid FROM pg_catalog.pg_index i "
-							  "JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid "
-							  "AND a.attnum = ANY (i.indkey::int2[]) "
-							  "WHERE i.indrelid = $1 AND i.indisprimary "
-							  "ORDER BY array_position(i.indkey::int2[], a.attnum)",
-							  1, (Oid[]) {OIDOID}, (Datum[]) {ObjectIdGetDatum(relid)}, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the primary key of %s", rel);
-	pk_count = (int) SPI_processed;
-	if (pk_count == 0)
-		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-						errmsg("relation %s has no primary key", rel),
-						errhint("translate_column addresses rows by their primary key; add one, e.g. "
-								"ALTER TABLE %s ADD COLUMN id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY.", rel)));
-	types = palloc((pk_count + 1) * sizeof(Oid));
-	types[0] = TEXTOID;
-	initStringInfo(&select);
-	initStringInfo(&update);
-	appendStringInfoString(&select, "SELECT ");
-	appendStringInfo(&update, "UPDATE %s SET %s = $1 WHERE ", rel, quote_identifier(target_column));
-	for (i = 0; i < pk_count; i++)
-	{
-		const char *col = quote_identifier(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
-
-		types[i + 1] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
-		appendStringInfo(&select, "%s, ", col);
-		appendStringInfo(&update, "%s%s = $%d", i > 0 ? " AND " : "", col, i + 2);
-	}
-	appendStringInfo(&select, "%s::text FROM %s WHERE %s IS NULL AND %s IS NOT NULL",
-					 quote_identifier(source_column), rel, quote_identifier(target_column),
-					 quote_identifier(source_column));
-
-	/* how many to do (for the ETA) */
-	{
-		StringInfoData count;
-
-		initStringInfo(&count);
-		appendStringInfo(&count, "SELECT count(*) FROM (%s) AS todo", select.data);
-		if (SPI_execute(count.data, true, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not count the rows to translate");
-		total = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	}
-	appendStringInfo(&select, " ORDER BY length(%s) LIMIT %d", quote_identifier(source_column), batch_size);
-
-	/* planned once; the plan lives in SPI's procedure memory, which survives the commits */
-	update_plan = SPI_prepare(update.data, pk_count + 1, types);
-	if (update_plan == NULL)
-		elog(ERROR, "could not prepare \"%s\": %s", update.data, SPI_result_code_string(SPI_result));
-
-	am = attention_model_get(PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3));
-	opt = decode_options(am, attention_beam_size, 1, 0.6, 50);
-	INSTR_TIME_SET_CURRENT(start);
-	last_notice = start;
-	for (;;)
-	{
-		int			n;
-		text	  **texts,
-				  **results;
-		Datum	   *keys;
-
-		CHECK_FOR_INTERRUPTS();
-		MemoryContextReset(batch_cxt);
-		if (SPI_execute(select.data, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not read the rows to translate from %s", rel);
-		n = (int) SPI_processed;
-		if (n == 0)
-			break;
-		old = MemoryContextSwitchTo(batch_cxt);
-		texts = palloc(n * sizeof(text *));
-		results = palloc(n * sizeof(text *));
-		keys = palloc((size_t) n * pk_count * sizeof(Datum));
-		for (i = 0; i < n; i++)
-		{
-			int			k;
-
-			for (k = 0; k < pk_count; k++)
-			{
-				Form_pg_attribute att = TupleDescAttr(SPI_tuptable->tupdesc, k);
-
-				keys[(size_t) i * pk_count + k] =
-					datumCopy(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, k + 1, &isnull),
-							  att->attbyval, att->attlen);
-			}
-			texts[i] = DatumGetTextPCopy(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-													   pk_count + 1, &isnull));
-		}
-		translate_many(am, texts, n, &opt, results);
-		for (i = 0; i < n; i++)
-		{
-			Datum	   *values = palloc((pk_count + 1) * sizeof(Datum));
-
-			values[0] = PointerGetDatum(results[i]);
-			memcpy(values + 1, keys + (size_t) i * pk_count, pk_count * sizeof(Datum));
-			if (SPI_execute_plan(update_plan, values, NULL, false, 0) != SPI_OK_UPDATE)
-				elog(ERROR, "could not update %s", rel);
-		}
-		MemoryContextSwitchTo(old);
-		done += n;
-		if (!atomic)
-			SPI_commit();
-		INSTR_TIME_SET_CURRENT(now);
-		INSTR_TIME_SUBTRACT(now, last_notice);
-		if (INSTR_TIME_GET_DOUBLE(now) >= NOTICE_SECONDS)
-		{
-			double		elapsed;
-			double		rate;
-
-			INSTR_TIME_SET_CURRENT(last_notice);
-			now = last_notice;
-			INSTR_TIME_SUBTRACT(now, start);
-			elapsed = INSTR_TIME_GET_DOUBLE(now);
-			rate = done / Max(elapsed, 1e-9);
-			ereport(NOTICE, (errmsg("translate_column: %lld of %lld rows, %.1f rows/s, ETA %.0f s",
-									(long long) done, (long long) Max(total, done), rate,
-									Max(total - done, 0) / Max(rate, 1e-9))));
-		}
-	}
-	SPI_finish();
-	PG_RETURN_VOID();
-}

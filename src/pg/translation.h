@@ -1,0 +1,80 @@
+/*
+ * translation.h - what the translation functions share (translate.c): text
+ * to subword ids and back, decoding options from SQL arguments, and
+ * translation in engine batches; used by the inspection functions
+ * (inspect.c), translate_column (translate_column.c) and the batched-rows
+ * node (batch_translate.c).
+ */
+#ifndef ATTENTION_TRANSLATION_H
+#define ATTENTION_TRANSLATION_H
+
+#include "postgres.h"
+
+#include "fmgr.h"
+
+#include "attention.h"
+
+/* Sentences per engine call of translate(text[]) and translate_column. */
+#define BATCH_SENTENCES 32
+
+/* A source (or target) as subword ids. */
+typedef struct Encoded
+{
+	int32_t    *ids;			/* the text's ids, then EOS when add_eos */
+	int			n;				/* ids without EOS */
+} Encoded;
+
+/*
+ * Encodes text under the model's vocabulary; with add_eos an EOS follows
+ * (space is always reserved). ERROR (54000) when it is longer than
+ * attention.max_input_tokens or the model's positions; `what` names it.
+ */
+Encoded		encode_text(AttentionModel *am, text *t, bool add_eos, const char *what);
+
+/* Text of ids under the model's vocabulary (palloc'd text). */
+text	   *decode_ids(AttentionModel *am, const int32_t *ids, int n);
+
+/* The piece of id as text. */
+text	   *piece_text(AttentionModel *am, int id);
+
+/* Decoding options from SQL arguments; ERROR naming a bad one. */
+TfDecodeOptions decode_options(AttentionModel *am, int beam_size, int nbest, double length_penalty,
+							   int max_length_offset);
+
+/*
+ * Translates n encoded non-empty sources (one engine call) into out
+ * [n, opt->nbest], whose tokens are then palloc'd. Services interrupts (an
+ * ERROR for a cancel) and retries the batch after one that was not.
+ */
+void		translate_batch(AttentionModel *am, Encoded *src, int n, TfDecodeOptions *opt, TfHypothesis *out);
+
+/*
+ * Translates texts[0 .. n) (NULL entries stay NULL, empty ones become '')
+ * in length-sorted engine calls of at most max_batch distinct sentences
+ * (identical sources are translated once); results[i] receives the
+ * translation of texts[i]. Returns the number of engine calls.
+ */
+int			translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *opt, int max_batch,
+						   text **results);
+
+/*
+ * What translate(source) (one_arg) or translate(source, model, beam_size,
+ * length_penalty, max_length_offset) returns for each of texts[0 .. n),
+ * computed in engine calls of at most max_batch distinct sentences.
+ * options[4] are the model (NULL: the default model) and the decoding
+ * arguments of the second form; unused with one_arg. results[i] is NULL
+ * for a NULL text. ERRORs as the function does (a NULL option, an unknown
+ * model, a source over the token limit); with no non-NULL text it returns
+ * 0 without loading a model. Returns the number of engine calls.
+ */
+int			translate_rows(bool one_arg, const NullableDatum *options, text **texts, int n, int max_batch,
+						   text **results);
+
+/*
+ * Runs one teacher-forced pass of source -> target ids (no EOS in
+ * target->ids): afterwards the engine holds the attention probabilities.
+ * Returns the log-probability of the target's tokens and EOS, in nats.
+ */
+double		teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target);
+
+#endif
