@@ -16,12 +16,13 @@ ENGINE_CXX = src/spm.cc
 # launcher, the job loop, rank hand-over) builds on the leaves only.
 GLUE_LEAVES = src/pg/settings.c src/pg/catalog.c src/pg/train_options.c src/pg/dataset.c
 GLUE_C = $(GLUE_LEAVES) src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/vocabulary.c src/pg/model.c \
-	src/pg/checkpoint.c src/pg/translate.c src/pg/inspect.c src/pg/translate_column.c src/pg/batch_translate.c src/pg/safetensors.c src/pg/evaluate.c src/pg/jobs.c
+	src/pg/checkpoint.c src/pg/translate.c src/pg/inspect.c src/pg/translate_column.c src/pg/batch_translate.c src/pg/service.c \
+	src/pg/service_worker.c src/pg/safetensors.c src/pg/evaluate.c src/pg/jobs.c
 WORKER_C = bgworker/worker.c bgworker/launcher.c bgworker/ranks.c
 OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o) $(WORKER_C:.c=.o)
 
 DATA = $(wildcard sql/$(EXTENSION)--*.sql)
-REGRESS = builtin_translate corpus vocabulary bleu translate batch_translate checkpoints training
+REGRESS = builtin_translate corpus vocabulary bleu translate batch_translate service checkpoints training
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 ISOLATION = batch_translate_epq
 ISOLATION_OPTS = --inputdir=. --load-extension=$(EXTENSION)

@@ -78,3 +78,34 @@ END
 $$;
 COMMENT ON FUNCTION wait_training(bigint, interval) IS
 'Waits until a job stops (or the timeout passes; NULL waits without limit) and returns its status.';
+
+-----------------------------------------------------------------------------
+-- Translation services (src/pg/service.c, service_worker.c)
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION start_service(model text, device text DEFAULT 'cpu')
+RETURNS integer
+AS 'MODULE_PATHNAME', 'attention_start_service'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION start_service(text, text) IS
+'Starts the translation service of a model in this database (one process that loads the deployed checkpoint once, on device cpu or cuda, and decodes the sentences of every session in shared batches), or finds the running one; returns its pid. Needs shared_preload_libraries = ''attention''; only the model''s owners may.';
+
+CREATE FUNCTION stop_service(model text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'attention_stop_service'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION stop_service(text) IS
+'Stops the translation service of a model in this database after it answered the requests it has; false when none ran. Only the model''s owners may.';
+
+CREATE FUNCTION service_status()
+RETURNS TABLE (database text, model text, checkpoint bigint, device text, pid integer, state text,
+               queue_depth integer, requests bigint, sentences bigint, tokens bigint, batches bigint)
+AS 'MODULE_PATHNAME', 'attention_service_status'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION service_status() IS
+'Every translation service of the server, as the view attention.services shows them.';
+
+CREATE VIEW services AS SELECT * FROM service_status();
+COMMENT ON VIEW services IS
+'Translation services: database, model, the checkpoint loaded last, device, pid, state (starting, running, stopping), queue depth (requests waiting or being served), and requests, sentences, output tokens and batches served.';
+GRANT SELECT ON services TO PUBLIC;

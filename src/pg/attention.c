@@ -2,7 +2,8 @@
  * attention.c - the module's entry point: PG_MODULE_MAGIC, and _PG_init,
  * which defines the settings, installs the planner hook that batches
  * per-row translate() calls and, under shared_preload_libraries,
- * registers the launcher that resumes interrupted training jobs.
+ * registers the launcher that resumes interrupted training jobs and
+ * reserves the translation services' registry in shared memory.
  */
 #include "postgres.h"
 
@@ -10,6 +11,7 @@
 #include "miscadmin.h"
 
 #include "batch_translate.h"
+#include "service.h"
 #include "settings.h"
 #include "worker.h"
 
@@ -23,5 +25,8 @@ _PG_init(void)
 	attention_define_settings();
 	batch_translate_init();
 	if (process_shared_preload_libraries_in_progress)
+	{
 		register_launcher();
+		service_shmem_init();
+	}
 }

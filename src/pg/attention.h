@@ -30,7 +30,19 @@ typedef struct AttentionModel
 				pad_id;
 	int			max_positions;
 	size_t		bytes;			/* parameter memory */
+	char		device[16];		/* "cpu" or "cuda" */
 } AttentionModel;
+
+/* A model's deployed checkpoint as a statement sees it (not loaded). */
+typedef struct DeployedModel
+{
+	char		name[NAMEDATALEN * 2];
+	int32		model_id;
+	int32		vocabulary_id;
+	Jsonb	   *config;			/* palloc'd */
+	int64		checkpoint_id;
+	TransactionId xmin;			/* of the checkpoint row; invalid: any version */
+} DeployedModel;
 
 /*
  * The deployed checkpoint of model `model` (NULL: attention.default_model,
@@ -41,5 +53,20 @@ typedef struct AttentionModel
  * checkpoint does not load. Connects to SPI itself.
  */
 AttentionModel *attention_model_get(text *model);
+
+/*
+ * Looks up the deployed checkpoint of model `model` (NULL as for
+ * attention_model_get) into *d without loading it; the same ERRORs.
+ */
+void		attention_model_lookup(text *model, DeployedModel *d);
+
+/*
+ * The checkpoint d describes, from the cache or loaded on `device` ("cpu"
+ * or "cuda"): its parameters read through deployed_tensors() (any role;
+ * nothing when it is no longer deployed) or, with `owner`, from
+ * checkpoint_tensors (the caller runs as the model's owner). ERROR when it
+ * does not load. Connects to SPI itself.
+ */
+AttentionModel *attention_model_load(const DeployedModel *d, const char *device, bool owner);
 
 #endif

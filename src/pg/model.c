@@ -199,10 +199,9 @@ default_model_name(void)
 	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 }
 
-/* Loads model `name`'s deployed checkpoint (SPI_tuptable holds its row); ERROR on any problem. */
+/* Loads the checkpoint d describes on `device`; ERROR on any problem. Inside SPI. */
 static AttentionModel *
-model_load(const char *name, int32 model_id, Jsonb *config, int64 checkpoint_id, TransactionId xmin,
-		   int32 vocabulary_id)
+model_load(const DeployedModel *d, const char *device, bool owner)
 {
 	Oid			types[1] = {INT4OID};
 	VocabInfo	info;
@@ -218,32 +217,34 @@ model_load(const char *name, int32 model_id, Jsonb *config, int64 checkpoint_id,
 
 	if (SPI_execute_with_args("SELECT vocabulary_id, vocab_size, pad_id, bos_id, eos_id, model "
 							  "FROM attention.vocabularies WHERE vocabulary_id = $1", 1, types,
-							  (Datum[]) {Int32GetDatum(vocabulary_id)}, NULL, true, 1) != SPI_OK_SELECT ||
+							  (Datum[]) {Int32GetDatum(d->vocabulary_id)}, NULL, true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
-		elog(ERROR, "could not read the vocabulary of model \"%s\"", name);
-	info = vocab_info(1, name);
+		elog(ERROR, "could not read the vocabulary of model \"%s\"", d->name);
+	info = vocab_info(1, d->name);
 	bytes = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6, &isnull));
-	attention_config_from_jsonb(config, info.vocab_size, info.pad_id, &c);
-	tensors = read_tensors(checkpoint_id, TENSORS_DEPLOYED, &count);
+	attention_config_from_jsonb(d->config, info.vocab_size, info.pad_id, &c);
+	tensors = read_tensors(d->checkpoint_id, owner ? TENSORS_PARAMETERS : TENSORS_DEPLOYED, &count);
+	if (strcmp(device, "cuda") == 0)
+		attention_use_cuda_library();
 
 	/* from here on no ERROR until the engine objects are owned by the cache entry */
-	vocab = vocabulary_load(bytes, name);
-	engine = tf_model_create_inference(&c, "cpu", attention_thread_count(), err, sizeof(err));
+	vocab = vocabulary_load(bytes, d->name);
+	engine = tf_model_create_inference(&c, device, attention_thread_count(), err, sizeof(err));
 	if (engine == NULL || tf_model_load(engine, tensors, count, err, sizeof(err)) != TF_OK)
 	{
-		bool		oom = engine == NULL;
+		bool		oom = engine == NULL && strcmp(device, "cpu") == 0;
 
 		tf_model_free(engine);
 		spm_free(vocab);
 		ereport(ERROR, (errcode(oom ? ERRCODE_OUT_OF_MEMORY : ERRCODE_DATA_CORRUPTED),
 						errmsg("could not load checkpoint %lld of model \"%s\": %s",
-							   (long long) checkpoint_id, name, err)));
+							   (long long) d->checkpoint_id, d->name, err)));
 	}
 	am = MemoryContextAllocZero(TopMemoryContext, sizeof(AttentionModel));
-	strlcpy(am->name, name, sizeof(am->name));
-	am->model_id = model_id;
-	am->checkpoint_id = checkpoint_id;
-	am->xmin = xmin;
+	strlcpy(am->name, d->name, sizeof(am->name));
+	am->model_id = d->model_id;
+	am->checkpoint_id = d->checkpoint_id;
+	am->xmin = d->xmin;
 	am->engine = engine;
 	am->vocabulary = vocab;
 	am->bos_id = info.bos_id;
@@ -251,22 +252,18 @@ model_load(const char *name, int32 model_id, Jsonb *config, int64 checkpoint_id,
 	am->pad_id = info.pad_id;
 	am->max_positions = c.max_positions;
 	am->bytes = tf_model_num_parameters(engine) * sizeof(float);
+	strlcpy(am->device, device, sizeof(am->device));
 	return am;
 }
 
-AttentionModel *
-attention_model_get(text *model)
+void
+attention_model_lookup(text *model, DeployedModel *d)
 {
 	Oid			types[1] = {TEXTOID};
 	char	   *name;
 	bool		isnull;
-	int32		model_id,
-				vocabulary_id;
-	int64		checkpoint_id;
-	TransactionId xmin;
 	Jsonb	   *config;
-	AttentionModel **p,
-			   *am;
+	MemoryContext caller = CurrentMemoryContext;
 
 	SPI_connect();
 	name = model != NULL ? text_to_cstring(model) : default_model_name();
@@ -286,21 +283,33 @@ attention_model_get(text *model)
 	if (SPI_processed == 0)
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
 						errmsg("model \"%s\" does not exist", name)));
-	model_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	config = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	vocabulary_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
-	checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+	strlcpy(d->name, name, sizeof(d->name));
+	d->model_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	d->vocabulary_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	d->checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
 	if (isnull)
 		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 						errmsg("model \"%s\" has no deployed checkpoint", name),
 						errhint("Deploy one with attention.deploy('%s').", name)));
-	xmin = (TransactionId) strtoul(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5), NULL, 10);
+	d->xmin = (TransactionId) strtoul(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5), NULL, 10);
+	config = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	d->config = MemoryContextAlloc(caller, VARSIZE(config));
+	memcpy(d->config, config, VARSIZE(config));
+	SPI_finish();
+}
+
+AttentionModel *
+attention_model_load(const DeployedModel *d, const char *device, bool owner)
+{
+	AttentionModel **p,
+			   *am;
 
 	for (p = &model_cache; *p != NULL; p = &(*p)->next)
-		if ((*p)->model_id == model_id)
+		if ((*p)->model_id == d->model_id)
 			break;
 	am = *p;
-	if (am != NULL && (am->checkpoint_id != checkpoint_id || am->xmin != xmin || strcmp(am->name, name) != 0))
+	if (am != NULL && (am->checkpoint_id != d->checkpoint_id || am->xmin != d->xmin ||
+					   strcmp(am->name, d->name) != 0 || strcmp(am->device, device) != 0))
 	{
 		*p = am->next;
 		model_free(am);
@@ -308,11 +317,21 @@ attention_model_get(text *model)
 	}
 	if (am == NULL)
 	{
-		am = model_load(name, model_id, config, checkpoint_id, xmin, vocabulary_id);
+		SPI_connect();
+		am = model_load(d, device, owner);
+		SPI_finish();
 		am->next = model_cache;
 		model_cache = am;
 	}
-	SPI_finish();
 	tf_model_set_threads(am->engine, attention_thread_count());
 	return am;
+}
+
+AttentionModel *
+attention_model_get(text *model)
+{
+	DeployedModel d;
+
+	attention_model_lookup(model, &d);
+	return attention_model_load(&d, "cpu", false);
 }

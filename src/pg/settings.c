@@ -20,6 +20,16 @@ int			attention_beam_size = 4;
 int			attention_max_input_tokens = 512;
 int			attention_batch_rows = 64;
 char	   *attention_cuda_library = NULL;
+int			attention_use_service = USE_SERVICE_AUTO;
+int			attention_service_batch_sentences = 32;
+int			attention_service_batch_wait_ms = 5;
+
+static const struct config_enum_entry use_service_options[] = {
+	{"auto", USE_SERVICE_AUTO, false},
+	{"on", USE_SERVICE_ON, false},
+	{"off", USE_SERVICE_OFF, false},
+	{NULL, 0, false}
+};
 
 void
 attention_define_settings(void)
@@ -58,6 +68,28 @@ attention_define_settings(void)
 							&attention_batch_rows,
 							64, 0, 10000,
 							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomEnumVariable("attention.use_service",
+							 "Whether translate(), translate_nbest() and score() go through the model's translation service.",
+							 "auto: when one is running in this database; on: always, starting one on the CPU "
+							 "when none runs; off: never (the model is loaded in this session).",
+							 &attention_use_service,
+							 USE_SERVICE_AUTO, use_service_options,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+	DefineCustomIntVariable("attention.service_batch_sentences",
+							"Sentences a translation service decodes together at most.",
+							"It stops gathering requests for a batch when it has this many.",
+							&attention_service_batch_sentences,
+							32, 1, 1024,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("attention.service_batch_wait_ms",
+							"Longest a translation service waits for a batch to fill after its first request.",
+							NULL,
+							&attention_service_batch_wait_ms,
+							5, 0, 10000,
+							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	DefineCustomStringVariable("attention.cuda_library",
 							   "Shared object of the CUDA backend that \"cuda\" devices use.",

@@ -14,6 +14,17 @@ extern int	attention_beam_size;	/* attention.beam_size */
 extern int	attention_max_input_tokens; /* attention.max_input_tokens */
 extern char *attention_cuda_library;	/* attention.cuda_library */
 extern int	attention_batch_rows;	/* attention.batch_rows: 0 = per-row calls */
+extern int	attention_use_service;	/* attention.use_service: a UseService */
+extern int	attention_service_batch_sentences;	/* attention.service_batch_sentences */
+extern int	attention_service_batch_wait_ms;	/* attention.service_batch_wait_ms */
+
+/* attention.use_service: whether translation goes through the model's translation service. */
+typedef enum UseService
+{
+	USE_SERVICE_AUTO,			/* when one is running */
+	USE_SERVICE_ON,				/* always: start one when none runs */
+	USE_SERVICE_OFF				/* never */
+} UseService;
 
 /*
  * Hands attention.cuda_library to the engine ("$libdir/" expanded to the

@@ -13,11 +13,13 @@
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "libpq/pqformat.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 
 #include "attention.h"
+#include "service.h"
 #include "translation.h"
 
 PG_FUNCTION_INFO_V1(attention_translate_default);
@@ -82,12 +84,9 @@ piece_text(AttentionModel *am, int id)
 	return cstring_to_text_with_len(p, len);
 }
 
-/* Decoding options from SQL arguments; ERROR naming a bad one. */
-TfDecodeOptions
-decode_options(AttentionModel *am, int beam_size, int nbest, double length_penalty, int max_length_offset)
+void
+check_decode_options(int beam_size, int nbest, double length_penalty, int max_length_offset)
 {
-	TfDecodeOptions opt;
-
 	if (beam_size < 1 || beam_size > 64)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("beam_size %d is out of range", beam_size),
@@ -103,6 +102,15 @@ decode_options(AttentionModel *am, int beam_size, int nbest, double length_penal
 	if (max_length_offset < 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("max_length_offset %d must not be negative", max_length_offset)));
+}
+
+/* Decoding options from SQL arguments; ERROR naming a bad one. */
+TfDecodeOptions
+decode_options(AttentionModel *am, int beam_size, int nbest, double length_penalty, int max_length_offset)
+{
+	TfDecodeOptions opt;
+
+	check_decode_options(beam_size, nbest, length_penalty, max_length_offset);
 	tf_decode_options_default(&opt);
 	opt.beam_size = beam_size;
 	opt.nbest = nbest;
@@ -176,19 +184,6 @@ translate_batch(AttentionModel *am, Encoded *src, int n, TfDecodeOptions *opt, T
 	}
 }
 
-/* Translates one text; '' (no tokens) gives ''. */
-static text *
-translate_one(AttentionModel *am, text *source, TfDecodeOptions *opt)
-{
-	Encoded		e = encode_text(am, source, true, "source");
-	TfHypothesis h;
-
-	if (e.n == 0)
-		return cstring_to_text("");
-	translate_batch(am, &e, 1, opt, &h);
-	return decode_ids(am, h.tokens, h.length);
-}
-
 /* ERROR when a decoding option argument is NULL. */
 static void
 require_arguments(FunctionCallInfo fcinfo, int first, const char *const *names, int n)
@@ -203,29 +198,89 @@ require_arguments(FunctionCallInfo fcinfo, int first, const char *const *names, 
 
 static const char *const option_names[] = {"beam_size", "length_penalty", "max_length_offset"};
 
+/* A request to model d's service with the session's settings; texts as given. */
+static ServiceRequest
+service_request(ServiceKind kind, const DeployedModel *d, int beam_size, int nbest, double length_penalty,
+				int max_length_offset, text **texts, int n)
+{
+	ServiceRequest req;
+
+	req.kind = kind;
+	req.checkpoint_id = d->checkpoint_id;
+	req.beam_size = beam_size;
+	req.nbest = nbest;
+	req.length_penalty = length_penalty;
+	req.max_length_offset = max_length_offset;
+	req.max_input_tokens = attention_max_input_tokens;
+	req.texts = texts;
+	req.n = n;
+	return req;
+}
+
+/*
+ * Translations of texts[0 .. n) with the deployed checkpoint of `model`
+ * (NULL: the default model) into results: through the model's translation
+ * service when attention.use_service lets it (one request), else loaded in
+ * this backend (engine calls of at most max_batch distinct sentences).
+ * Returns the number of engine calls or service requests.
+ */
+static int
+translate_texts(text *model, int beam_size, double length_penalty, int max_length_offset, text **texts, int n,
+				int max_batch, text **results)
+{
+	DeployedModel d;
+	ServiceSlot *slot;
+	uint64		generation;
+	AttentionModel *am;
+	TfDecodeOptions opt;
+
+	attention_model_lookup(model, &d);
+	check_decode_options(beam_size, 1, length_penalty, max_length_offset);
+	if ((slot = service_for(&d, &generation)) != NULL)
+	{
+		ServiceRequest req = service_request(SERVICE_TRANSLATE, &d, beam_size, 1, length_penalty,
+											 max_length_offset, texts, n);
+		StringInfoData answer;
+		int			i;
+
+		if (service_call(slot, generation, &d, &req, &answer))
+		{
+			service_raise(&answer);
+			for (i = 0; i < n; i++)
+				results[i] = service_get_text(&answer);
+			return 1;
+		}
+	}
+	am = attention_model_load(&d, "cpu", false);
+	opt = decode_options(am, beam_size, 1, length_penalty, max_length_offset);
+	return translate_many(am, texts, n, &opt, max_batch, results);
+}
+
 /* translate(source text) returns text: the default model, beam attention.beam_size. */
 Datum
 attention_translate_default(PG_FUNCTION_ARGS)
 {
-	AttentionModel *am = attention_model_get(NULL);
-	TfDecodeOptions opt = decode_options(am, attention_beam_size, 1, 0.6, 50);
+	text	   *source = PG_GETARG_TEXT_PP(0),
+			   *result;
 
-	PG_RETURN_TEXT_P(translate_one(am, PG_GETARG_TEXT_PP(0), &opt));
+	translate_texts(NULL, attention_beam_size, 0.6, 50, &source, 1, 1, &result);
+	PG_RETURN_TEXT_P(result);
 }
 
 /* translate(source, model, beam_size, length_penalty, max_length_offset) returns text. */
 Datum
 attention_translate(PG_FUNCTION_ARGS)
 {
-	AttentionModel *am;
-	TfDecodeOptions opt;
+	text	   *source,
+			   *result;
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_NULL();
 	require_arguments(fcinfo, 2, option_names, 3);
-	am = attention_model_get(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
-	opt = decode_options(am, PG_GETARG_INT32(2), 1, PG_GETARG_FLOAT8(3), PG_GETARG_INT32(4));
-	PG_RETURN_TEXT_P(translate_one(am, PG_GETARG_TEXT_PP(0), &opt));
+	source = PG_GETARG_TEXT_PP(0);
+	translate_texts(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1), PG_GETARG_INT32(2), PG_GETARG_FLOAT8(3),
+					PG_GETARG_INT32(4), &source, 1, 1, &result);
+	PG_RETURN_TEXT_P(result);
 }
 
 /* Orders sentence indexes by source length, then ids (identical sources side by side), then index. */
@@ -246,9 +301,9 @@ source_cmp(const void *a, const void *b, void *arg)
 }
 
 int
-translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *opt, int max_batch, text **results)
+translate_encoded(AttentionModel *am, const Encoded *e, int n, TfDecodeOptions *opt, int max_batch,
+				  text **results, int64 *tokens)
 {
-	Encoded    *e = palloc0(Max(n, 1) * sizeof(Encoded));
 	int		   *order = palloc(Max(n, 1) * sizeof(int));
 	int		   *first = palloc(Max(n, 1) * sizeof(int));	/* distinct sources, as indexes */
 	int			m = 0,
@@ -261,15 +316,14 @@ translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *opt, in
 	for (i = 0; i < n; i++)
 	{
 		results[i] = NULL;
-		if (texts[i] == NULL)
+		if (e[i].ids == NULL)
 			continue;
-		e[i] = encode_text(am, texts[i], true, "source");
 		if (e[i].n == 0)
 			results[i] = cstring_to_text("");
 		else
 			order[m++] = i;
 	}
-	qsort_arg(order, m, sizeof(int), source_cmp, e);
+	qsort_arg(order, m, sizeof(int), source_cmp, (void *) e);
 	for (i = 0; i < m; i++)
 		if (i == 0 || e[order[i]].n != e[order[i - 1]].n ||
 			memcmp(e[order[i]].ids, e[order[i - 1]].ids, e[order[i]].n * sizeof(int32_t)) != 0)
@@ -287,6 +341,8 @@ translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *opt, in
 		for (j = 0; j < b; j++)
 		{
 			results[first[i + j]] = decode_ids(am, h[j].tokens, h[j].length);
+			if (tokens != NULL)
+				*tokens += h[j].length;
 			pfree(h[j].tokens);
 		}
 	}
@@ -294,14 +350,28 @@ translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *opt, in
 	for (i = 1; i < m; i++)
 		if (results[order[i]] == NULL)
 			results[order[i]] = results[order[i - 1]];
+	pfree(order);
+	pfree(first);
+	pfree(h);
+	pfree(batch);
 	return calls;
+}
+
+int
+translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *opt, int max_batch, text **results)
+{
+	Encoded    *e = palloc0(Max(n, 1) * sizeof(Encoded));
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (texts[i] != NULL)
+			e[i] = encode_text(am, texts[i], true, "source");
+	return translate_encoded(am, e, n, opt, max_batch, results, NULL);
 }
 
 int
 translate_rows(bool one_arg, const NullableDatum *options, text **texts, int n, int max_batch, text **results)
 {
-	AttentionModel *am;
-	TfDecodeOptions opt;
 	int			i;
 
 	for (i = 0; i < n && texts[i] == NULL; i++)
@@ -309,21 +379,14 @@ translate_rows(bool one_arg, const NullableDatum *options, text **texts, int n, 
 	if (i == n)
 		return 0;
 	if (one_arg)
-	{
-		am = attention_model_get(NULL);
-		opt = decode_options(am, attention_beam_size, 1, 0.6, 50);
-	}
-	else
-	{
-		for (i = 0; i < 3; i++)
-			if (options[i + 1].isnull)
-				ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-								errmsg("%s must not be NULL", option_names[i])));
-		am = attention_model_get(options[0].isnull ? NULL : DatumGetTextPP(options[0].value));
-		opt = decode_options(am, DatumGetInt32(options[1].value), 1, DatumGetFloat8(options[2].value),
-							 DatumGetInt32(options[3].value));
-	}
-	return translate_many(am, texts, n, &opt, max_batch, results);
+		return translate_texts(NULL, attention_beam_size, 0.6, 50, texts, n, max_batch, results);
+	for (i = 0; i < 3; i++)
+		if (options[i + 1].isnull)
+			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+							errmsg("%s must not be NULL", option_names[i])));
+	return translate_texts(options[0].isnull ? NULL : DatumGetTextPP(options[0].value),
+						   DatumGetInt32(options[1].value), DatumGetFloat8(options[2].value),
+						   DatumGetInt32(options[3].value), texts, n, max_batch, results);
 }
 
 /* translate(sources text[], model, beam_size, length_penalty, max_length_offset) returns text[]. */
@@ -331,8 +394,6 @@ Datum
 attention_translate_array(PG_FUNCTION_ARGS)
 {
 	ArrayType  *arr;
-	AttentionModel *am;
-	TfDecodeOptions opt;
 	Datum	   *elems;
 	bool	   *nulls;
 	int			n,
@@ -349,14 +410,13 @@ attention_translate_array(PG_FUNCTION_ARGS)
 	if (ARR_NDIM(arr) > 1)
 		ereport(ERROR, (errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
 						errmsg("sources must be a one-dimensional array, not %d-dimensional", ARR_NDIM(arr))));
-	am = attention_model_get(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
-	opt = decode_options(am, PG_GETARG_INT32(2), 1, PG_GETARG_FLOAT8(3), PG_GETARG_INT32(4));
 	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
 	texts = palloc(Max(n, 1) * sizeof(text *));
 	results = palloc(Max(n, 1) * sizeof(text *));
 	for (i = 0; i < n; i++)
 		texts[i] = nulls[i] ? NULL : DatumGetTextPP(elems[i]);
-	translate_many(am, texts, n, &opt, BATCH_SENTENCES, results);
+	translate_texts(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1), PG_GETARG_INT32(2), PG_GETARG_FLOAT8(3),
+					PG_GETARG_INT32(4), texts, n, BATCH_SENTENCES, results);
 	for (i = 0; i < n; i++)
 		elems[i] = results[i] != NULL ? PointerGetDatum(results[i]) : (Datum) 0;
 	dims[0] = n;
@@ -379,6 +439,40 @@ pieces_array(AttentionModel *am, const int32_t *ids, int n)
 	return construct_array(d, n, TEXTOID, -1, false, TYPALIGN_INT);
 }
 
+void
+nbest_hypotheses(AttentionModel *am, text *source, TfDecodeOptions *opt, NbestFn emit, void *arg)
+{
+	Encoded		e = encode_text(am, source, true, "source");
+	TfHypothesis *h;
+	int			i;
+
+	if (e.n == 0)
+	{
+		emit(arg, cstring_to_text(""), 0.0, construct_empty_array(TEXTOID));
+		return;
+	}
+	h = palloc0(opt->nbest * sizeof(TfHypothesis));
+	translate_batch(am, &e, 1, opt, h);
+	for (i = 0; i < opt->nbest; i++)
+		emit(arg, decode_ids(am, h[i].tokens, h[i].length), h[i].log_prob,
+			 pieces_array(am, h[i].tokens, h[i].length));
+}
+
+/* Emits a hypothesis as a row of translate_nbest's result (arg: the ReturnSetInfo). */
+static void
+nbest_row(void *arg, text *translation, double score, ArrayType *pieces)
+{
+	ReturnSetInfo *rsinfo = arg;
+	Datum		values[4];
+	bool		nulls[4] = {false, false, false, false};
+
+	values[0] = Int32GetDatum((int32) tuplestore_tuple_count(rsinfo->setResult) + 1);
+	values[1] = PointerGetDatum(translation);
+	values[2] = Float8GetDatum(score);
+	values[3] = PointerGetDatum(pieces);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
 /*
  * translate_nbest(source, model, n, beam_size, length_penalty,
  * max_length_offset) returns table (rank, translation, score, tokens): the
@@ -390,41 +484,61 @@ attention_translate_nbest(PG_FUNCTION_ARGS)
 {
 	static const char *const names[] = {"n", "beam_size", "length_penalty", "max_length_offset"};
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	DeployedModel d;
+	ServiceSlot *slot;
+	uint64		generation;
 	AttentionModel *am;
 	TfDecodeOptions opt;
-	Encoded		e;
-	TfHypothesis *h;
-	int			i;
+	text	   *source;
+	int			nbest,
+				beam_size,
+				max_length_offset;
+	double		length_penalty;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (PG_ARGISNULL(0))
 		return (Datum) 0;
 	require_arguments(fcinfo, 2, names, 4);
-	am = attention_model_get(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
-	opt = decode_options(am, PG_GETARG_INT32(3), PG_GETARG_INT32(2), PG_GETARG_FLOAT8(4), PG_GETARG_INT32(5));
-	e = encode_text(am, PG_GETARG_TEXT_PP(0), true, "source");
-	if (e.n == 0)
+	source = PG_GETARG_TEXT_PP(0);
+	nbest = PG_GETARG_INT32(2);
+	beam_size = PG_GETARG_INT32(3);
+	length_penalty = PG_GETARG_FLOAT8(4);
+	max_length_offset = PG_GETARG_INT32(5);
+	attention_model_lookup(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1), &d);
+	check_decode_options(beam_size, nbest, length_penalty, max_length_offset);
+	if ((slot = service_for(&d, &generation)) != NULL)
 	{
-		Datum		values[4] = {Int32GetDatum(1), CStringGetTextDatum(""), Float8GetDatum(0.0),
-		PointerGetDatum(construct_empty_array(TEXTOID))};
-		bool		nulls[4] = {false, false, false, false};
+		ServiceRequest req = service_request(SERVICE_NBEST, &d, beam_size, nbest, length_penalty,
+											 max_length_offset, &source, 1);
+		StringInfoData answer;
 
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-		return (Datum) 0;
-	}
-	h = palloc0(opt.nbest * sizeof(TfHypothesis));
-	translate_batch(am, &e, 1, &opt, h);
-	for (i = 0; i < opt.nbest; i++)
-	{
-		Datum		values[4];
-		bool		nulls[4] = {false, false, false, false};
+		if (service_call(slot, generation, &d, &req, &answer))
+		{
+			int			count,
+						i;
 
-		values[0] = Int32GetDatum(i + 1);
-		values[1] = PointerGetDatum(decode_ids(am, h[i].tokens, h[i].length));
-		values[2] = Float8GetDatum(h[i].log_prob);
-		values[3] = PointerGetDatum(pieces_array(am, h[i].tokens, h[i].length));
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			service_raise(&answer);
+			count = pq_getmsgint(&answer, 4);
+			for (i = 0; i < count; i++)
+			{
+				text	   *translation = service_get_text(&answer);
+				double		score = pq_getmsgfloat8(&answer);
+				int			pieces = pq_getmsgint(&answer, 4),
+							j;
+				Datum	   *p = palloc(Max(pieces, 1) * sizeof(Datum));
+
+				for (j = 0; j < pieces; j++)
+					p[j] = PointerGetDatum(service_get_text(&answer));
+				nbest_row(rsinfo, translation, score,
+						  pieces == 0 ? construct_empty_array(TEXTOID) :
+						  construct_array(p, pieces, TEXTOID, -1, false, TYPALIGN_INT));
+			}
+			return (Datum) 0;
+		}
 	}
+	am = attention_model_load(&d, "cpu", false);
+	opt = decode_options(am, beam_size, nbest, length_penalty, max_length_offset);
+	nbest_hypotheses(am, source, &opt, nbest_row, rsinfo);
 	return (Datum) 0;
 }
 
@@ -463,19 +577,39 @@ teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target)
 	return log_prob;
 }
 
+double
+score_text(AttentionModel *am, text *source, text *target)
+{
+	Encoded		s = encode_text(am, source, true, "source"),
+				t = encode_text(am, target, false, "target");
+
+	return teacher_forced(am, &s, &t);
+}
+
 /* score(source, target, model) returns float8: log P(target tokens + EOS | source) in nats. */
 Datum
 attention_score(PG_FUNCTION_ARGS)
 {
-	AttentionModel *am;
-	Encoded		source,
-				target;
+	DeployedModel d;
+	ServiceSlot *slot;
+	uint64		generation;
+	text	   *pair[2];
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		PG_RETURN_NULL();
-	am = attention_model_get(PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2));
-	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, "source");
-	target = encode_text(am, PG_GETARG_TEXT_PP(1), false, "target");
-	PG_RETURN_FLOAT8(teacher_forced(am, &source, &target));
-}
+	pair[0] = PG_GETARG_TEXT_PP(0);
+	pair[1] = PG_GETARG_TEXT_PP(1);
+	attention_model_lookup(PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2), &d);
+	if ((slot = service_for(&d, &generation)) != NULL)
+	{
+		ServiceRequest req = service_request(SERVICE_SCORE, &d, 1, 1, 0.0, 0, pair, 1);
+		StringInfoData answer;
 
+		if (service_call(slot, generation, &d, &req, &answer))
+		{
+			service_raise(&answer);
+			PG_RETURN_FLOAT8(pq_getmsgfloat8(&answer));
+		}
+	}
+	PG_RETURN_FLOAT8(score_text(attention_model_load(&d, "cpu", false), pair[0], pair[1]));
+}

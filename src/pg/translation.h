@@ -11,6 +11,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "utils/array.h"
 
 #include "attention.h"
 
@@ -37,6 +38,9 @@ text	   *decode_ids(AttentionModel *am, const int32_t *ids, int n);
 /* The piece of id as text. */
 text	   *piece_text(AttentionModel *am, int id);
 
+/* ERROR naming a decoding option out of range (beam_size, n, length_penalty, max_length_offset). */
+void		check_decode_options(int beam_size, int nbest, double length_penalty, int max_length_offset);
+
 /* Decoding options from SQL arguments; ERROR naming a bad one. */
 TfDecodeOptions decode_options(AttentionModel *am, int beam_size, int nbest, double length_penalty,
 							   int max_length_offset);
@@ -58,6 +62,25 @@ int			translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *o
 						   text **results);
 
 /*
+ * translate_many's work on encoded sources e[0 .. n) (ids NULL: a NULL
+ * text, n = 0: ''); adds the output tokens to *tokens when not NULL.
+ */
+int			translate_encoded(AttentionModel *am, const Encoded *e, int n, TfDecodeOptions *opt, int max_batch,
+							  text **results, int64 *tokens);
+
+/* Receives one hypothesis of nbest_hypotheses: its text, log-probability and pieces. */
+typedef void (*NbestFn) (void *arg, text *translation, double score, ArrayType *pieces);
+
+/*
+ * The opt->nbest best translations of source, best first, each passed to
+ * emit; an empty source gives one: '' with score 0 and no pieces.
+ */
+void		nbest_hypotheses(AttentionModel *am, text *source, TfDecodeOptions *opt, NbestFn emit, void *arg);
+
+/* log P(target tokens + EOS | source) in nats under am (attention.score). */
+double		score_text(AttentionModel *am, text *source, text *target);
+
+/*
  * What translate(source) (one_arg) or translate(source, model, beam_size,
  * length_penalty, max_length_offset) returns for each of texts[0 .. n),
  * computed in engine calls of at most max_batch distinct sentences.
@@ -65,7 +88,8 @@ int			translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *o
  * arguments of the second form; unused with one_arg. results[i] is NULL
  * for a NULL text. ERRORs as the function does (a NULL option, an unknown
  * model, a source over the token limit); with no non-NULL text it returns
- * 0 without loading a model. Returns the number of engine calls.
+ * 0 without loading a model. Returns the number of engine calls (1 when
+ * the model's translation service translated them).
  */
 int			translate_rows(bool one_arg, const NullableDatum *options, text **texts, int n, int max_batch,
 						   text **results);

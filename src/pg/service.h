@@ -1,0 +1,145 @@
+/*
+ * service.h - the translation service: one background worker per
+ * (database, model) that holds the model once and decodes the sentences of
+ * every session in shared batches.
+ *
+ * Its rendezvous is a registry of slots in shared memory reserved at
+ * start-up (service.c, so shared_preload_libraries = 'attention'). A
+ * request travels in a DSM segment the requesting backend creates: two
+ * shm_mq queues, the request (backend -> service) and the answer (service
+ * -> backend). The backend posts the segment's handle in the service's
+ * slot, sets its latch and waits on its own; the service gathers requests
+ * (service_worker.c), decodes them in batches and answers each.
+ */
+#ifndef ATTENTION_SERVICE_H
+#define ATTENTION_SERVICE_H
+
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "storage/dsm.h"
+#include "storage/proc.h"
+#include "storage/spin.h"
+
+#include "attention.h"
+
+#define SERVICE_SLOTS 32		/* services per cluster */
+#define SERVICE_QUEUE 1024		/* requests waiting for one service */
+
+/* A service slot's state. */
+typedef enum ServiceState
+{
+	SERVICE_FREE = 0,
+	SERVICE_STARTING,			/* registered, not yet connected */
+	SERVICE_RUNNING,			/* takes requests */
+	SERVICE_STOPPING			/* answers what it has, takes no more */
+} ServiceState;
+
+/* A posted request: its DSM segment and who posted it. */
+typedef struct ServicePending
+{
+	dsm_handle	handle;
+	int			pid;
+} ServicePending;
+
+/* One service, in shared memory; mutex guards every field. */
+typedef struct ServiceSlot
+{
+	slock_t		mutex;
+	ServiceState state;
+	uint64		generation;		/* changes when a service starts or exits */
+	Oid			database;
+	int32		model_id;
+	char		model[NAMEDATALEN * 2];
+	char		device[16];
+	int			pid;
+	PGPROC	   *proc;			/* the service's, while RUNNING or STOPPING */
+	int64		checkpoint_id;	/* loaded last; 0 before the first load */
+	uint32		head,			/* queue[head % SERVICE_QUEUE] is the oldest */
+				tail;
+	ServicePending queue[SERVICE_QUEUE];
+	int			in_progress;	/* requests taken, not yet answered */
+	int64		requests,
+				sentences,
+				tokens,
+				batches;
+} ServiceSlot;
+
+/* Request kinds. */
+typedef enum ServiceKind
+{
+	SERVICE_TRANSLATE = 1,		/* texts -> translations */
+	SERVICE_NBEST,				/* one text -> nbest hypotheses with scores and pieces */
+	SERVICE_SCORE				/* (source, target) pairs -> log-probabilities */
+} ServiceKind;
+
+/*
+ * A request as the service reads it. Texts are NULL for SQL NULLs; for
+ * SERVICE_SCORE, texts holds n (source, target) pairs.
+ */
+typedef struct ServiceRequest
+{
+	ServiceKind kind;
+	int64		checkpoint_id;	/* the deployed checkpoint the statement saw */
+	int32		beam_size,
+				nbest,
+				max_length_offset,
+				max_input_tokens;	/* the session's attention.max_input_tokens */
+	double		length_penalty;
+	int			n;
+	text	  **texts;
+} ServiceRequest;
+
+/* The registry (NULL unless the library was preloaded). */
+extern ServiceSlot *service_slots;
+
+/* Reserves and attaches the registry's shared memory (from _PG_init under preloading). */
+void		service_shmem_init(void);
+
+/*
+ * The slot of the running service of model_id in this database, with its
+ * generation in *generation; NULL when there is none. Starts one (on the
+ * CPU) when attention.use_service = on. ERROR when use_service is on and
+ * none can be started.
+ */
+ServiceSlot *service_for(const DeployedModel *d, uint64 *generation);
+
+/*
+ * Sends request `req` to the service in `slot` (generation `generation`)
+ * and waits for the answer, which it returns in *answer (its first int32:
+ * 0 for success, else an error's SQLSTATE, then the message and hint:
+ * service_raise re-throws it). Returns false, sending nothing, when the
+ * service stopped taking requests since service_for found it (the caller
+ * translates itself). ERROR (connection_failure) when the service exits
+ * after it took the request, before answering.
+ */
+bool		service_call(ServiceSlot *slot, uint64 generation, const DeployedModel *d,
+						 const ServiceRequest *req, StringInfo answer);
+
+/* Reads the answer's status; re-throws the service's ERROR when it sent one. */
+void		service_raise(StringInfo answer);
+
+/* Text t (NULL: SQL NULL) as an int32 length (-1 for NULL) and its bytes. */
+void		service_put_text(StringInfo buf, text *t);
+
+/* The next text of buf (service_put_text's format); NULL for SQL NULL. */
+text	   *service_get_text(StringInfo buf);
+
+/* Parses a request's bytes into *req (texts palloc'd). */
+void		service_read_request(StringInfo buf, ServiceRequest *req);
+
+/* What the service process shares with the registry: its slot's layout in a request segment. */
+typedef struct ServiceSegment
+{
+	int			pid;			/* of the requesting backend */
+	Size		request_offset,
+				request_size,
+				answer_offset,
+				answer_size;
+} ServiceSegment;
+
+/* Entry point of the service process (bgw_function_name). */
+PGDLLEXPORT void attention_service_main(Datum arg);
+
+#endif

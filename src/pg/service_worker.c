@@ -1,0 +1,541 @@
+/*
+ * service_worker.c - the translation service process: one background
+ * worker per (database, model), started by start_service (service.c).
+ *
+ * It connects as the bootstrap superuser and reads the model's rows as the
+ * model's owner (SetUserIdAndSecContext), the read path only. Its loop:
+ * wait on the latch for posted requests; from the first one, gather more
+ * for at most attention.service_batch_wait_ms or until
+ * attention.service_batch_sentences sentences are in; then serve them in
+ * arrival order of their checkpoints (the one each statement saw: after a
+ * redeploy the queued requests finish on the old checkpoint, then the new
+ * one is loaded), requests with equal options decoded together (identical
+ * sources once, length-sorted engine calls), and answer each in its own
+ * queue. A request's own error (an over-long source) is its answer alone;
+ * a checkpoint that does not load fails the requests that asked for it.
+ * When idle it checks once a second that the model still exists, and
+ * exits when it was dropped. stop_service sets the slot STOPPING: it
+ * answers what is queued, then exits. On exit the slot is freed and its
+ * generation changes, which the waiting backends notice.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "libpq/pqformat.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/shm_mq.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#include "service.h"
+#include "translation.h"
+
+#define IDLE_CHECK_MS 1000		/* how often an idle service checks that its model exists */
+
+/* A request taken from the queue, with its segment and answer queue. */
+typedef struct Call
+{
+	dsm_segment *segment;
+	shm_mq_handle *answer;
+	ServiceRequest req;
+	Encoded    *encoded;		/* the request's sources (TRANSLATE, NBEST) */
+	bool		done;			/* answered */
+} Call;
+
+static ServiceSlot *slot;
+static int64 round_tokens;		/* output tokens of the round being served */
+static uint64 my_generation;
+static int32 model_id;
+static char device[16];
+
+/* Frees the slot when the process exits (whatever the reason). */
+static void
+service_exit(int code, Datum arg)
+{
+	SpinLockAcquire(&slot->mutex);
+	if (slot->generation == my_generation)
+	{
+		slot->state = SERVICE_FREE;
+		slot->pid = 0;
+		slot->proc = NULL;
+		slot->generation++;
+		slot->head = slot->tail = 0;
+		slot->in_progress = 0;
+	}
+	SpinLockRelease(&slot->mutex);
+}
+
+/* Sends an answer and lets the requester go (a requester that left drops it). */
+static void
+answer(Call *c, StringInfo buf)
+{
+	SpinLockAcquire(&slot->mutex);
+	slot->in_progress--;
+	SpinLockRelease(&slot->mutex);
+	(void) shm_mq_send(c->answer, buf->len, buf->data, false, true);
+	dsm_detach(c->segment);
+	c->done = true;
+}
+
+/* Answers with an ERROR's SQLSTATE, message and hint. */
+static void
+answer_error(Call *c, ErrorData *e)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	pq_sendint32(&buf, e->sqlerrcode != 0 ? e->sqlerrcode : ERRCODE_INTERNAL_ERROR);
+	pq_sendstring(&buf, e->message != NULL ? e->message : "unknown error");
+	pq_sendstring(&buf, e->hint != NULL ? e->hint : "");
+	answer(c, &buf);
+}
+
+/* The current ERROR, copied into `cxt`, and the error state cleared. */
+static ErrorData *
+catch_error(MemoryContext cxt)
+{
+	ErrorData  *e;
+
+	MemoryContextSwitchTo(cxt);
+	e = CopyErrorData();
+	FlushErrorState();
+	return e;
+}
+
+/*
+ * Takes the posted requests: attaches each segment (one whose requester
+ * already left cannot be, and is skipped) and reads its request. Adds them
+ * to *calls ([*n], room *room) and their sentences to *sentences.
+ */
+static void
+take_requests(Call **calls, int *n, int *room, int *sentences)
+{
+	ServicePending pending[SERVICE_QUEUE];
+	int			count = 0,
+				i;
+
+	SpinLockAcquire(&slot->mutex);
+	while (slot->head != slot->tail)
+		pending[count++] = slot->queue[slot->head++ % SERVICE_QUEUE];
+	slot->in_progress += count;
+	SpinLockRelease(&slot->mutex);
+	for (i = 0; i < count; i++)
+	{
+		dsm_segment *seg = dsm_attach(pending[i].handle);
+		ServiceSegment *h;
+		shm_mq_handle *rq;
+		Size		len;
+		void	   *data;
+		StringInfoData buf;
+		Call	   *c;
+
+		if (seg != NULL)
+		{
+			dsm_pin_mapping(seg);
+			h = dsm_segment_address(seg);
+			rq = shm_mq_attach((shm_mq *) ((char *) h + h->request_offset), seg, NULL);
+			if (h->pid == pending[i].pid && shm_mq_receive(rq, &len, &data, true) == SHM_MQ_SUCCESS)
+			{
+				if (*n == *room)
+				{
+					*room *= 2;
+					*calls = repalloc(*calls, *room * sizeof(Call));
+				}
+				c = &(*calls)[(*n)++];
+				memset(c, 0, sizeof(Call));
+				c->segment = seg;
+				c->answer = shm_mq_attach((shm_mq *) ((char *) h + h->answer_offset), seg, NULL);
+				buf.data = data;
+				buf.len = buf.maxlen = (int) len;
+				buf.cursor = 0;
+				service_read_request(&buf, &c->req);
+				*sentences += c->req.n;
+				continue;
+			}
+			dsm_detach(seg);
+		}
+		SpinLockAcquire(&slot->mutex);
+		slot->in_progress--;
+		SpinLockRelease(&slot->mutex);
+	}
+}
+
+/*
+ * The model at checkpoint `checkpoint_id`, loaded on the service's device
+ * (once; the previous checkpoint is freed). Runs a transaction and reads as
+ * the model's owner; ERROR when the checkpoint is gone or does not load.
+ */
+static AttentionModel *
+service_model(int64 checkpoint_id)
+{
+	DeployedModel d;
+	Oid			owner,
+				save_user;
+	int			save_sec;
+	bool		isnull;
+	AttentionModel *am;
+	Jsonb	   *config;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT m.name, m.config, m.vocabulary_id, m.owner::oid FROM attention.models m "
+							  "JOIN attention.checkpoints c ON c.model_id = m.model_id "
+							  "WHERE m.model_id = $1 AND c.checkpoint_id = $2", 2, (Oid[]) {INT4OID, INT8OID},
+							  (Datum[]) {Int32GetDatum(model_id), Int64GetDatum(checkpoint_id)}, NULL, true, 1) !=
+		SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.models");
+	if (SPI_processed == 0)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+						errmsg("checkpoint %lld of the served model no longer exists", (long long) checkpoint_id)));
+	memset(&d, 0, sizeof(d));
+	strlcpy(d.name, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), sizeof(d.name));
+	config = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	d.config = MemoryContextAlloc(TopTransactionContext, VARSIZE(config));
+	memcpy(d.config, config, VARSIZE(config));
+	d.vocabulary_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+	SPI_finish();
+	d.model_id = model_id;
+	d.checkpoint_id = checkpoint_id;
+	d.xmin = InvalidTransactionId;	/* a checkpoint's tensors never change */
+
+	/* the tensors as the owner reads them (row-level security); an ERROR restores the user */
+	GetUserIdAndSecContext(&save_user, &save_sec);
+	SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
+	am = attention_model_load(&d, device, true);
+	SetUserIdAndSecContext(save_user, save_sec);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	return am;
+}
+
+/* Same decoding options (and kind)? */
+static bool
+same_options(const ServiceRequest *a, const ServiceRequest *b)
+{
+	return a->kind == b->kind && a->checkpoint_id == b->checkpoint_id && a->beam_size == b->beam_size &&
+		a->nbest == b->nbest && a->length_penalty == b->length_penalty &&
+		a->max_length_offset == b->max_length_offset;
+}
+
+/* Encodes a request's sources under its max_input_tokens; an ERROR is its answer. */
+static void
+encode_request(AttentionModel *am, Call *c, MemoryContext cxt)
+{
+	int			i,
+				saved = attention_max_input_tokens;
+
+	PG_TRY();
+	{
+		attention_max_input_tokens = c->req.max_input_tokens;
+		c->encoded = palloc0(Max(c->req.n, 1) * sizeof(Encoded));
+		if (c->req.kind != SERVICE_SCORE)
+			for (i = 0; i < c->req.n; i++)
+				if (c->req.texts[i] != NULL)
+					c->encoded[i] = encode_text(am, c->req.texts[i], true, "source");
+	}
+	PG_CATCH();
+	{
+		answer_error(c, catch_error(cxt));
+	}
+	PG_END_TRY();
+	attention_max_input_tokens = saved;
+}
+
+/* nbest_hypotheses' emitter: appends a hypothesis to the answer in arg. */
+static void
+put_hypothesis(void *arg, text *translation, double score, ArrayType *pieces)
+{
+	StringInfo	buf = arg;
+	Datum	   *p;
+	bool	   *nulls;
+	int			n,
+				i;
+
+	service_put_text(buf, translation);
+	pq_sendfloat8(buf, score);
+	deconstruct_array(pieces, TEXTOID, -1, false, TYPALIGN_INT, &p, &nulls, &n);
+	pq_sendint32(buf, n);
+	for (i = 0; i < n; i++)
+		service_put_text(buf, DatumGetTextPP(p[i]));
+}
+
+/*
+ * Serves the requests calls[first ..] with calls[first]'s options, all of
+ * them not yet answered, with model am: TRANSLATE requests pooled into one
+ * translate_encoded, NBEST and SCORE ones in turn. An ERROR fails the
+ * requests it concerns. Adds the output tokens to round_tokens.
+ */
+static void
+serve_group(AttentionModel *am, Call *calls, int n, int first, MemoryContext cxt)
+{
+	ServiceRequest *key = &calls[first].req;
+	TfDecodeOptions opt = decode_options(am, key->beam_size, key->nbest, key->length_penalty,
+										 key->max_length_offset);
+	int			total = 0,
+				saved = attention_max_input_tokens,
+				i,
+				k;
+
+	for (i = first; i < n; i++)
+		if (!calls[i].done && same_options(&calls[i].req, key))
+			total += calls[i].req.n;
+	if (key->kind == SERVICE_TRANSLATE)
+	{
+		PG_TRY();
+		{
+			Encoded    *pool = palloc(Max(total, 1) * sizeof(Encoded));
+			text	  **results = palloc(Max(total, 1) * sizeof(text *));
+
+			for (i = first, k = 0; i < n; i++)
+				if (!calls[i].done && same_options(&calls[i].req, key))
+				{
+					memcpy(pool + k, calls[i].encoded, calls[i].req.n * sizeof(Encoded));
+					k += calls[i].req.n;
+				}
+			translate_encoded(am, pool, total, &opt, attention_service_batch_sentences, results, &round_tokens);
+			for (i = first, k = 0; i < n; i++)
+				if (!calls[i].done && same_options(&calls[i].req, key))
+				{
+					StringInfoData buf;
+					int			j;
+
+					initStringInfo(&buf);
+					pq_sendint32(&buf, 0);
+					for (j = 0; j < calls[i].req.n; j++)
+						service_put_text(&buf, results[k++]);
+					answer(&calls[i], &buf);
+				}
+		}
+		PG_CATCH();
+		{
+			ErrorData  *e = catch_error(cxt);
+
+			for (i = first; i < n; i++)
+				if (!calls[i].done && same_options(&calls[i].req, key))
+					answer_error(&calls[i], e);
+		}
+		PG_END_TRY();
+		return;
+	}
+
+	/* n-best lists and scores: each request on its own, its ERROR its answer */
+	for (i = first; i < n; i++)
+	{
+		Call	   *c = &calls[i];
+		StringInfoData buf;
+
+		if (c->done || !same_options(&c->req, key))
+			continue;
+		initStringInfo(&buf);
+		attention_max_input_tokens = c->req.max_input_tokens;
+		PG_TRY();
+		{
+			pq_sendint32(&buf, 0);
+			if (c->req.kind == SERVICE_NBEST)
+			{
+				pq_sendint32(&buf, c->encoded[0].n == 0 ? 1 : c->req.nbest);
+				nbest_hypotheses(am, c->req.texts[0], &opt, put_hypothesis, &buf);
+			}
+			else
+				pq_sendfloat8(&buf, score_text(am, c->req.texts[0], c->req.texts[1]));
+		}
+		PG_CATCH();
+		{
+			answer_error(c, catch_error(cxt));
+		}
+		PG_END_TRY();
+		attention_max_input_tokens = saved;
+		if (!c->done)
+			answer(c, &buf);
+	}
+}
+
+/*
+ * The model at calls[i]'s checkpoint (service_model), or NULL when it does
+ * not load: then every request for that checkpoint is answered its ERROR.
+ */
+static AttentionModel *
+model_for(Call *calls, int n, int i, MemoryContext cxt)
+{
+	AttentionModel *volatile am = NULL;
+
+	PG_TRY();
+	{
+		am = service_model(calls[i].req.checkpoint_id);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *e = catch_error(cxt);
+		int			j;
+
+		AbortCurrentTransaction();
+		for (j = i; j < n; j++)
+			if (!calls[j].done && calls[j].req.checkpoint_id == calls[i].req.checkpoint_id)
+				answer_error(&calls[j], e);
+	}
+	PG_END_TRY();
+	return am;
+}
+
+/* Serves the gathered calls[0 .. n): checkpoints in order of first request. */
+static void
+serve(Call *calls, int n, MemoryContext cxt)
+{
+	int			i,
+				j,
+				sentences = 0;
+
+	round_tokens = 0;
+	for (i = 0; i < n; i++)
+		sentences += calls[i].req.n;
+	for (i = 0; i < n; i++)
+	{
+		AttentionModel *am;
+
+		if (calls[i].done || (am = model_for(calls, n, i, cxt)) == NULL)
+			continue;
+		SpinLockAcquire(&slot->mutex);
+		slot->checkpoint_id = am->checkpoint_id;
+		SpinLockRelease(&slot->mutex);
+		for (j = i; j < n; j++)
+			if (!calls[j].done && calls[j].req.checkpoint_id == am->checkpoint_id)
+				encode_request(am, &calls[j], cxt);
+		for (j = i; j < n; j++)
+			if (!calls[j].done && calls[j].req.checkpoint_id == am->checkpoint_id)
+				serve_group(am, calls, n, j, cxt);
+	}
+	SpinLockAcquire(&slot->mutex);
+	slot->requests += n;
+	slot->sentences += sentences;
+	slot->tokens += round_tokens;
+	slot->batches++;
+	SpinLockRelease(&slot->mutex);
+}
+
+/* Does the served model still exist? */
+static bool
+model_exists(void)
+{
+	bool		exists;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT 1 FROM attention.models WHERE model_id = $1", 1, (Oid[]) {INT4OID},
+							  (Datum[]) {Int32GetDatum(model_id)}, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.models");
+	exists = SPI_processed > 0;
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	return exists;
+}
+
+void
+attention_service_main(Datum arg)
+{
+	MemoryContext round;
+	Oid			database;
+	char		model[NAMEDATALEN * 2];
+	int			room = 64;
+
+	slot = &service_slots[DatumGetInt32(arg)];
+	memcpy(&my_generation, MyBgworkerEntry->bgw_extra, sizeof(uint64));
+	pqsignal(SIGTERM, die);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+
+	SpinLockAcquire(&slot->mutex);
+	if (slot->generation != my_generation || slot->state != SERVICE_STARTING)
+	{
+		SpinLockRelease(&slot->mutex);
+		proc_exit(0);
+	}
+	database = slot->database;
+	model_id = slot->model_id;
+	strlcpy(model, slot->model, sizeof(model));
+	strlcpy(device, slot->device, sizeof(device));
+	SpinLockRelease(&slot->mutex);
+	before_shmem_exit(service_exit, (Datum) 0);
+
+	BackgroundWorkerInitializeConnectionByOid(database, InvalidOid, 0);
+	pgstat_report_appname(psprintf("attention service %s", model));
+	SpinLockAcquire(&slot->mutex);
+	slot->pid = MyProcPid;
+	slot->proc = MyProc;
+	slot->state = SERVICE_RUNNING;
+	SpinLockRelease(&slot->mutex);
+	elog(LOG, "attention: translation service for model \"%s\" started on %s", model, device);
+
+	round = AllocSetContextCreate(TopMemoryContext, "attention service round", ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		Call	   *calls;
+		int			n = 0,
+					sentences = 0;
+		TimestampTz first = 0;
+		bool		stopping = false;
+
+		MemoryContextReset(round);
+		MemoryContextSwitchTo(round);
+		calls = palloc(room * sizeof(Call));
+		for (;;)
+		{
+			long		timeout = IDLE_CHECK_MS;
+			int			rc;
+
+			CHECK_FOR_INTERRUPTS();
+			if (ConfigReloadPending)
+			{
+				ConfigReloadPending = false;
+				ProcessConfigFile(PGC_SIGHUP);
+			}
+			take_requests(&calls, &n, &room, &sentences);
+			SpinLockAcquire(&slot->mutex);
+			stopping = slot->state == SERVICE_STOPPING && slot->head == slot->tail;
+			SpinLockRelease(&slot->mutex);
+			if (n > 0)
+			{
+				long		waited;
+
+				if (first == 0)
+					first = GetCurrentTimestamp();
+				waited = TimestampDifferenceMilliseconds(first, GetCurrentTimestamp());
+				if (stopping || sentences >= attention_service_batch_sentences ||
+					waited >= attention_service_batch_wait_ms)
+					break;
+				timeout = attention_service_batch_wait_ms - waited;
+			}
+			else if (stopping)
+				break;
+			pgstat_report_activity(STATE_IDLE, NULL);
+			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			if (n == 0 && (rc & WL_TIMEOUT) && !model_exists())
+			{
+				elog(LOG, "attention: model \"%s\" was dropped; its translation service exits", model);
+				proc_exit(0);
+			}
+		}
+		if (n == 0)
+			break;				/* stopping with nothing queued */
+		pgstat_report_activity(STATE_RUNNING, psprintf("translating %d sentences of %d requests", sentences, n));
+		serve(calls, n, round);
+	}
+	elog(LOG, "attention: translation service for model \"%s\" stopped", model);
+	proc_exit(0);
+}
