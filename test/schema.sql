@@ -6,7 +6,7 @@ SELECT plan(31);
 SELECT has_schema('attention');
 SELECT tables_are('attention', ARRAY['corpora', 'corpus_pairs', 'vocabularies', 'models', 'jobs',
                                      'checkpoints', 'checkpoint_tensors', 'job_ranks']);
-SELECT views_are('attention', ARRAY['training_jobs']);
+SELECT views_are('attention', ARRAY['training_jobs', 'services']);
 SELECT col_is_pk('attention', 'corpora', 'corpus_id', 'corpora keyed by corpus_id');
 SELECT col_is_pk('attention', 'checkpoint_tensors', ARRAY['checkpoint_id', 'name', 'chunk'],
                  'checkpoint tensors keyed by (checkpoint_id, name, chunk)');
@@ -65,7 +65,8 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                      AND p.proname IN ('create_corpus', 'import_corpus', 'load_corpus', 'train_vocabulary', 'import_vocabulary',
                                        'create_model', 'initialize_checkpoint', 'deploy', 'average_checkpoints',
                                        'delete_checkpoint', 'drop_model', 'train', 'resume_training',
-                                       'cancel_training', 'wait_training', 'import_checkpoint', 'evaluate')
+                                       'cancel_training', 'wait_training', 'import_checkpoint', 'evaluate',
+                                       'start_service', 'stop_service')
                      AND NOT (p.provolatile = 'v' AND p.proparallel = 'u' AND NOT p.prosecdef)$$,
                 'functions that write are VOLATILE, PARALLEL UNSAFE and SECURITY INVOKER');
 

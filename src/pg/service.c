@@ -18,7 +18,9 @@
  */
 #include "postgres.h"
 
+#include "access/parallel.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
@@ -166,6 +168,11 @@ start_service(int32 model_id, const char *name, const char *device, uint64 *gene
 	BgwHandleStatus status;
 	int			i;
 
+	if (RecoveryInProgress())
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						errmsg("could not start a translation service for model \"%s\": the server is a hot standby",
+							   name),
+						errhint("Translate with attention.use_service = auto or off: each session loads the model.")));
 	SpinLockAcquire(&registry->mutex);
 	s = find_slot(model_id, generation, &state);
 	if (s == NULL)
@@ -271,7 +278,8 @@ service_for(const DeployedModel *d, uint64 *generation)
 	s = find_slot(d->model_id, generation, &state);
 	if (s != NULL && state == SERVICE_RUNNING)
 		return s;
-	if (attention_use_service != USE_SERVICE_ON)
+	/* a parallel worker translates itself rather than start one (its leader would have) */
+	if (attention_use_service != USE_SERVICE_ON || IsParallelWorker())
 		return NULL;
 	return start_service(d->model_id, d->name, "cpu", generation, &pid);
 }
@@ -526,21 +534,22 @@ attention_stop_service(PG_FUNCTION_ARGS)
 	s = find_slot(model_id, &generation, &state);
 	if (s == NULL)
 		PG_RETURN_BOOL(false);
-	SpinLockAcquire(&s->mutex);
-	if (s->generation == generation && s->state == SERVICE_RUNNING)
-	{
-		s->state = SERVICE_STOPPING;
-		proc = s->proc;
-	}
-	SpinLockRelease(&s->mutex);
-	if (proc != NULL)
-		SetLatch(&proc->procLatch);
-	/* it answers what it has, then exits */
+	/* it answers what it has, then exits (one still starting is stopped once it runs) */
 	for (;;)
 	{
-		slot_state(s, &g, &state);
+		SpinLockAcquire(&s->mutex);
+		g = s->generation;
+		proc = NULL;
+		if (g == generation && s->state == SERVICE_RUNNING)
+		{
+			s->state = SERVICE_STOPPING;
+			proc = s->proc;
+		}
+		SpinLockRelease(&s->mutex);
 		if (g != generation)
 			break;
+		if (proc != NULL)
+			SetLatch(&proc->procLatch);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
