@@ -232,11 +232,12 @@ model_load(const DeployedModel *d, const char *device, bool owner)
 	engine = tf_model_create_inference(&c, device, attention_thread_count(), err, sizeof(err));
 	if (engine == NULL || tf_model_load(engine, tensors, count, err, sizeof(err)) != TF_OK)
 	{
-		bool		oom = engine == NULL && strcmp(device, "cpu") == 0;
+		int			code = engine != NULL ? ERRCODE_DATA_CORRUPTED :
+			strcmp(device, "cpu") == 0 ? ERRCODE_OUT_OF_MEMORY : ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
 
 		tf_model_free(engine);
 		spm_free(vocab);
-		ereport(ERROR, (errcode(oom ? ERRCODE_OUT_OF_MEMORY : ERRCODE_DATA_CORRUPTED),
+		ereport(ERROR, (errcode(code),
 						errmsg("could not load checkpoint %lld of model \"%s\": %s",
 							   (long long) d->checkpoint_id, d->name, err)));
 	}

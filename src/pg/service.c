@@ -246,9 +246,20 @@ start_service(int32 model_id, const char *name, const char *device, uint64 *gene
 
 		slot_state(s, &g, &state);
 		if (g != *generation)
+		{
+			char		error[sizeof(s->error)] = "";
+
+			SpinLockAcquire(&s->mutex);
+			if (s->failed_generation == *generation)
+				strlcpy(error, s->error, sizeof(error));
+			SpinLockRelease(&s->mutex);
+			if (error[0] != '\0')
+				ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+								errmsg("the translation service for model \"%s\" could not start: %s", name, error)));
 			ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
 							errmsg("the translation service for model \"%s\" exited while starting", name),
 							errhint("See the server log.")));
+		}
 		if (state != SERVICE_STARTING)
 			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10, PG_WAIT_EXTENSION);

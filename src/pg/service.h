@@ -55,7 +55,9 @@ typedef struct ServiceSlot
 	char		device[16];
 	int			pid;
 	PGPROC	   *proc;			/* the service's, while RUNNING or STOPPING */
-	int64		checkpoint_id;	/* loaded last; 0 before the first load */
+	int64		checkpoint_id;	/* loaded last */
+	uint64		failed_generation;	/* the generation whose start failed with `error` */
+	char		error[256];
 	uint32		head,			/* queue[head % SERVICE_QUEUE] is the oldest */
 				tail;
 	ServicePending queue[SERVICE_QUEUE];

@@ -3,7 +3,9 @@
  * worker per (database, model), started by start_service (service.c).
  *
  * It connects as the bootstrap superuser and reads the model's rows as the
- * model's owner (SetUserIdAndSecContext), the read path only. Its loop:
+ * model's owner (SetUserIdAndSecContext), the read path only. It loads the
+ * deployed checkpoint before it takes requests (start_service reports why
+ * when that fails). Its loop:
  * wait on the latch for posted requests; from the first one, gather more
  * for at most attention.service_batch_wait_ms or until
  * attention.service_batch_sentences sentences are in; then serve them in
@@ -445,6 +447,53 @@ model_exists(void)
 	return exists;
 }
 
+/*
+ * Loads the model's deployed checkpoint before the service takes requests;
+ * when it cannot, leaves the reason in the slot for start_service and exits.
+ */
+static void
+load_deployed(const char *model)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		int64		checkpoint_id;
+		bool		isnull;
+
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		SPI_connect();
+		if (SPI_execute_with_args("SELECT checkpoint_id FROM attention.checkpoints WHERE model_id = $1 AND deployed",
+								  1, (Oid[]) {INT4OID}, (Datum[]) {Int32GetDatum(model_id)}, NULL, true, 1) !=
+			SPI_OK_SELECT)
+			elog(ERROR, "could not read attention.checkpoints");
+		if (SPI_processed == 0)
+			ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+							errmsg("model \"%s\" has no deployed checkpoint", model)));
+		checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		service_model(checkpoint_id);
+		SpinLockAcquire(&slot->mutex);
+		slot->checkpoint_id = checkpoint_id;
+		SpinLockRelease(&slot->mutex);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *e = catch_error(cxt);
+
+		SpinLockAcquire(&slot->mutex);
+		strlcpy(slot->error, e->message, sizeof(slot->error));
+		slot->failed_generation = my_generation;
+		SpinLockRelease(&slot->mutex);
+		elog(LOG, "attention: the translation service for model \"%s\" could not start: %s", model, e->message);
+		proc_exit(1);
+	}
+	PG_END_TRY();
+}
+
 void
 attention_service_main(Datum arg)
 {
@@ -474,6 +523,7 @@ attention_service_main(Datum arg)
 
 	BackgroundWorkerInitializeConnectionByOid(database, InvalidOid, 0);
 	pgstat_report_appname(psprintf("attention service %s", model));
+	load_deployed(model);
 	SpinLockAcquire(&slot->mutex);
 	slot->pid = MyProcPid;
 	slot->proc = MyProc;

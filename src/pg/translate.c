@@ -1,7 +1,9 @@
 /*
  * translate.c - translation in SQL: translate (one text, an array),
- * translate_nbest and score over the deployed models of model.c, and the
- * helpers the other translation files share (translation.h).
+ * translate_nbest and score, through the model's translation service when
+ * attention.use_service lets them (service.c), else over the deployed
+ * models of model.c loaded in this backend; and the helpers the other
+ * translation files and the service share (translation.h).
  *
  * The engine runs with its own threads (all signals blocked); between
  * decoding steps it polls InterruptPending, so a cancel or
