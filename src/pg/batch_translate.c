@@ -476,7 +476,6 @@ batch_planner(Query *parse, const char *query_string, int cursorOptions, ParamLi
 /* One served call. */
 typedef struct BatchCall
 {
-	Oid			funcid;
 	bool		one_arg;		/* translate(text) */
 	AttrNumber	source;			/* the child's column holding the source */
 	ExprState  *options[4];		/* model, beam_size, length_penalty, max_length_offset */
@@ -530,7 +529,6 @@ batch_begin(CustomScanState *node, EState *estate, int eflags)
 		if (acl != ACLCHECK_OK)
 			aclcheck_error(acl, OBJECT_FUNCTION, get_func_name(f->funcid));
 		InvokeFunctionExecuteHook(f->funcid);
-		call->funcid = f->funcid;
 		call->one_arg = list_length(f->args) == 1;
 		call->source = castNode(Var, linitial(f->args))->varattno;
 		for (a = 1; a < list_length(f->args); a++)
