@@ -76,9 +76,13 @@ vocab_handle_create(MemoryContext context)
 	return handle;
 }
 
-/* Parses model bytes into handle->model; ERROR (naming what) when they are not a valid model. */
+/*
+ * Parses model bytes into handle->model; ERROR with SQLSTATE sqlerrcode
+ * (naming what) when they are not a valid model: a user's bytes are data
+ * errors (class 22), a stored model's are corruption (class XX).
+ */
 static void
-vocab_handle_parse(VocabHandle *handle, const char *bytes, size_t len, const char *what)
+vocab_handle_parse(VocabHandle *handle, const char *bytes, size_t len, const char *what, int sqlerrcode)
 {
 	char		err[SPM_ERRLEN];
 
@@ -86,7 +90,7 @@ vocab_handle_parse(VocabHandle *handle, const char *bytes, size_t len, const cha
 	handle->model = NULL;
 	if (spm_load(bytes, len, &handle->model, err, sizeof(err)) != 0)
 		ereport(ERROR,
-				(errcode(ERRCODE_DATA_CORRUPTED),
+				(errcode(sqlerrcode),
 				 errmsg("%s is not a valid SentencePiece model", what),
 				 errdetail("SentencePiece: %s", err)));
 }
@@ -113,7 +117,7 @@ vocab_handle_load(VocabHandle *handle, const char *name, MemoryContext name_cont
 				 errhint("Create one with attention.train_vocabulary() or attention.import_vocabulary().")));
 	model = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	what = psprintf("the model of vocabulary \"%s\"", name);
-	vocab_handle_parse(handle, VARDATA_ANY(model), VARSIZE_ANY_EXHDR(model), what);
+	vocab_handle_parse(handle, VARDATA_ANY(model), VARSIZE_ANY_EXHDR(model), what, ERRCODE_DATA_CORRUPTED);
 	SPI_finish();
 	if (handle->name != NULL)
 		pfree(handle->name);
@@ -526,7 +530,7 @@ attention_train_vocabulary(PG_FUNCTION_ARGS)
 	INSTR_TIME_SUBTRACT(duration, start);
 
 	handle = vocab_handle_create(CurrentMemoryContext);
-	vocab_handle_parse(handle, bytes, len, "the trained model");
+	vocab_handle_parse(handle, bytes, len, "the trained model", ERRCODE_INTERNAL_ERROR);
 	id = insert_vocabulary(name, corpus_id, model_type, character_coverage, byte_fallback, n,
 						   INSTR_TIME_GET_DOUBLE(duration), handle->model, bytes, len);
 	SPI_finish();
@@ -542,7 +546,8 @@ attention_import_vocabulary(PG_FUNCTION_ARGS)
 	VocabHandle *handle = vocab_handle_create(CurrentMemoryContext);
 	int32		id;
 
-	vocab_handle_parse(handle, VARDATA_ANY(model), VARSIZE_ANY_EXHDR(model), "the imported model");
+	vocab_handle_parse(handle, VARDATA_ANY(model), VARSIZE_ANY_EXHDR(model), "the imported model",
+					   ERRCODE_INVALID_BINARY_REPRESENTATION);
 	if (spm_unk_id(handle->model) < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
