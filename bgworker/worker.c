@@ -3,8 +3,10 @@
  * one job. It connects as the role that submitted the job, encodes the
  * corpus once, trains with the engine, keeps attention.jobs current, writes
  * checkpoints (parameters, optimizer state, data position) in one
- * transaction each, and stops at its limits, on cancel_training, on SIGTERM
- * (as die: the job then reads as interrupted) or when the postmaster dies.
+ * transaction each, and stops at its limits, on cancel_training (read
+ * once a second, also during validation: it ends with a checkpoint of the
+ * last step, not validated), on SIGTERM (as die: the job then reads as
+ * interrupted) or when the postmaster dies.
  *
  * On several GPUs ("device": "cuda:0,1,2,3"), the engine (parallel.h)
  * drives one rank per device from threads of this process; this thread
@@ -42,6 +44,8 @@
 
 /* Seconds between progress updates of attention.jobs. */
 #define PROGRESS_SECONDS 2.0
+/* How often the loop reads whether the job was cancelled (seconds). */
+#define CANCEL_POLL_SECONDS 1.0
 /* Consecutive skipped steps (non-finite gradients) after which the job fails. */
 #define MAX_SKIPPED_STEPS 10
 
@@ -86,6 +90,8 @@ typedef struct Job
 	int64		checkpoint_step;
 	double		checkpoint_time;
 	double		run_start;
+	double		cancel_polled;	/* when cancel_requested was last read */
+	bool		cancelled;		/* cancel_training was called */
 } Job;
 
 #define EPOCH(j) ((j)->data[0])
@@ -328,7 +334,37 @@ load_data(Job *j, MemoryContext ctx)
 	data_epoch_order(&j->train, j->o.seed, EPOCH(j), j->order);
 }
 
-/* Validation loss, and BLEU of greedy translations when asked. */
+/*
+ * Whether cancel_training was called for the job: attention.jobs is read at
+ * most once per CANCEL_POLL_SECONDS, in a transaction of its own (the
+ * caller is in none), whatever the checkpoint and progress cadence.
+ */
+static bool
+cancel_requested(Job *j)
+{
+	bool		isnull;
+
+	if (j->cancelled || now_seconds() - j->cancel_polled < CANCEL_POLL_SECONDS)
+		return j->cancelled;
+	worker_begin();
+	if (SPI_execute_with_args("SELECT cancel_requested FROM attention.jobs WHERE job_id = $1", 1,
+							  (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(j->job_id)}, NULL, true, 1) !=
+		SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read training job %lld", (long long) j->job_id);
+	j->cancelled = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	worker_commit();
+	j->cancel_polled = now_seconds();
+	return j->cancelled;
+}
+
+/* The validation's stop test (DataFeed.stop): a cancel. */
+static bool
+validation_stop(void *arg)
+{
+	return cancel_requested((Job *) arg);
+}
+
+/* Validation loss, and BLEU of greedy translations when asked; a cancel stops it (NaN: none). */
 static void
 validate(Job *j)
 {
@@ -641,7 +677,9 @@ run_job(Job *j, MemoryContext ctx)
 	load_data(j, ctx);
 	j->run_start = j->train_start = j->interval_start = now_seconds();
 	j->checkpoint_step = steps(j);
-	j->checkpoint_time = last_progress = now_seconds();
+	j->checkpoint_time = last_progress = j->cancel_polled = now_seconds();
+	j->feed.stop = validation_stop;
+	j->feed.stop_arg = j;
 	report(j, "training");
 	while (!limit_reached(j))
 	{
@@ -652,6 +690,8 @@ run_job(Job *j, MemoryContext ctx)
 			proc_exit(1);
 		train_step(j, &skipped);
 		step = steps(j);
+		if (cancel_requested(j))
+			break;
 		if (j->o.validate_every_steps > 0 && step % j->o.validate_every_steps == 0)
 			validate(j);
 		if ((j->o.checkpoint_every_steps > 0 && step - j->checkpoint_step >= j->o.checkpoint_every_steps) ||
@@ -660,6 +700,8 @@ run_job(Job *j, MemoryContext ctx)
 		{
 			if (j->o.validate_every_steps == 0)
 				validate(j);
+			if (cancel_requested(j))
+				break;
 			last_progress = now_seconds();
 			if (checkpoint(j, NULL))
 			{
@@ -677,9 +719,11 @@ run_job(Job *j, MemoryContext ctx)
 			last_progress = now_seconds();
 		}
 	}
+	/* a cancel ends with a checkpoint of the last step, not validated */
+	cancelled = cancelled || j->cancelled;
 	if (steps(j) != j->checkpoint_step)
 	{
-		if (j->o.validate_every_steps == 0)
+		if (j->o.validate_every_steps == 0 && !cancelled)
 			validate(j);
 		checkpoint(j, cancelled ? "cancelled" : "succeeded");
 	}

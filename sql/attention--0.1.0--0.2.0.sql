@@ -109,3 +109,6 @@ CREATE VIEW services AS SELECT * FROM service_status();
 COMMENT ON VIEW services IS
 'Translation services: database, model, the checkpoint loaded last, device, pid, state (starting, running, stopping), queue depth (requests waiting or being served), and requests, sentences, output tokens and batches served.';
 GRANT SELECT ON services TO PUBLIC;
+
+COMMENT ON COLUMN jobs.cancel_requested IS
+'Set by cancel_training; the worker reads it once a second and stops with a final checkpoint of its last step, not validated.';

@@ -266,6 +266,11 @@ dataset_loss(TfModel *engine, const DataSet *d, DataFeed *feed)
 		TfBatch		batch = {0};
 
 		CHECK_FOR_INTERRUPTS();
+		if (feed->stop != NULL && feed->stop(feed->stop_arg))
+		{
+			pfree(log_prob);
+			return NAN;
+		}
 		data_fill(d, db, feed->pad_id, feed->bos_id, feed->eos_id, feed->src, feed->tgt_in, feed->labels, &batch);
 		if (tf_model_score(engine, &batch, log_prob, err, sizeof(err)) != TF_OK)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("validation: %s", err)));
@@ -303,6 +308,8 @@ dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed 
 					t;
 
 		CHECK_FOR_INTERRUPTS();
+		if (feed->stop != NULL && feed->stop(feed->stop_arg))
+			return NAN;
 		for (k = 0; k < n; k++)
 			len = Max(len, d->ordered[b + k].src_len + 1);
 		len = Min(len, max_positions);

@@ -75,6 +75,9 @@ typedef struct DataFeed
 	int32	   *src;			/* also holds VALIDATE_BLEU_BATCH sources */
 	int32	   *tgt_in;
 	int32	   *labels;
+	/* when set: asked between validation batches; true stops the validation */
+	bool		(*stop) (void *arg);
+	void	   *stop_arg;
 } DataFeed;
 
 /* Sentences decoded at once for BLEU. */
@@ -86,15 +89,16 @@ void		data_feed_alloc(DataFeed *feed, const DataSet *a, const DataSet *b, int ma
 /*
  * Cross-entropy per target token (nats; no dropout, no label smoothing) of
  * every batch of d: -sum log P(target + EOS | source) / (target tokens +
- * EOS). NaN when d has no batches. ERROR on an engine failure.
+ * EOS). NaN when d has no batches or feed->stop stopped it. ERROR on an
+ * engine failure.
  */
 double		dataset_loss(TfModel *engine, const DataSet *d, DataFeed *feed);
 
 /*
  * Corpus BLEU (sacreBLEU defaults) of the beam-search translations of d's
  * first num_references sources against their target texts (sources longer
- * than max_positions - 1 tokens are cut). NaN when there are none. ERROR
- * on an engine failure.
+ * than max_positions - 1 tokens are cut). NaN when there are none or
+ * feed->stop stopped it. ERROR on an engine failure.
  */
 double		dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed *feed,
 						 int beam_size, int max_positions);

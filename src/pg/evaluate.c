@@ -47,7 +47,7 @@ attention_evaluate(PG_FUNCTION_ARGS)
 	SpmModel   *vocab = NULL;
 	TfModel    *volatile engine = NULL;
 	DataSet		d;
-	DataFeed	feed;
+	DataFeed	feed = {0};
 	volatile double bleu = NAN,
 				loss = NAN;
 	instr_time	start,
