@@ -6,7 +6,8 @@
  * transaction each, and stops at its limits, on cancel_training (read
  * once a second, also during validation: it ends with a checkpoint of the
  * last step, not validated), on SIGTERM (as die: the job then reads as
- * interrupted) or when the postmaster dies.
+ * interrupted) or when the postmaster dies. SIGHUP (pg_reload_conf())
+ * reloads the configuration before the next step.
  *
  * On several GPUs ("device": "cuda:0,1,2,3"), the engine (parallel.h)
  * drives one rank per device from threads of this process; this thread
@@ -25,6 +26,7 @@
 #include "pgstat.h"
 #include "portability/instr_time.h"
 #include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/lmgr.h"
 #include "storage/pmsignal.h"
@@ -418,6 +420,7 @@ write_progress(Job *j, const char *final_status)
 		SPI_processed != 1)
 		elog(ERROR, "could not update training job %lld", (long long) j->job_id);
 	cancel = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	elog(DEBUG1, "attention: training job %lld at step %lld", (long long) j->job_id, (long long) steps(j));
 	j->loss_sum = 0;
 	j->loss_tokens = 0;
 	j->tokens = 0;
@@ -567,6 +570,12 @@ train_step(Job *j, int *skipped)
 		j->run_tokens += b->src_tokens + b->tgt_tokens;
 	}
 	CHECK_FOR_INTERRUPTS();
+	/* pg_reload_conf(): the new configuration from this step on (log levels, our settings) */
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
 	/* every rank's batches, the all-reduce and the Adam step; one download per rank */
 	if (tf_parallel_step(j->engine, batches, n, (float) (1.0 / labels), &j->opt, &stats, err, sizeof(err)) != TF_OK &&
 		!stats.skipped)
@@ -761,6 +770,7 @@ attention_training_worker_main(Datum arg)
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGINT, StatementCancelHandler);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(args.database, args.role, 0);
 	snprintf(name, sizeof(name), "attention training %s %lld", args.node ? "node, job" : "job",
