@@ -21,7 +21,11 @@ GLUE_C = $(GLUE_LEAVES) src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/
 WORKER_C = bgworker/worker.c bgworker/launcher.c bgworker/ranks.c
 OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o) $(WORKER_C:.c=.o)
 
-DATA = $(wildcard sql/$(EXTENSION)--*.sql)
+# sql/attention.sql is the current version's install script (copied to
+# attention--$(EXTVERSION).sql); released versions keep theirs, and upgrade
+# scripts attention--A--B.sql lead from each to the next.
+DATA = $(filter-out sql/$(EXTENSION)--$(EXTVERSION).sql,$(wildcard sql/$(EXTENSION)--*.sql))
+DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 REGRESS = builtin_translate corpus vocabulary bleu translate batch_translate service checkpoints training
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 ISOLATION = batch_translate_epq
@@ -49,6 +53,9 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 override with_llvm = no
 
 include $(PGXS)
+
+sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
+	cp $< $@
 
 # The engine's objects inside attention.so: C11, optimised for this machine,
 # OpenMP, and OpenBLAS's headers.

@@ -7,7 +7,8 @@
  * once a second, also during validation: it ends with a checkpoint of the
  * last step, not validated), on SIGTERM (as die: the job then reads as
  * interrupted) or when the postmaster dies. SIGHUP (pg_reload_conf())
- * reloads the configuration before the next step.
+ * reloads the configuration before the next step. It runs only against
+ * schema versions it knows (require_known_schema).
  *
  * On several GPUs ("device": "cuda:0,1,2,3"), the engine (parallel.h)
  * drives one rank per device from threads of this process; this thread
@@ -759,6 +760,38 @@ record_error(int64 job_id, ErrorData *edata)
 	worker_commit();
 }
 
+/*
+ * Exits, touching nothing, unless this database's attention schema is a
+ * version this library's worker knows (after the binaries were downgraded,
+ * or before ALTER EXTENSION UPDATE to a version newer than the library's).
+ */
+static void
+require_known_schema(int64 job_id)
+{
+	static const char *const known[] = {"0.1.0", "0.2.0"};
+	char	   *version = NULL;
+	size_t		i;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	SPI_connect();
+	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'attention'", true, 1) ==
+		SPI_OK_SELECT && SPI_processed == 1)
+		version = MemoryContextStrdup(TopMemoryContext,
+									  SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	for (i = 0; version != NULL && i < lengthof(known); i++)
+		if (strcmp(version, known[i]) == 0)
+			return;
+	ereport(LOG, (errmsg("attention: training job %lld not run: the attention schema of this database is version %s, "
+						 "which this library does not know", (long long) job_id,
+						 version != NULL ? version : "(none)"),
+				  errhint("Install the attention library of that version, or a newer one; the job is left as it is.")));
+	proc_exit(1);
+}
+
 void
 attention_training_worker_main(Datum arg)
 {
@@ -784,6 +817,7 @@ attention_training_worker_main(Datum arg)
 	XactLockTableWait(args.submitter_xid, NULL, NULL, XLTW_None);
 	CommitTransactionCommand();
 
+	require_known_schema(args.job_id);
 	ctx = AllocSetContextCreate(TopMemoryContext, "attention training job", ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(ctx);
 	j = palloc0(sizeof(Job));
