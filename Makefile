@@ -7,7 +7,7 @@ EXTVERSION = 0.2.0
 MODULE_big = attention
 # The engine (src/*.c, src/*.cc) is plain C11/C++ with no PostgreSQL headers;
 # the SQL glue lives in src/pg/.
-ENGINE_C = src/bleu.c
+ENGINE_C = src/bleu.c src/safetensors.c
 ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tensors.c src/score.c \
 	src/decode.c src/backend.c src/backend_cpu.c src/parallel.c
 ENGINE_CXX = src/spm.cc
@@ -188,6 +188,30 @@ $(ENGINE_ASAN_BIN): $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) $(ENGINE_CXX) $
 	$(CC) $(ENGINE_STD_CFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all \
 		-o $@ $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) test/engine/spm_asan.o \
 		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl
+
+# libFuzzer targets (test/fuzz/, clang): the safetensors header parser, the
+# SentencePiece loading that import_vocabulary does, and the BLEU tokenizer;
+# check-fuzz runs each from its committed seed corpus for a stated number of
+# inputs (FUZZ_RUNS_*), new inputs going to a scratch directory.
+FUZZ_CC ?= clang
+FUZZ_CXX ?= clang++
+FUZZ_FLAGS = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc
+FUZZ_BIN = test/fuzz/fuzz_safetensors test/fuzz/fuzz_bleu test/fuzz/fuzz_vocabulary
+FUZZ_RUNS_SAFETENSORS ?= 2000000
+FUZZ_RUNS_BLEU ?= 200000
+FUZZ_RUNS_VOCABULARY ?= 20000
+EXTRA_CLEAN += $(FUZZ_BIN)
+test/fuzz/fuzz_safetensors: test/fuzz/fuzz_safetensors.c src/safetensors.c src/safetensors.h
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ test/fuzz/fuzz_safetensors.c src/safetensors.c
+test/fuzz/fuzz_bleu: test/fuzz/fuzz_bleu.c src/bleu.c src/bleu.h
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ test/fuzz/fuzz_bleu.c src/bleu.c -lm
+test/fuzz/fuzz_vocabulary: test/fuzz/fuzz_vocabulary.cc src/spm.cc src/spm.h
+	$(FUZZ_CXX) -std=c++17 $(FUZZ_FLAGS) -o $@ test/fuzz/fuzz_vocabulary.cc src/spm.cc \
+		-lsentencepiece_train -lsentencepiece -lpthread
+
+.PHONY: check-fuzz
+check-fuzz: $(FUZZ_BIN)
+	scripts/test-fuzz $(FUZZ_RUNS_SAFETENSORS) $(FUZZ_RUNS_BLEU) $(FUZZ_RUNS_VOCABULARY)
 
 .PHONY: check-engine check-engine-asan test demo
 check-engine: $(ENGINE_TEST_BIN)

@@ -110,6 +110,9 @@ SELECT attention.create_model('job_wide', 'tr_vocab', '{"num_encoder_layers": 1,
 SELECT attention.import_checkpoint('job_wide', :'file');
 SELECT attention.import_checkpoint('job', substring(:'file'::bytea FROM 1 FOR 100));
 SELECT attention.import_checkpoint('job', '\x0102'::bytea);
+SELECT attention.import_checkpoint('job', '\x0300000000000000'::bytea || convert_to('{x}', 'UTF8'));
+SELECT attention.import_checkpoint('job', '\x2900000000000000'::bytea
+                                          || convert_to('{"__metadata__":{"attention.format":"2"}}', 'UTF8'));
 SELECT attention.export_checkpoint(999999);
 
 -- a model cannot be dropped while it trains; afterwards it can

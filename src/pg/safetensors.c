@@ -5,6 +5,7 @@
  * shape and byte range, then the raw little-endian data. Tensor names are
  * Hugging Face MarianMT's; the metadata carries the model configuration
  * and the SentencePiece vocabulary (base64), so the file stands alone.
+ * Import reads the header with the engine's own parser (src/safetensors.h).
  */
 #include "postgres.h"
 
@@ -20,6 +21,13 @@
 #include "utils/memutils.h"
 
 #include "attention.h"
+#include "safetensors.h"
+
+/*
+ * The layout of exported checkpoints (metadata "attention.format"): tensor
+ * names and meanings, metadata keys. Import refuses any other.
+ */
+#define CHECKPOINT_FORMAT "1"
 
 PG_FUNCTION_INFO_V1(attention_export_checkpoint);
 PG_FUNCTION_INFO_V1(attention_import_checkpoint);
@@ -83,6 +91,7 @@ attention_export_checkpoint(PG_FUNCTION_ARGS)
 		initStringInfo(&h);
 		appendStringInfoString(&h, "{\"__metadata__\":{");
 		append_meta(&h, "format", "pt");
+		append_meta(&h, "attention.format", CHECKPOINT_FORMAT);
 		append_meta(&h, "attention.model", model);
 		append_meta(&h, "attention.config", config);
 		append_meta(&h, "attention.vocabulary", vocabulary);
@@ -155,11 +164,12 @@ attention_import_checkpoint(PG_FUNCTION_ARGS)
 	char	   *model = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	bytea	   *file = PG_GETARG_BYTEA_PP(1);
 	const char *bytes = VARDATA_ANY(file);
-	uint64		len = VARSIZE_ANY_EXHDR(file),
-				header_len;
-	char	   *header;
+	uint64		len = VARSIZE_ANY_EXHDR(file);
+	StHeader	header;
+	StTensor   *entries;
 	const char *data;
-	uint64		data_len;
+	const char *format;
+	const char *step_s;
 	TfConfig	c;
 	TfTensor   *t;
 	TfModel    *engine;
@@ -171,19 +181,28 @@ attention_import_checkpoint(PG_FUNCTION_ARGS)
 	bool		isnull;
 	char		err[TF_ERRLEN];
 
-	if (len < 8)
-		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						errmsg("not a safetensors file: %llu bytes", (unsigned long long) len)));
-	header_len = 0;
-	for (i = 7; i >= 0; i--)
-		header_len = (header_len << 8) | (unsigned char) bytes[i];	/* little-endian */
-	if (header_len > len - 8)
-		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						errmsg("not a safetensors file: header length %llu exceeds the %llu bytes given",
-							   (unsigned long long) header_len, (unsigned long long) len)));
-	header = pnstrdup(bytes + 8, header_len);
-	data = bytes + 8 + header_len;
-	data_len = len - 8 - header_len;
+	if (st_parse(bytes, len, &header, err, sizeof(err)) != 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s", err)));
+	/* palloc'd copies, so that an ERROR below leaks nothing */
+	count = header.count;
+	entries = palloc(Max(count, 1) * sizeof(StTensor));
+	memcpy(entries, header.tensors, count * sizeof(StTensor));
+	format = st_meta(&header, "attention.format");
+	if (format != NULL && strcmp(format, CHECKPOINT_FORMAT) != 0)
+	{
+		char	   *f = pstrdup(format);
+
+		st_free(&header);
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("the safetensors file has checkpoint format \"%s\"; this library reads format %s",
+							   f, CHECKPOINT_FORMAT),
+						errhint("Import it with the attention version that exported it, or a newer one.")));
+	}
+	step_s = st_meta(&header, "attention.step");
+	if (step_s != NULL)
+		step = Max(0, strtoll(step_s, NULL, 10));
+	data = bytes + 8 + header.header_len;
+	st_free(&header);
 
 	SPI_connect();
 	model_id = require_model_owner(model, "import a checkpoint into");
@@ -196,65 +215,40 @@ attention_import_checkpoint(PG_FUNCTION_ARGS)
 
 		attention_config_from_jsonb(DatumGetJsonbP(SPI_getbinval(tup, desc, 2, &isnull)), vocab_size, pad_id, &c);
 	}
-	/* the header, through jsonb: every tensor but __metadata__, sorted by name */
-	if (SPI_execute_with_args("SELECT h.key, h.value->>'dtype', "
-							  "CASE WHEN jsonb_typeof(h.value->'shape') = 'array' THEN "
-							  "ARRAY(SELECT x::bigint FROM jsonb_array_elements_text(h.value->'shape') x) END, "
-							  "(h.value->'data_offsets'->>0)::numeric, (h.value->'data_offsets'->>1)::numeric "
-							  "FROM jsonb_each($1::jsonb) h WHERE h.key <> '__metadata__' ORDER BY h.key", 1,
-							  (Oid[]) {TEXTOID}, (Datum[]) {CStringGetTextDatum(header)}, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the safetensors header");
-	count = (int) SPI_processed;
 	t = palloc0(Max(count, 1) * sizeof(TfTensor));
 	for (i = 0; i < count; i++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		char	   *name = SPI_getvalue(tup, desc, 1);
-		char	   *dtype = SPI_getvalue(tup, desc, 2);
-		char	   *begin_s = SPI_getvalue(tup, desc, 4);
-		char	   *end_s = SPI_getvalue(tup, desc, 5);
-		Datum		shape_d = SPI_getbinval(tup, desc, 3, &isnull);
-		ArrayType  *shape;
-		int			ndim,
-					d;
+		const StTensor *e = &entries[i];
 		int64		elements = 1;
-		double		begin,
-					end;
+		int			d;
 
-		if (strlen(name) >= sizeof(t[i].name))
+		if (strlen(e->name) >= sizeof(t[i].name))
 			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							errmsg("tensor name \"%s\" is too long", name)));
-		if (dtype == NULL || strcmp(dtype, "F32") != 0)
+							errmsg("tensor name \"%s\" is too long", e->name)));
+		if (strcmp(e->dtype, "F32") != 0)
 			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							errmsg("tensor \"%s\" has dtype %s; only F32 can be imported", name, dtype ? dtype : "(none)")));
-		if (isnull || begin_s == NULL || end_s == NULL)
+							errmsg("tensor \"%s\" has dtype %s; only F32 can be imported", e->name, e->dtype)));
+		if (e->ndim > TF_MAX_DIMS)
 			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							errmsg("tensor \"%s\" lacks a shape or data_offsets", name)));
-		shape = DatumGetArrayTypeP(shape_d);
-		ndim = ArrayGetNItems(ARR_NDIM(shape), ARR_DIMS(shape));
-		if (ndim > TF_MAX_DIMS)
-			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							errmsg("tensor \"%s\" has %d dimensions, more than %d", name, ndim, TF_MAX_DIMS)));
-		strlcpy(t[i].name, name, sizeof(t[i].name));
+							errmsg("tensor \"%s\" has %d dimensions, more than %d", e->name, e->ndim, TF_MAX_DIMS)));
+		strlcpy(t[i].name, e->name, sizeof(t[i].name));
 		t[i].dtype = TF_FLOAT32;
-		t[i].ndim = ndim;
-		for (d = 0; d < ndim; d++)
+		t[i].ndim = e->ndim;
+		for (d = 0; d < e->ndim; d++)
 		{
-			t[i].shape[d] = ((int64 *) ARR_DATA_PTR(shape))[d];
-			if (t[i].shape[d] < 0 || t[i].shape[d] > PG_INT32_MAX)
+			t[i].shape[d] = e->shape[d];
+			if (e->shape[d] > PG_INT32_MAX)
 				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-								errmsg("tensor \"%s\" has an invalid shape", name)));
-			elements *= t[i].shape[d];
+								errmsg("tensor \"%s\" has an invalid shape", e->name)));
+			elements *= e->shape[d];
 		}
-		begin = strtod(begin_s, NULL);
-		end = strtod(end_s, NULL);
-		if (!(begin >= 0 && end >= begin && end <= (double) data_len && end - begin == (double) elements * 4))
+		if (e->end - e->begin != (uint64) elements * 4)
 			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							errmsg("tensor \"%s\": data_offsets [%s, %s] do not hold its %lld floats within the %llu data bytes",
-								   name, begin_s, end_s, (long long) elements, (unsigned long long) data_len)));
-		t[i].data = (void *) (data + (uint64) begin);
-		t[i].bytes = (size_t) (end - begin);
+							errmsg("tensor \"%s\": data_offsets [%llu, %llu] do not hold its %lld floats",
+								   e->name, (unsigned long long) e->begin, (unsigned long long) e->end,
+								   (long long) elements)));
+		t[i].data = (void *) (data + e->begin);
+		t[i].bytes = (size_t) (e->end - e->begin);
 	}
 
 	/* the engine checks names and shapes against the model, naming the first that differs */
@@ -268,16 +262,6 @@ attention_import_checkpoint(PG_FUNCTION_ARGS)
 						errmsg("the safetensors file does not fit model \"%s\": %s", model, err)));
 	}
 	tf_model_free(engine);
-
-	if (SPI_execute_with_args("SELECT (($1::jsonb)->'__metadata__'->>'attention.step')", 1, (Oid[]) {TEXTOID},
-							  (Datum[]) {CStringGetTextDatum(header)}, NULL, true, 1) == SPI_OK_SELECT &&
-		SPI_processed == 1)
-	{
-		char	   *s = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-
-		if (s != NULL)
-			step = Max(0, strtoll(s, NULL, 10));
-	}
 	if (SPI_execute_with_args("INSERT INTO attention.checkpoints (model_id, kind, step) VALUES ($1, 'imported', $2) "
 							  "RETURNING checkpoint_id", 2, (Oid[]) {INT4OID, INT8OID},
 							  (Datum[]) {Int32GetDatum(model_id), Int64GetDatum(step)}, NULL, false, 1) != SPI_OK_INSERT_RETURNING)

@@ -37,5 +37,6 @@ void		test_precision(const char *fixtures);
 void		test_decode(const char *fixtures);
 void		test_backend(const char *fixtures);
 void		test_parallel(const char *fixtures);
+void		test_safetensors(const char *fixtures);
 
 #endif

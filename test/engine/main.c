@@ -29,8 +29,8 @@ typedef struct Suite
 int
 main(int argc, char **argv)
 {
-	const Suite suites[] = {{"bleu", test_bleu}, {"sentencepiece", test_spm}, {"ops", test_ops},
-	{"backend", test_backend}, {"model", test_model}, {"decode", test_decode}, {"parallel", test_parallel},
+	const Suite suites[] = {{"bleu", test_bleu}, {"safetensors", test_safetensors}, {"sentencepiece", test_spm},
+	{"ops", test_ops}, {"backend", test_backend}, {"model", test_model}, {"decode", test_decode}, {"parallel", test_parallel},
 	{"precision", test_precision}};
 	const char *fixtures = argc > 1 ? argv[1] : "test/fixtures";
 	size_t		i;
