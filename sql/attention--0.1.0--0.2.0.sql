@@ -110,5 +110,12 @@ COMMENT ON VIEW services IS
 'Translation services: database, model, the checkpoint loaded last, device, pid, state (starting, running, stopping), queue depth (requests waiting or being served), and requests, sentences, output tokens and batches served.';
 GRANT SELECT ON services TO PUBLIC;
 
+COMMENT ON FUNCTION cancel_training(bigint) IS
+'Asks a job''s worker to stop: it reads the request once a second, writes a final checkpoint of its last step (not validated) and ends as cancelled; returns cancelling, or the status of a job that has already stopped.';
 COMMENT ON COLUMN jobs.cancel_requested IS
 'Set by cancel_training; the worker reads it once a second and stops with a final checkpoint of its last step, not validated.';
+
+-- Checkpoints carry the format of their tensors; a library refuses a format it does not know.
+ALTER TABLE checkpoints ADD COLUMN format integer NOT NULL DEFAULT 1 CHECK (format >= 1);
+COMMENT ON COLUMN checkpoints.format IS
+'Layout of the checkpoint''s tensors (names, meanings, the data.* counters): 1. A library refuses to load a format it does not know.';

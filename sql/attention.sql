@@ -114,7 +114,7 @@ CREATE TABLE jobs (
 CREATE INDEX jobs_model_idx ON jobs (model_id);
 CREATE INDEX jobs_live_idx ON jobs (status) WHERE status IN ('queued', 'running', 'interrupted');
 COMMENT ON TABLE jobs IS 'Training jobs as the worker writes them; read attention.training_jobs, which also shows jobs whose worker died as interrupted.';
-COMMENT ON COLUMN jobs.cancel_requested IS 'Set by cancel_training; the worker stops at its next progress update.';
+COMMENT ON COLUMN jobs.cancel_requested IS 'Set by cancel_training; the worker reads it once a second and stops with a final checkpoint of its last step, not validated.';
 COMMENT ON COLUMN jobs.restarts IS 'Times the launcher resumed the job after a crash or restart.';
 
 CREATE TABLE checkpoints (
@@ -520,14 +520,14 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'attention_train'
 LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION train(text, text, jsonb) IS
-'Submits a training job (options: max_steps, max_epochs, max_minutes, batch_tokens, warmup_steps, learning_rate_scale, label_smoothing, dropout, accumulate_batches, checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, validate_every_steps, validation_bleu_sentences, seed, device, threads) and returns its id at once; a background worker connected as the caller trains.';
+'Submits a training job (options: max_steps, max_epochs, max_minutes, batch_tokens, warmup_steps, learning_rate_scale, label_smoothing, dropout, accumulate_batches, batches_per_step, checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, validate_every_steps, validation_bleu_sentences, seed, device ("cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all": one rank per GPU), precision ("fp32" or "bf16"; bf16 by default on CUDA devices), threads, nodes) and returns its id at once; a background worker connected as the caller trains.';
 
 CREATE FUNCTION resume_training(job bigint, options jsonb DEFAULT '{}')
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'attention_resume_training'
 LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION resume_training(bigint, jsonb) IS
-'Continues a stopped job from its newest checkpoint (in the data order an uninterrupted run would see); options may change its limits and checkpoint cadence; returns the job id.';
+'Continues a stopped job from its newest checkpoint (in the data order an uninterrupted run would see); options may change its limits, checkpoint cadence, devices (a step keeps its batches_per_step batches) and precision; returns the job id.';
 
 CREATE FUNCTION cancel_training(job bigint)
 RETURNS text
@@ -556,8 +556,11 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION cancel_training(bigint) IS
-'Asks a job''s worker to stop (it writes a final checkpoint and ends as cancelled within a few seconds); returns cancelling, or the status of a job that has already stopped.';
+'Asks a job''s worker to stop: it reads the request once a second, writes a final checkpoint of its last step (not validated) and ends as cancelled; returns cancelling, or the status of a job that has already stopped.';
 
+-- A job whose worker has just committed its final status and exited could
+-- read as interrupted (the view's snapshot predates the commit, its liveness check follows
+-- the exit); a second look, with a snapshot taken after the exit was seen, tells the two apart.
 CREATE FUNCTION wait_training(job bigint, timeout interval DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -574,6 +577,9 @@ BEGIN
         SELECT v.status INTO shown FROM attention.training_jobs v WHERE v.job_id = job;
         IF shown IS NULL THEN
             RAISE EXCEPTION 'training job % does not exist', job USING ERRCODE = 'undefined_object';
+        END IF;
+        IF shown = 'interrupted' THEN
+            SELECT v.status INTO shown FROM attention.training_jobs v WHERE v.job_id = job;
         END IF;
         EXIT WHEN shown NOT IN ('queued', 'running') OR clock_timestamp() >= deadline;
         PERFORM pg_sleep(0.1);
@@ -694,7 +700,7 @@ COMMENT ON PROCEDURE translate_column(regclass, name, name, text, integer) IS
 'Translates rows whose target is NULL and source is not, in length-sorted batches, committing after each batch (resumable); rows are addressed by the primary key.';
 
 -----------------------------------------------------------------------------
--- Since 0.1.0 (attention--0.1.0--0.2.0.sql)
+-- Added in 0.2.0 (attention--0.1.0--0.2.0.sql adds the same to a 0.1.0 schema)
 -----------------------------------------------------------------------------
 
 -----------------------------------------------------------------------------
@@ -729,49 +735,12 @@ SELECT pg_catalog.pg_extension_config_dump('job_ranks', '');
 -- Training functions
 -----------------------------------------------------------------------------
 
-COMMENT ON FUNCTION train(text, text, jsonb) IS
-'Submits a training job (options: max_steps, max_epochs, max_minutes, batch_tokens, warmup_steps, learning_rate_scale, label_smoothing, dropout, accumulate_batches, batches_per_step, checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, validate_every_steps, validation_bleu_sentences, seed, device ("cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all": one rank per GPU), precision ("fp32" or "bf16"; bf16 by default on CUDA devices), threads, nodes) and returns its id at once; a background worker connected as the caller trains.';
-COMMENT ON FUNCTION resume_training(bigint, jsonb) IS
-'Continues a stopped job from its newest checkpoint (in the data order an uninterrupted run would see); options may change its limits, checkpoint cadence, devices (a step keeps its batches_per_step batches) and precision; returns the job id.';
-
 CREATE FUNCTION join_training(job bigint)
 RETURNS integer
 AS 'MODULE_PATHNAME', 'attention_join_training'
 LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION join_training(bigint) IS
 'Starts a worker on this server that claims the next waiting node of a job that spans machines (attention.job_ranks) and joins its communicator; returns the worker''s pid.';
-
--- wait_training: a job whose worker has just committed its final status and exited could
--- read as interrupted (the view's snapshot predates the commit, its liveness check follows
--- the exit); a second look, with a snapshot taken after the exit was seen, tells the two apart.
-CREATE OR REPLACE FUNCTION wait_training(job bigint, timeout interval DEFAULT NULL)
-RETURNS text
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    deadline timestamptz := clock_timestamp() + timeout;
-    shown text;
-BEGIN
-    IF job IS NULL THEN
-        RAISE EXCEPTION 'job must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    LOOP
-        SELECT v.status INTO shown FROM attention.training_jobs v WHERE v.job_id = job;
-        IF shown IS NULL THEN
-            RAISE EXCEPTION 'training job % does not exist', job USING ERRCODE = 'undefined_object';
-        END IF;
-        IF shown = 'interrupted' THEN
-            SELECT v.status INTO shown FROM attention.training_jobs v WHERE v.job_id = job;
-        END IF;
-        EXIT WHEN shown NOT IN ('queued', 'running') OR clock_timestamp() >= deadline;
-        PERFORM pg_sleep(0.1);
-    END LOOP;
-    RETURN shown;
-END
-$$;
-COMMENT ON FUNCTION wait_training(bigint, interval) IS
-'Waits until a job stops (or the timeout passes; NULL waits without limit) and returns its status.';
 
 -----------------------------------------------------------------------------
 -- Translation services (src/pg/service.c, service_worker.c)
@@ -804,5 +773,7 @@ COMMENT ON VIEW services IS
 'Translation services: database, model, the checkpoint loaded last, device, pid, state (starting, running, stopping), queue depth (requests waiting or being served), and requests, sentences, output tokens and batches served.';
 GRANT SELECT ON services TO PUBLIC;
 
-COMMENT ON COLUMN jobs.cancel_requested IS
-'Set by cancel_training; the worker reads it once a second and stops with a final checkpoint of its last step, not validated.';
+-- Checkpoints carry the format of their tensors; a library refuses a format it does not know.
+ALTER TABLE checkpoints ADD COLUMN format integer NOT NULL DEFAULT 1 CHECK (format >= 1);
+COMMENT ON COLUMN checkpoints.format IS
+'Layout of the checkpoint''s tensors (names, meanings, the data.* counters): 1. A library refuses to load a format it does not know.';

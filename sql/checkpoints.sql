@@ -37,6 +37,14 @@ SELECT count(*) AS left_tensors FROM attention.checkpoint_tensors WHERE checkpoi
 SELECT attention.delete_checkpoint(999999);
 SELECT attention.average_checkpoints('avg', 0);
 SELECT attention.average_checkpoints('nope');
+-- checkpoints carry their format; a library refuses one it does not know
+SELECT format FROM attention.checkpoints WHERE checkpoint_id = :a;
+UPDATE attention.checkpoints SET format = 2 WHERE checkpoint_id = :a;
+SELECT length(attention.export_checkpoint(:a)) > 0;
+SELECT attention.deploy('avg', :a) = :a AS deployed;
+SELECT attention.translate('the package', 'avg');
+UPDATE attention.checkpoints SET format = 1 WHERE checkpoint_id = :a;
+SELECT attention.translate('the package', 'avg') IS NOT NULL AS format_1_loads;
 -- dropping
 INSERT INTO attention.jobs (model_id, corpus_id, status, worker_pid)
 SELECT m.model_id, c.corpus_id, 'running', pg_backend_pid() FROM attention.models m, attention.corpora c

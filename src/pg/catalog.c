@@ -285,6 +285,21 @@ read_tensors(int64 checkpoint_id, TensorSet set, int *count)
 	TfTensor   *t;
 	uint64		r;
 	int			n = -1;
+	bool		isnull = true;
+	int32		format;
+
+	/* the row's format (through to_jsonb: a schema still at 0.1.0 has no such column, and format 1) */
+	if (SPI_execute_with_args("SELECT (to_jsonb(c) ->> 'format')::integer FROM attention.checkpoints c "
+							  "WHERE c.checkpoint_id = $1", 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)},
+							  NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read checkpoint %lld", (long long) checkpoint_id);
+	format = SPI_processed == 1 ? DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+															  &isnull)) : 0;
+	if (SPI_processed == 1 && !isnull && format != CHECKPOINT_FORMAT)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("checkpoint %lld has format %d; this library reads format %d",
+							   (long long) checkpoint_id, format, CHECKPOINT_FORMAT),
+						errhint("Install the attention library that wrote it, or a newer one.")));
 
 	if (SPI_execute_with_args(queries[set], 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL,
 							  true, 0) != SPI_OK_SELECT)

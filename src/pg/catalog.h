@@ -56,6 +56,13 @@ int32		require_model_owner(const char *name, const char *action);
  */
 void		write_tensors(int64 checkpoint_id, const TfTensor *tensors, int count);
 
+/*
+ * The format of checkpoints this library writes and reads (checkpoints.format,
+ * and "attention.format" in exported files): tensor names and meanings, the
+ * data.* counters.
+ */
+#define CHECKPOINT_FORMAT 1
+
 /* Which tensors of a checkpoint read_tensors reads. */
 typedef enum TensorSet
 {
@@ -68,7 +75,8 @@ typedef enum TensorSet
  * Reads tensors of a checkpoint into host memory (palloc'd), chunks joined,
  * sorted by name; *count receives their number (0 when the checkpoint has
  * none or, for TENSORS_DEPLOYED, is not deployed). ERROR naming a corrupt
- * tensor. Inside SPI.
+ * tensor, or for a checkpoint of another format than CHECKPOINT_FORMAT.
+ * Inside SPI.
  */
 TfTensor   *read_tensors(int64 checkpoint_id, TensorSet set, int *count);
 

@@ -23,12 +23,6 @@
 #include "attention.h"
 #include "safetensors.h"
 
-/*
- * The layout of exported checkpoints (metadata "attention.format"): tensor
- * names and meanings, metadata keys. Import refuses any other.
- */
-#define CHECKPOINT_FORMAT "1"
-
 PG_FUNCTION_INFO_V1(attention_export_checkpoint);
 PG_FUNCTION_INFO_V1(attention_import_checkpoint);
 
@@ -91,7 +85,7 @@ attention_export_checkpoint(PG_FUNCTION_ARGS)
 		initStringInfo(&h);
 		appendStringInfoString(&h, "{\"__metadata__\":{");
 		append_meta(&h, "format", "pt");
-		append_meta(&h, "attention.format", CHECKPOINT_FORMAT);
+		append_meta(&h, "attention.format", CppAsString2(CHECKPOINT_FORMAT));
 		append_meta(&h, "attention.model", model);
 		append_meta(&h, "attention.config", config);
 		append_meta(&h, "attention.vocabulary", vocabulary);
@@ -188,13 +182,13 @@ attention_import_checkpoint(PG_FUNCTION_ARGS)
 	entries = palloc(Max(count, 1) * sizeof(StTensor));
 	memcpy(entries, header.tensors, count * sizeof(StTensor));
 	format = st_meta(&header, "attention.format");
-	if (format != NULL && strcmp(format, CHECKPOINT_FORMAT) != 0)
+	if (format != NULL && strcmp(format, CppAsString2(CHECKPOINT_FORMAT)) != 0)
 	{
 		char	   *f = pstrdup(format);
 
 		st_free(&header);
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						errmsg("the safetensors file has checkpoint format \"%s\"; this library reads format %s",
+						errmsg("the safetensors file has checkpoint format \"%s\"; this library reads format %d",
 							   f, CHECKPOINT_FORMAT),
 						errhint("Import it with the attention version that exported it, or a newer one.")));
 	}
