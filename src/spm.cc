@@ -52,6 +52,134 @@ dup_buffer(const std::string &s)
 	return p;
 }
 
+// ---------------------------------------------------------------------------
+// SentencePiece trusts a model's precompiled character maps (the normalizer's
+// and denormalizer's): a crafted one makes Normalize() read outside them (a
+// crash found by test/fuzz/fuzz_vocabulary). spm_load checks them first, with
+// a walk of the protobuf wire format (ModelProto field 3 normalizer_spec and 5
+// denormalizer_spec; NormalizerSpec field 2 precompiled_charsmap).
+
+// Reads a varint at *p (before end); false when truncated or longer than 10 bytes.
+bool
+read_varint(const unsigned char **p, const unsigned char *end, uint64_t *v)
+{
+	*v = 0;
+	for (int shift = 0; shift < 70 && *p < end; shift += 7)
+	{
+		unsigned char b = *(*p)++;
+
+		*v |= static_cast<uint64_t>(b & 0x7f) << shift;
+		if ((b & 0x80) == 0)
+			return true;
+	}
+	return false;
+}
+
+// Calls visit(field, data, len) for each length-delimited field of the
+// message [p, end); false when the message is malformed or visit refuses.
+template <typename Visit>
+bool
+each_bytes_field(const unsigned char *p, const unsigned char *end, Visit visit)
+{
+	while (p < end)
+	{
+		uint64_t	key,
+					n;
+
+		if (!read_varint(&p, end, &key))
+			return false;
+		switch (key & 7)
+		{
+			case 0:
+				if (!read_varint(&p, end, &n))
+					return false;
+				break;
+			case 1:
+				if (end - p < 8)
+					return false;
+				p += 8;
+				break;
+			case 5:
+				if (end - p < 4)
+					return false;
+				p += 4;
+				break;
+			case 2:
+				if (!read_varint(&p, end, &n) || n > static_cast<uint64_t>(end - p))
+					return false;
+				if (!visit(key >> 3, p, static_cast<size_t>(n)))
+					return false;
+				p += n;
+				break;
+			default:
+				return false;
+		}
+	}
+	return true;
+}
+
+uint32_t
+le32(const unsigned char *p)
+{
+	return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+		static_cast<uint32_t>(p[3]) << 24;
+}
+
+// A precompiled charsmap: a uint32 trie size, the trie (darts-clone units),
+// then NUL-terminated strings that the trie's values point into. Every
+// child position a lookup can compute must lie inside the trie, and every
+// value a lookup can read must start a NUL-terminated string.
+bool
+charsmap_ok(const unsigned char *blob, size_t len)
+{
+	if (len == 0)
+		return true;
+	if (len < 4)
+		return false;
+	uint32_t	trie_bytes = le32(blob);
+
+	if (trie_bytes > len - 4 || trie_bytes % 4 != 0)
+		return false;
+	const unsigned char *units = blob + 4;
+	uint64_t	n = trie_bytes / 4;
+	const unsigned char *strings = units + trie_bytes;
+	size_t		strings_len = len - 4 - trie_bytes;
+
+	for (uint64_t i = 0; i < n; i++)
+	{
+		uint32_t	u = le32(units + 4 * i);
+
+		if (u & (1u << 31))
+			continue;			// a value unit: no children
+		uint64_t	offset = static_cast<uint64_t>(u >> 10) << ((u & (1u << 9)) >> 6);
+		uint64_t	child = i ^ offset;
+
+		if ((child | 0xff) >= n)	// a lookup reads array[child ^ byte] for any byte
+			return false;
+		if ((u >> 8) & 1)		// has a leaf: array[child] holds a value
+		{
+			uint32_t	value = le32(units + 4 * child) & 0x7fffffffu;
+
+			if (value >= strings_len || std::memchr(strings + value, '\0', strings_len - value) == nullptr)
+				return false;
+		}
+	}
+	return true;
+}
+
+// Checks the model's normalizer and denormalizer character maps.
+bool
+charsmaps_ok(const unsigned char *bytes, size_t len)
+{
+	return each_bytes_field(bytes, bytes + len, [](uint64_t field, const unsigned char *spec, size_t spec_len) {
+		if (field != 3 && field != 5)
+			return true;
+		return each_bytes_field(spec, spec + spec_len, [](uint64_t f, const unsigned char *map, size_t map_len) {
+			return f != 2 || charsmap_ok(map, map_len);
+		});
+	});
+}
+
 // Runs body(), turning any exception into fail(); body returns 0 or fail().
 template <typename Body>
 int
@@ -164,6 +292,9 @@ extern "C" int
 spm_load(const char *bytes, size_t len, SpmModel **out, char *err, size_t errlen)
 {
 	return guarded(err, errlen, [&]() -> int {
+		if (!charsmaps_ok(reinterpret_cast<const unsigned char *>(bytes), len))
+			return fail(err, errlen, "a normalizer's precompiled character map is malformed "
+						"(offsets outside its trie or strings)");
 		SpmModel   *m = new SpmModel();
 		sentencepiece::util::Status status =
 			m->processor.LoadFromSerializedProto(std::string(bytes, len));
