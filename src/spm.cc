@@ -167,17 +167,31 @@ charsmap_ok(const unsigned char *blob, size_t len)
 	return true;
 }
 
-// Checks the model's normalizer and denormalizer character maps.
-bool
-charsmaps_ok(const unsigned char *bytes, size_t len)
+// What check_charsmaps found.
+enum CharsmapCheck
 {
-	return each_bytes_field(bytes, bytes + len, [](uint64_t field, const unsigned char *spec, size_t spec_len) {
+	CHARSMAPS_OK,
+	CHARSMAP_BAD,				// a character map is malformed
+	UNCHECKED					// the bytes are no protobuf this walk reads (SentencePiece decides)
+};
+
+// Checks the model's normalizer and denormalizer character maps.
+CharsmapCheck
+check_charsmaps(const unsigned char *bytes, size_t len)
+{
+	bool		bad = false;
+	bool		walked = each_bytes_field(bytes, bytes + len,
+										  [&bad](uint64_t field, const unsigned char *spec, size_t spec_len) {
 		if (field != 3 && field != 5)
 			return true;
-		return each_bytes_field(spec, spec + spec_len, [](uint64_t f, const unsigned char *map, size_t map_len) {
-			return f != 2 || charsmap_ok(map, map_len);
+		return each_bytes_field(spec, spec + spec_len, [&bad](uint64_t f, const unsigned char *map, size_t map_len) {
+			if (f == 2 && !charsmap_ok(map, map_len))
+				bad = true;
+			return !bad;
 		});
 	});
+
+	return bad ? CHARSMAP_BAD : walked ? CHARSMAPS_OK : UNCHECKED;
 }
 
 // Runs body(), turning any exception into fail(); body returns 0 or fail().
@@ -292,7 +306,9 @@ extern "C" int
 spm_load(const char *bytes, size_t len, SpmModel **out, char *err, size_t errlen)
 {
 	return guarded(err, errlen, [&]() -> int {
-		if (!charsmaps_ok(reinterpret_cast<const unsigned char *>(bytes), len))
+		CharsmapCheck check = check_charsmaps(reinterpret_cast<const unsigned char *>(bytes), len);
+
+		if (check == CHARSMAP_BAD)
 			return fail(err, errlen, "a normalizer's precompiled character map is malformed "
 						"(offsets outside its trie or strings)");
 		SpmModel   *m = new SpmModel();
@@ -303,6 +319,11 @@ spm_load(const char *bytes, size_t len, SpmModel **out, char *err, size_t errlen
 		{
 			delete m;
 			return fail(err, errlen, status.ToString());
+		}
+		if (check == UNCHECKED)
+		{
+			delete m;
+			return fail(err, errlen, "the model uses protobuf encodings whose character maps cannot be checked");
 		}
 		*out = m;
 		return 0;
