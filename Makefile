@@ -9,7 +9,7 @@ MODULE_big = attention
 # the SQL glue lives in src/pg/.
 ENGINE_C = src/bleu.c src/safetensors.c
 ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tensors.c src/score.c \
-	src/decode.c src/backend.c src/backend_cpu.c src/parallel.c
+	src/decode.c src/backend.c src/backend_cpu.c src/parallel.c src/marian.c
 ENGINE_CXX = src/spm.cc
 # src/pg/: leaves (settings, catalogue, training options, datasets) that call
 # nothing else of the glue, then the SQL-callable functions; bgworker/ (the
@@ -17,7 +17,7 @@ ENGINE_CXX = src/spm.cc
 GLUE_LEAVES = src/pg/settings.c src/pg/catalog.c src/pg/train_options.c src/pg/dataset.c
 GLUE_C = $(GLUE_LEAVES) src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/vocabulary.c src/pg/model.c \
 	src/pg/checkpoint.c src/pg/translate.c src/pg/inspect.c src/pg/translate_column.c src/pg/batch_translate.c src/pg/service.c \
-	src/pg/service_worker.c src/pg/safetensors.c src/pg/evaluate.c src/pg/jobs.c
+	src/pg/service_worker.c src/pg/safetensors.c src/pg/huggingface.c src/pg/evaluate.c src/pg/jobs.c
 WORKER_C = bgworker/worker.c bgworker/launcher.c bgworker/ranks.c
 OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o) $(WORKER_C:.c=.o)
 

@@ -94,8 +94,8 @@ make_batches(const char *dir, const char *out, int tokens)
 		size_t		a,
 					b;
 
-		spm_encode(model, en[i], len_en[i], &pairs[i].src, &a, err, sizeof(err));
-		spm_encode(model, de[i], len_de[i], &pairs[i].tgt, &b, err, sizeof(err));
+		spm_encode(model, SPM_SOURCE, en[i], len_en[i], &pairs[i].src, &a, err, sizeof(err));
+		spm_encode(model, SPM_TARGET, de[i], len_de[i], &pairs[i].tgt, &b, err, sizeof(err));
 		pairs[i].ns = (int) a + 1;	/* + EOS */
 		pairs[i].nt = (int) b + 1;	/* BOS + target, target + EOS */
 	}

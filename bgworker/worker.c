@@ -155,14 +155,14 @@ float8_or_null(double x, bool *isnull)
 
 /* A job with its model and vocabulary: the columns read_job_row reads. */
 #define JOB_QUERY "SELECT j.status, j.cancel_requested, j.options, j.model_id, j.corpus_id, m.config, " \
-	"v.vocab_size, v.pad_id, v.bos_id, v.eos_id, v.model, m.name FROM attention.jobs j " \
+	"v.vocab_size, v.pad_id, v.bos_id, v.eos_id, m.name, " VOCABULARY_COLUMNS " FROM attention.jobs j " \
 	"JOIN attention.models m USING (model_id) JOIN attention.vocabularies v USING (vocabulary_id) " \
 	"WHERE j.job_id = $1"
 
 /*
  * The job's options, model, vocabulary and optimizer settings from a row of
- * JOB_QUERY (columns 3 .. 12: options, model_id, corpus_id, config,
- * vocab_size, pad_id, bos_id, eos_id, the vocabulary, the model's name).
+ * JOB_QUERY (columns 3 .. 17: options, model_id, corpus_id, config,
+ * vocab_size, pad_id, bos_id, eos_id, the model's name, the vocabulary).
  */
 static void
 read_job_row(Job *j, HeapTuple tup, TupleDesc desc)
@@ -185,7 +185,8 @@ read_job_row(Job *j, HeapTuple tup, TupleDesc desc)
 		j->config.dropout = (float) j->o.dropout;
 	if (j->o.label_smoothing >= 0)
 		j->config.label_smoothing = (float) j->o.label_smoothing;
-	j->vocab = vocabulary_load(DatumGetByteaPP(SPI_getbinval(tup, desc, 11, &isnull)), SPI_getvalue(tup, desc, 12));
+	j->vocab = vocabulary_load(tup, desc, 12, psprintf("the vocabulary of model \"%s\"", SPI_getvalue(tup, desc, 11)),
+							   ERRCODE_DATA_CORRUPTED);
 
 	tf_optimizer_default(&j->opt);
 	j->opt.warmup_steps = j->o.warmup_steps;

@@ -554,9 +554,9 @@ cuda_cache_gather(TfBackend *be, void *dst, size_t dst_stride, const void *src, 
 
 static void
 cuda_log_softmax_topk(TfBackend *be, const float *logits, int rows, int vocab, int k, float *top_logp,
-					  int32_t *top_id, int eos_id, float *eos_logp)
+					  int32_t *top_id, int skip_id, int eos_id, float *eos_logp)
 {
-	k_log_softmax_topk(logits, rows, vocab, k, top_logp, top_id, eos_id, eos_logp, state(be)->stream);
+	k_log_softmax_topk(logits, rows, vocab, k, top_logp, top_id, skip_id, eos_id, eos_logp, state(be)->stream);
 	launched(be, "log_softmax_topk");
 }
 

@@ -116,8 +116,8 @@ warp_best(float *v, int *id)
  * descending, id ascending, as the CPU's insertion keeps them).
  */
 __global__ void
-log_softmax_topk_kernel(const float *logits, int vocab, int k, float *top_logp, int32_t *top_id, int eos_id,
-						float *eos_logp)
+log_softmax_topk_kernel(const float *logits, int vocab, int k, float *top_logp, int32_t *top_id, int skip_id,
+						int eos_id, float *eos_logp)
 {
 	__shared__ float part[33];
 	__shared__ float best_v[32];
@@ -146,7 +146,7 @@ log_softmax_topk_kernel(const float *logits, int vocab, int k, float *top_logp, 
 		int			bi = INT_MAX;
 
 		for (int j = threadIdx.x; j < vocab; j += blockDim.x)
-			if (ranks_before(prev_v, prev_i, x[j], j) && ranks_before(x[j], j, bv, bi))
+			if (j != skip_id && ranks_before(prev_v, prev_i, x[j], j) && ranks_before(x[j], j, bv, bi))
 				bv = x[j], bi = j;
 		warp_best(&bv, &bi);
 		if (lane == 0)
@@ -199,10 +199,10 @@ k_accumulate(double *out, const double *x, size_t n, cudaStream_t stream)
 }
 
 void
-k_log_softmax_topk(const float *logits, int rows, int vocab, int k, float *top_logp, int32_t *top_id, int eos_id,
-				   float *eos_logp, cudaStream_t stream)
+k_log_softmax_topk(const float *logits, int rows, int vocab, int k, float *top_logp, int32_t *top_id,
+				   int skip_id, int eos_id, float *eos_logp, cudaStream_t stream)
 {
 	if (rows > 0)
-		LAUNCH(log_softmax_topk_kernel, rows, BLOCK, 0, stream)(logits, vocab, k, top_logp, top_id, eos_id,
-																  eos_logp);
+		LAUNCH(log_softmax_topk_kernel, rows, BLOCK, 0, stream)(logits, vocab, k, top_logp, top_id, skip_id,
+																  eos_id, eos_logp);
 }

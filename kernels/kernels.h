@@ -66,7 +66,7 @@ void		k_cross_entropy_backward(float *logits, const float *inv_sum, const int32_
 									 cudaStream_t stream);
 void		k_accumulate(double *out, const double *x, size_t n, cudaStream_t stream);
 void		k_log_softmax_topk(const float *logits, int rows, int vocab, int k, float *top_logp,
-							   int32_t *top_id, int eos_id, float *eos_logp, cudaStream_t stream);
+							   int32_t *top_id, int skip_id, int eos_id, float *eos_logp, cudaStream_t stream);
 
 /* optim.cu (partials: k_sum_squares_partials() doubles of workspace) */
 size_t		k_sum_squares_partials(void);

@@ -1,5 +1,6 @@
--- attention 0.1.0 -> 0.2.0: training on several GPUs, and the rank hand-over
--- between machines. Users' corpora, vocabularies, models, jobs and
+-- attention 0.1.0 -> 0.2.0: training on several GPUs, the rank hand-over
+-- between machines, translation services, Hugging Face MarianMT import and
+-- export. Users' corpora, vocabularies, models, jobs and
 -- checkpoints are kept as they are.
 \echo Use "ALTER EXTENSION attention UPDATE TO '0.2.0'" to load this file. \quit
 
@@ -119,3 +120,30 @@ COMMENT ON COLUMN jobs.cancel_requested IS
 ALTER TABLE checkpoints ADD COLUMN format integer NOT NULL DEFAULT 1 CHECK (format >= 1);
 COMMENT ON COLUMN checkpoints.format IS
 'Layout of the checkpoint''s tensors (names, meanings, the data.* counters): 1. A library refuses to load a format it does not know.';
+
+-----------------------------------------------------------------------------
+-- Hugging Face MarianMT models (src/pg/huggingface.c)
+-----------------------------------------------------------------------------
+
+ALTER TABLE vocabularies ADD COLUMN target_model bytea, ADD COLUMN pieces text[],
+    ADD CONSTRAINT vocabularies_pair_check CHECK ((target_model IS NULL) = (pieces IS NULL)
+        AND (pieces IS NULL OR (array_ndims(pieces) = 1 AND cardinality(pieces) = vocab_size)));
+COMMENT ON TABLE vocabularies IS 'Subword vocabularies: a SentencePiece model shared by source and target, or (imported Marian models) a pair of them with one table of pieces.';
+COMMENT ON COLUMN vocabularies.model IS 'Serialized SentencePiece ModelProto, as in a .model file (of the source side when target_model is set).';
+COMMENT ON COLUMN vocabularies.target_model IS 'SentencePiece model of the target side (Marian''s target.spm); NULL when model serves both.';
+COMMENT ON COLUMN vocabularies.pieces IS 'The piece of every id (Marian''s vocab.json), with target_model; NULL: the SentencePiece model''s own ids.';
+
+CREATE FUNCTION import_huggingface(model text, config jsonb, safetensors bytea, vocab jsonb,
+                                   source_spm bytea, target_spm bytea)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_import_huggingface'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION import_huggingface(text, jsonb, bytea, jsonb, bytea, bytea) IS
+'Imports a Hugging Face MarianMT model (OPUS-MT layout: config.json, model.safetensors, vocab.json, source.spm, target.spm) as a new model and vocabulary, both named model, with its parameters as a checkpoint of kind imported (not deployed); returns the checkpoint id. scripts/import-hf reads a directory.';
+
+CREATE FUNCTION export_huggingface(checkpoint bigint)
+RETURNS TABLE (file text, data bytea)
+AS 'MODULE_PATHNAME', 'attention_export_huggingface'
+LANGUAGE C STABLE STRICT ROWS 7;
+COMMENT ON FUNCTION export_huggingface(bigint) IS
+'A checkpoint as the files of a Hugging Face MarianMT model (config.json, model.safetensors, source.spm, target.spm, vocab.json, tokenizer_config.json, generation_config.json) that MarianMTModel and MarianTokenizer load; needs the model''s owner. scripts/export-hf writes them to a directory.';

@@ -56,9 +56,13 @@ CREATE TABLE vocabularies (
     training_sentences bigint,
     training_seconds   double precision,
     model              bytea NOT NULL,
-    created_at         timestamptz NOT NULL DEFAULT now()
+    created_at         timestamptz NOT NULL DEFAULT now(),
+    target_model       bytea,
+    pieces             text[],
+    CONSTRAINT vocabularies_pair_check CHECK ((target_model IS NULL) = (pieces IS NULL)
+        AND (pieces IS NULL OR (array_ndims(pieces) = 1 AND cardinality(pieces) = vocab_size)))
 );
-COMMENT ON TABLE vocabularies IS 'Subword vocabularies: serialized SentencePiece models shared by source and target.';
+COMMENT ON TABLE vocabularies IS 'Subword vocabularies: a SentencePiece model shared by source and target, or (imported Marian models) a pair of them with one table of pieces.';
 COMMENT ON COLUMN vocabularies.corpus_id IS 'Corpus the vocabulary was trained on (NULL when imported).';
 COMMENT ON COLUMN vocabularies.model_type IS 'SentencePiece model type (NULL when imported).';
 COMMENT ON COLUMN vocabularies.pad_id IS 'Padding id (0 for vocabularies trained here; NULL when the model has none).';
@@ -67,7 +71,9 @@ COMMENT ON COLUMN vocabularies.bos_id IS 'Begin-of-sentence id (2 for vocabulari
 COMMENT ON COLUMN vocabularies.eos_id IS 'End-of-sentence id (3 for vocabularies trained here).';
 COMMENT ON COLUMN vocabularies.training_sentences IS 'Sentences (source and target) the model was trained on.';
 COMMENT ON COLUMN vocabularies.training_seconds IS 'Wall-clock seconds SentencePiece training took.';
-COMMENT ON COLUMN vocabularies.model IS 'Serialized SentencePiece ModelProto, as in a .model file.';
+COMMENT ON COLUMN vocabularies.model IS 'Serialized SentencePiece ModelProto, as in a .model file (of the source side when target_model is set).';
+COMMENT ON COLUMN vocabularies.target_model IS 'SentencePiece model of the target side (Marian''s target.spm); NULL when model serves both.';
+COMMENT ON COLUMN vocabularies.pieces IS 'The piece of every id (Marian''s vocab.json), with target_model; NULL: the SentencePiece model''s own ids.';
 
 -----------------------------------------------------------------------------
 -- Models, training jobs, checkpoints
@@ -777,3 +783,18 @@ GRANT SELECT ON services TO PUBLIC;
 ALTER TABLE checkpoints ADD COLUMN format integer NOT NULL DEFAULT 1 CHECK (format >= 1);
 COMMENT ON COLUMN checkpoints.format IS
 'Layout of the checkpoint''s tensors (names, meanings, the data.* counters): 1. A library refuses to load a format it does not know.';
+
+CREATE FUNCTION import_huggingface(model text, config jsonb, safetensors bytea, vocab jsonb,
+                                   source_spm bytea, target_spm bytea)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_import_huggingface'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION import_huggingface(text, jsonb, bytea, jsonb, bytea, bytea) IS
+'Imports a Hugging Face MarianMT model (OPUS-MT layout: config.json, model.safetensors, vocab.json, source.spm, target.spm) as a new model and vocabulary, both named model, with its parameters as a checkpoint of kind imported (not deployed); returns the checkpoint id. scripts/import-hf reads a directory.';
+
+CREATE FUNCTION export_huggingface(checkpoint bigint)
+RETURNS TABLE (file text, data bytea)
+AS 'MODULE_PATHNAME', 'attention_export_huggingface'
+LANGUAGE C STABLE STRICT ROWS 7;
+COMMENT ON FUNCTION export_huggingface(bigint) IS
+'A checkpoint as the files of a Hugging Face MarianMT model (config.json, model.safetensors, source.spm, target.spm, vocab.json, tokenizer_config.json, generation_config.json) that MarianMTModel and MarianTokenizer load; needs the model''s owner. scripts/export-hf writes them to a directory.';

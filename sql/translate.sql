@@ -19,6 +19,8 @@ SELECT config->>'d_model' AS d_model, config->>'num_encoder_layers' AS encoder_l
 SELECT attention.create_model('tiny', 'tr_vocab');
 SELECT attention.create_model('bad', 'missing_vocab');
 SELECT attention.create_model('bad', 'tr_vocab', '{"d_modle": 16}');
+SELECT attention.create_model('bad', 'tr_vocab', '{"activation": "tanh"}');
+SELECT attention.create_model('bad', 'tr_vocab', '{"logits_bias": 1}');
 SELECT attention.create_model('bad', 'tr_vocab', '{"d_model": "16"}');
 SELECT attention.create_model('bad', 'tr_vocab', '{"d_model": 16.5}');
 SELECT attention.create_model('bad', 'tr_vocab', '{"d_model": 30, "num_heads": 4}');

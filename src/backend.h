@@ -231,12 +231,15 @@ struct TfBackend
 
 	/*
 	 * Per row of logits [rows, vocab]: the k largest log-probabilities
-	 * (log_softmax) in descending order, ties by ascending id, into
-	 * top_logp and top_id [rows, k], and the log-probability of eos_id into
-	 * eos_logp [rows]. Outputs are backend memory. Beam search.
+	 * (log_softmax over the whole vocabulary) in descending order, ties by
+	 * ascending id, of every id but skip_id (the pad id, never generated),
+	 * into top_logp and top_id [rows, k], and the log-probability of eos_id
+	 * into eos_logp [rows]. k < vocab. Outputs are backend memory. Beam
+	 * search.
 	 */
 	void		(*log_softmax_topk) (TfBackend *be, const float *logits, int rows, int vocab, int k,
-									 float *top_logp, int32_t *top_id, int eos_id, float *eos_logp);
+									 float *top_logp, int32_t *top_id, int skip_id, int eos_id,
+									 float *eos_logp);
 
 	/*
 	 * Mixed precision (NULL on backends without it: the CPU's). With TF_BF16

@@ -939,7 +939,7 @@ sum_exp(const float *x, int n, float mx)
 
 static void
 cpu_log_softmax_topk(TfBackend *be, const float *logits, int rows, int vocab, int k,
-					 float *top_logp, int32_t *top_id, int eos_id, float *eos_logp)
+					 float *top_logp, int32_t *top_id, int skip_id, int eos_id, float *eos_logp)
 {
 	int			r;
 
@@ -963,7 +963,7 @@ cpu_log_softmax_topk(TfBackend *be, const float *logits, int rows, int vocab, in
 		{
 			int			p;
 
-			if (filled == k && x[j] <= tv[k - 1])
+			if (j == skip_id || (filled == k && x[j] <= tv[k - 1]))
 				continue;
 			p = filled < k ? filled++ : k - 1;
 			while (p > 0 && tv[p - 1] < x[j])

@@ -24,6 +24,29 @@ row_length(const int32_t *ids, int len, int pad_id)
 	return n;
 }
 
+/*
+ * Length of a target row: its labels' (target + EOS). The decoder input's
+ * first token is the decoder start, which may be the pad id (Marian's
+ * models start with it), so only positions 1.. must be tokens exactly where
+ * labels are. -1 when the labels have padding before a token, -2 when the
+ * decoder input does not match them.
+ */
+static int
+target_length(const int32_t *in, const int32_t *labels, int len, int pad_id)
+{
+	int			n = row_length(labels, len, pad_id),
+				t;
+
+	if (n < 0)
+		return -1;
+	if (n == 0 && in[0] != pad_id)
+		return -2;
+	for (t = 1; t < len; t++)
+		if ((in[t] != pad_id) != (t < n))
+			return -2;
+	return n;
+}
+
 /* Grows the host staging buffers to hold `ints` int32 and `longs` int64 values. */
 static int
 grow_staging(BatchLayout *lay, size_t ints, size_t longs)
@@ -94,18 +117,19 @@ tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 	for (r = 0; r < B; r++)
 	{
 		int			ls = row_length(b->src + (size_t) r * b->src_len, b->src_len, c->pad_id);
-		int			lt = row_length(b->tgt_in + (size_t) r * b->tgt_len, b->tgt_len, c->pad_id);
-		int			ll = row_length(b->labels + (size_t) r * b->tgt_len, b->tgt_len, c->pad_id);
+		int			lt = target_length(b->tgt_in + (size_t) r * b->tgt_len, b->labels + (size_t) r * b->tgt_len,
+									   b->tgt_len, c->pad_id);
 
-		if (ls < 0 || lt < 0 || ll < 0)
+		if (ls < 0 || lt == -1)
 		{
 			snprintf(err, errlen, "sentence %d has padding before a token in its %s", r,
-					 ls < 0 ? "source" : lt < 0 ? "target input" : "labels");
+					 ls < 0 ? "source" : "labels");
 			return TF_ERROR;
 		}
-		if (ll != lt)
+		if (lt < 0)
 		{
-			snprintf(err, errlen, "sentence %d has %d target inputs but %d labels", r, lt, ll);
+			snprintf(err, errlen, "sentence %d: its target input (decoder start + target) is not padded "
+					 "exactly where its labels are", r);
 			return TF_ERROR;
 		}
 		if (ls > c->max_positions || lt > c->max_positions)

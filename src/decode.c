@@ -519,8 +519,10 @@ check_options(const TfModel *m, const TfDecodeOptions *opt, int batch, char *err
 {
 	int			V = m->config.vocab_size;
 
-	if (opt->beam_size < 1 || opt->beam_size > MAX_BEAM || opt->beam_size > V)
-		snprintf(err, errlen, "beam_size %d is out of range [1, %d]", opt->beam_size, V < MAX_BEAM ? V : MAX_BEAM);
+	/* candidates come from every id but pad */
+	if (opt->beam_size < 1 || opt->beam_size > MAX_BEAM || opt->beam_size > V - 1)
+		snprintf(err, errlen, "beam_size %d is out of range [1, %d]", opt->beam_size,
+				 V - 1 < MAX_BEAM ? V - 1 : MAX_BEAM);
 	else if (opt->nbest < 1 || opt->nbest > opt->beam_size)
 		snprintf(err, errlen, "nbest %d is out of range [1, beam_size %d]", opt->nbest, opt->beam_size);
 	else if (!(opt->length_penalty >= 0.0f && isfinite(opt->length_penalty)))
@@ -551,8 +553,8 @@ topk_step(Search *s, const float *logits)
 	size_t		RK = (size_t) s->R * s->K;
 	float	   *d = s->d_packed;
 
-	be->log_softmax_topk(be, logits, s->R, s->V, s->K, d, (int32_t *) (d + RK + s->R), s->opt->eos_id,
-						 d + RK);
+	be->log_softmax_topk(be, logits, s->R, s->V, s->K, d, (int32_t *) (d + RK + s->R), s->m->config.pad_id,
+						 s->opt->eos_id, d + RK);
 	be->download(be, s->packed, d, (2 * RK + s->R) * sizeof(float));
 	s->top_logp = s->packed;
 	s->eos_logp = s->packed + RK;

@@ -2,9 +2,11 @@
 // catches all exceptions; nothing C++ leaks through the interface.
 #include "spm.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <pthread.h>
 #include <string>
 #include <unordered_map>
@@ -15,7 +17,22 @@
 
 struct SpmModel
 {
-	sentencepiece::SentencePieceProcessor processor;
+	sentencepiece::SentencePieceProcessor processor;	// the source side, or both
+	// a vocabulary pair (spm_load_pair): the target side, the id -> piece
+	// table and its inverse, and the special ids {pad, unk, bos, eos}
+	std::unique_ptr<sentencepiece::SentencePieceProcessor> target;
+	std::vector<std::string> pieces;
+	std::unordered_map<std::string, int> ids;
+	int			special[4] = {-1, -1, -1, -1};
+
+	bool		pair() const
+	{
+		return target != nullptr;
+	}
+	const sentencepiece::SentencePieceProcessor &side(SpmSide s) const
+	{
+		return s == SPM_TARGET && target != nullptr ? *target : processor;
+	}
 };
 
 namespace
@@ -302,30 +319,121 @@ spm_train(const char *const *sentences, const size_t *lengths, size_t n,
 	});
 }
 
+namespace
+{
+
+// Loads a serialized model into p after checking its character maps.
+int
+load_processor(const char *bytes, size_t len, sentencepiece::SentencePieceProcessor *p, char *err, size_t errlen)
+{
+	CharsmapCheck check = check_charsmaps(reinterpret_cast<const unsigned char *>(bytes), len);
+
+	if (check == CHARSMAP_BAD)
+		return fail(err, errlen, "a normalizer's precompiled character map is malformed "
+					"(offsets outside its trie or strings)");
+	sentencepiece::util::Status status = p->LoadFromSerializedProto(std::string(bytes, len));
+
+	if (!status.ok())
+		return fail(err, errlen, status.ToString());
+	if (check == UNCHECKED)
+		return fail(err, errlen, "the model uses protobuf encodings whose character maps cannot be checked");
+	return 0;
+}
+
+// Pieces of text on a side: a pair's table ids (unknown pieces are unk), or the model's own.
+int
+encode_ids(const SpmModel *model, SpmSide side, const std::string &text, std::vector<int> *out,
+		   char *err, size_t errlen)
+{
+	if (!model->pair())
+	{
+		sentencepiece::util::Status status = model->processor.Encode(text, out);
+
+		return status.ok() ? 0 : fail(err, errlen, status.ToString());
+	}
+
+	std::string rest = text;
+	std::vector<std::string> pieces;
+
+	out->clear();
+	// a leading language code ">>xx<<" of the table (Marian's multilingual targets)
+	if (side == SPM_SOURCE && rest.compare(0, 2, ">>") == 0)
+	{
+		size_t		close = rest.find("<<", 2);
+
+		if (close != std::string::npos)
+		{
+			auto		code = model->ids.find(rest.substr(0, close + 2));
+
+			if (code != model->ids.end())
+			{
+				out->push_back(code->second);
+				rest.erase(0, close + 2);
+			}
+		}
+	}
+	sentencepiece::util::Status status = model->side(side).Encode(rest, &pieces);
+
+	if (!status.ok())
+		return fail(err, errlen, status.ToString());
+	for (const std::string &piece : pieces)
+	{
+		auto		id = model->ids.find(piece);
+
+		out->push_back(id != model->ids.end() ? id->second : model->special[1]);
+	}
+	return 0;
+}
+
+}							// namespace
+
 extern "C" int
 spm_load(const char *bytes, size_t len, SpmModel **out, char *err, size_t errlen)
 {
 	return guarded(err, errlen, [&]() -> int {
-		CharsmapCheck check = check_charsmaps(reinterpret_cast<const unsigned char *>(bytes), len);
+		std::unique_ptr<SpmModel> m(new SpmModel());
 
-		if (check == CHARSMAP_BAD)
-			return fail(err, errlen, "a normalizer's precompiled character map is malformed "
-						"(offsets outside its trie or strings)");
-		SpmModel   *m = new SpmModel();
-		sentencepiece::util::Status status =
-			m->processor.LoadFromSerializedProto(std::string(bytes, len));
+		if (load_processor(bytes, len, &m->processor, err, errlen) != 0)
+			return -1;
+		*out = m.release();
+		return 0;
+	});
+}
 
-		if (!status.ok())
+extern "C" int
+spm_load_pair(const char *source, size_t source_len, const char *target, size_t target_len,
+			  const char *const *pieces, const size_t *lengths, int n, const int special[4],
+			  SpmModel **out, char *err, size_t errlen)
+{
+	static const char *const names[4] = {"pad", "unk", "bos", "eos"};
+
+	return guarded(err, errlen, [&]() -> int {
+		std::unique_ptr<SpmModel> m(new SpmModel());
+
+		m->target.reset(new sentencepiece::SentencePieceProcessor());
+		if (load_processor(source, source_len, &m->processor, err, errlen) != 0 ||
+			load_processor(target, target_len, m->target.get(), err, errlen) != 0)
+			return -1;
+		if (n < 1)
+			return fail(err, errlen, "the piece table is empty");
+		m->pieces.reserve(n);
+		for (int id = 0; id < n; id++)
 		{
-			delete m;
-			return fail(err, errlen, status.ToString());
+			m->pieces.emplace_back(pieces[id], lengths[id]);
+			auto		added = m->ids.emplace(m->pieces.back(), id);
+
+			if (!added.second)
+				return fail(err, errlen, "piece \"" + m->pieces.back() + "\" has two ids, " +
+							std::to_string(added.first->second) + " and " + std::to_string(id));
 		}
-		if (check == UNCHECKED)
+		for (int i = 0; i < 4; i++)
 		{
-			delete m;
-			return fail(err, errlen, "the model uses protobuf encodings whose character maps cannot be checked");
+			if (special[i] < (i == 1 ? 0 : -1) || special[i] >= n)
+				return fail(err, errlen, std::string(names[i]) + " id " + std::to_string(special[i]) +
+							" is out of range [0, " + std::to_string(n) + ")");
+			m->special[i] = special[i];
 		}
-		*out = m;
+		*out = m.release();
 		return 0;
 	});
 }
@@ -345,37 +453,43 @@ spm_free_buffer(void *buffer)
 extern "C" int
 spm_size(const SpmModel *model)
 {
-	return model->processor.GetPieceSize();
+	return model->pair() ? static_cast<int>(model->pieces.size()) : model->processor.GetPieceSize();
+}
+
+extern "C" bool
+spm_is_pair(const SpmModel *model)
+{
+	return model->pair();
 }
 
 extern "C" int
 spm_pad_id(const SpmModel *model)
 {
-	return model->processor.pad_id();
+	return model->pair() ? model->special[0] : model->processor.pad_id();
 }
 
 extern "C" int
 spm_unk_id(const SpmModel *model)
 {
-	return model->processor.unk_id();
+	return model->pair() ? model->special[1] : model->processor.unk_id();
 }
 
 extern "C" int
 spm_bos_id(const SpmModel *model)
 {
-	return model->processor.bos_id();
+	return model->pair() ? model->special[2] : model->processor.bos_id();
 }
 
 extern "C" int
 spm_eos_id(const SpmModel *model)
 {
-	return model->processor.eos_id();
+	return model->pair() ? model->special[3] : model->processor.eos_id();
 }
 
 extern "C" const char *
 spm_piece(const SpmModel *model, int id, size_t *len)
 {
-	const std::string &p = model->processor.IdToPiece(id);
+	const std::string &p = model->pair() ? model->pieces[id] : model->processor.IdToPiece(id);
 
 	*len = p.size();
 	return p.data();
@@ -384,19 +498,18 @@ spm_piece(const SpmModel *model, int id, size_t *len)
 extern "C" float
 spm_score(const SpmModel *model, int id)
 {
-	return model->processor.GetScore(id);
+	return model->pair() ? 0.0f : model->processor.GetScore(id);
 }
 
 extern "C" int
-spm_encode(const SpmModel *model, const char *text, size_t len,
+spm_encode(const SpmModel *model, SpmSide side, const char *text, size_t len,
 		   int **ids, size_t *n, char *err, size_t errlen)
 {
 	return guarded(err, errlen, [&]() -> int {
 		std::vector<int> v;
-		sentencepiece::util::Status status = model->processor.Encode(std::string(text, len), &v);
 
-		if (!status.ok())
-			return fail(err, errlen, status.ToString());
+		if (encode_ids(model, side, std::string(text, len), &v, err, errlen) != 0)
+			return -1;
 		*ids = static_cast<int *>(std::malloc((v.size() > 0 ? v.size() : 1) * sizeof(int)));
 		if (*ids == nullptr)
 			return fail(err, errlen, "out of memory");
@@ -407,16 +520,29 @@ spm_encode(const SpmModel *model, const char *text, size_t len,
 }
 
 extern "C" int
-spm_encode_pieces(const SpmModel *model, const char *text, size_t len,
+spm_encode_pieces(const SpmModel *model, SpmSide side, const char *text, size_t len,
 				  char **pieces, size_t **offsets, size_t *n, char *err, size_t errlen)
 {
 	return guarded(err, errlen, [&]() -> int {
 		std::vector<std::string> v;
-		sentencepiece::util::Status status = model->processor.Encode(std::string(text, len), &v);
 		std::string all;
 
-		if (!status.ok())
-			return fail(err, errlen, status.ToString());
+		if (model->pair())
+		{
+			std::vector<int> ids;
+
+			if (encode_ids(model, side, std::string(text, len), &ids, err, errlen) != 0)
+				return -1;
+			for (int id : ids)
+				v.push_back(model->pieces[id]);
+		}
+		else
+		{
+			sentencepiece::util::Status status = model->processor.Encode(std::string(text, len), &v);
+
+			if (!status.ok())
+				return fail(err, errlen, status.ToString());
+		}
 		*offsets = static_cast<size_t *>(std::malloc((v.size() + 1) * sizeof(size_t)));
 		if (*offsets == nullptr)
 			return fail(err, errlen, "out of memory");
@@ -443,13 +569,21 @@ spm_decode(const SpmModel *model, const int *ids, size_t n,
 {
 	return guarded(err, errlen, [&]() -> int {
 		std::vector<int> v(ids, ids + n);
+		std::vector<std::string> pieces;
 		std::string out;
-		int			size = model->processor.GetPieceSize();
+		int			size = spm_size(model);
 
 		for (size_t i = 0; i < n; i++)
 			if (ids[i] < 0 || ids[i] >= size)
 				return fail(err, errlen, "id " + std::to_string(ids[i]) + " is out of range");
-		sentencepiece::util::Status status = model->processor.Decode(v, &out);
+		if (model->pair())
+		{
+			for (int id : v)
+				if (std::find(model->special, model->special + 4, id) == model->special + 4)
+					pieces.push_back(model->pieces[id]);
+		}
+		sentencepiece::util::Status status = model->pair() ? model->target->Decode(pieces, &out)
+			: model->processor.Decode(v, &out);
 		if (!status.ok())
 			return fail(err, errlen, status.ToString());
 		*text = dup_buffer(out);

@@ -26,6 +26,13 @@ extern "C"
 
 typedef struct SpmModel SpmModel;
 
+/* Which side's text: a vocabulary pair (spm_load_pair) has a model for each. */
+typedef enum SpmSide
+{
+	SPM_SOURCE,
+	SPM_TARGET
+} SpmSide;
+
 /* Options of spm_train (SentencePiece TrainerSpec fields of the same meaning). */
 typedef struct SpmTrainOptions
 {
@@ -51,7 +58,23 @@ int			spm_train(const char *const *sentences, const size_t *lengths, size_t n,
 /* Parses a serialized model (the bytes of a .model file) into *out. */
 int			spm_load(const char *bytes, size_t len, SpmModel **out, char *err, size_t errlen);
 
-/* Frees a model from spm_load (NULL is allowed). */
+/*
+ * A vocabulary pair as Marian's models have one (Hugging Face's MarianMT,
+ * OPUS-MT): source text is cut into pieces by the SentencePiece model
+ * `source`, target text by `target`, and the pieces of both sides map to
+ * ids through one table, pieces[id] (lengths[id] bytes; n of them; the
+ * model's vocab.json), where a piece not in the table is the unknown id.
+ * special = {pad, unk, bos, eos}: the model's ids (bos: its decoder start;
+ * -1 for none but unk). A source text may begin with a language code
+ * ">>xx<<" that is a piece of the table (multilingual models): it becomes
+ * that id. Fails on a bad SentencePiece model, a duplicate piece, or a
+ * special id out of range.
+ */
+int			spm_load_pair(const char *source, size_t source_len, const char *target, size_t target_len,
+						  const char *const *pieces, const size_t *lengths, int n, const int special[4],
+						  SpmModel **out, char *err, size_t errlen);
+
+/* Frees a model from spm_load or spm_load_pair (NULL is allowed). */
 void		spm_free(SpmModel *model);
 
 /* Frees a buffer returned by this interface (NULL is allowed). */
@@ -69,24 +92,29 @@ int			spm_eos_id(const SpmModel *model);
 /* Piece of id (0 <= id < spm_size) as a pointer into the model, its length in *len. */
 const char *spm_piece(const SpmModel *model, int id, size_t *len);
 
-/* SentencePiece score of id (0 <= id < spm_size). */
+/* True for a vocabulary pair (spm_load_pair). */
+bool		spm_is_pair(const SpmModel *model);
+
+/* SentencePiece score of id (0 <= id < spm_size); 0 in a vocabulary pair. */
 float		spm_score(const SpmModel *model, int id);
 
-/* Encodes text into *ids (*n of them); no BOS/EOS added. */
-int			spm_encode(const SpmModel *model, const char *text, size_t len,
+/* Encodes text of a side into *ids (*n of them); no BOS/EOS added. */
+int			spm_encode(const SpmModel *model, SpmSide side, const char *text, size_t len,
 					   int **ids, size_t *n, char *err, size_t errlen);
 
 /*
  * Encodes text into pieces: *pieces holds them back to back, *offsets has
  * *n + 1 entries (piece i is pieces[offsets[i] .. offsets[i+1])).
  */
-int			spm_encode_pieces(const SpmModel *model, const char *text, size_t len,
+int			spm_encode_pieces(const SpmModel *model, SpmSide side, const char *text, size_t len,
 							  char **pieces, size_t **offsets, size_t *n,
 							  char *err, size_t errlen);
 
 /*
- * Decodes n ids into text (*text, *len bytes, NUL-terminated). Every id
- * must be in [0, spm_size); control ids (pad, bos, eos) produce no text.
+ * Decodes n ids into target text (*text, *len bytes, NUL-terminated). Every
+ * id must be in [0, spm_size); control ids (pad, bos, eos) produce no text,
+ * nor, in a vocabulary pair, the unknown id (as Hugging Face's tokenizer
+ * skips its special tokens).
  */
 int			spm_decode(const SpmModel *model, const int *ids, size_t n,
 					   char **text, size_t *len, char *err, size_t errlen);

@@ -66,13 +66,15 @@ int			tf_config_validate(const TfConfig *config, char *err, size_t errlen);
 /*
  * A padded batch of sentence pairs (host memory, int32 ids). Padding (pad_id)
  * must come after a row's tokens, and labels must be padded exactly where
- * tgt_in is. The engine packs the sentences without their padding.
+ * tgt_in is, except tgt_in's first token: the decoder start (BOS, or for
+ * Marian's models the pad id), which counts as a token whatever its id.
+ * The engine packs the sentences without their padding.
  */
 typedef struct TfBatch
 {
 	int			batch_size;
 	int			src_len;		/* source ids + EOS, padded */
-	int			tgt_len;		/* BOS + target ids (decoder input), padded */
+	int			tgt_len;		/* decoder start + target ids (decoder input), padded */
 	const int32_t *src;			/* [batch_size, src_len] */
 	const int32_t *tgt_in;		/* [batch_size, tgt_len], BOS + target */
 	const int32_t *labels;		/* [batch_size, tgt_len], target + EOS; pad ignored */

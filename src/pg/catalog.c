@@ -75,6 +75,39 @@ jsonb_key(const JsonbValue *v)
 	return pnstrdup(v->val.string.val, v->val.string.len);
 }
 
+/* Names of TfActivation values, in order. */
+static const char *const activation_names[] = {"relu", "swish", "gelu"};
+
+/*
+ * Sets "activation" (relu, swish or gelu: the feed-forward network's) or
+ * "logits_bias" (a boolean: a bias on the output projection, as Marian's
+ * final_logits_bias); ERROR naming the key when the value does not fit.
+ */
+static void
+apply_choice(TfConfig *c, const char *name, const JsonbValue *v)
+{
+	int			i;
+
+	if (strcmp(name, "logits_bias") == 0)
+	{
+		if (v->type != jbvBool)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("model configuration key \"logits_bias\" must be true or false")));
+		c->logits_bias = v->val.boolean;
+		return;
+	}
+	if (v->type == jbvString)
+		for (i = 0; i < (int) lengthof(activation_names); i++)
+			if (strlen(activation_names[i]) == (size_t) v->val.string.len &&
+				strncmp(activation_names[i], v->val.string.val, v->val.string.len) == 0)
+			{
+				c->activation = (TfActivation) i;
+				return;
+			}
+	ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					errmsg("model configuration key \"activation\" must be \"relu\", \"swish\" or \"gelu\"")));
+}
+
 /* Applies a "preset" value (base, big or small) to *c. */
 static void
 apply_preset(TfConfig *c, const JsonbValue *v, int vocab_size)
@@ -147,6 +180,11 @@ attention_config_from_jsonb(Jsonb *config, int vocab_size, int pad_id, TfConfig 
 		tok = JsonbIteratorNext(&it, &v, true);
 		if (strcmp(name, "preset") == 0)
 			continue;
+		if (strcmp(name, "activation") == 0 || strcmp(name, "logits_bias") == 0)
+		{
+			apply_choice(c, name, &v);
+			continue;
+		}
 		for (i = 0; i < (int) NUM_CONFIG_KEYS; i++)
 			if (strcmp(name, config_keys[i].name) == 0)
 				break;
@@ -155,7 +193,7 @@ attention_config_from_jsonb(Jsonb *config, int vocab_size, int pad_id, TfConfig 
 							errmsg("unknown model configuration key \"%s\"", name),
 							errhint("Keys are preset, num_encoder_layers, num_decoder_layers, d_model, num_heads, "
 									"d_ff, dropout, attention_dropout, relu_dropout, label_smoothing, "
-									"vocab_size, max_positions and layer_norm_eps.")));
+									"vocab_size, max_positions, layer_norm_eps, activation and logits_bias.")));
 		apply_key(c, &config_keys[i], &v);
 		if (strcmp(name, "vocab_size") == 0 && c->vocab_size != vocab_size)
 			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -176,10 +214,11 @@ attention_config_to_jsonb(const TfConfig *c)
 	snprintf(buf, sizeof(buf),
 			 "{\"num_encoder_layers\": %d, \"num_decoder_layers\": %d, \"d_model\": %d, \"num_heads\": %d, "
 			 "\"d_ff\": %d, \"dropout\": %.7g, \"attention_dropout\": %.7g, \"relu_dropout\": %.7g, "
-			 "\"label_smoothing\": %.7g, \"vocab_size\": %d, \"max_positions\": %d, \"layer_norm_eps\": %.7g}",
+			 "\"label_smoothing\": %.7g, \"vocab_size\": %d, \"max_positions\": %d, \"layer_norm_eps\": %.7g, "
+			 "\"activation\": \"%s\", \"logits_bias\": %s}",
 			 c->num_encoder_layers, c->num_decoder_layers, c->d_model, c->num_heads, c->d_ff,
 			 c->dropout, c->attention_dropout, c->relu_dropout, c->label_smoothing, c->vocab_size,
-			 c->max_positions, c->layer_norm_eps);
+			 c->max_positions, c->layer_norm_eps, activation_names[c->activation], c->logits_bias ? "true" : "false");
 	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf));
 }
 
@@ -201,14 +240,62 @@ read_model_row(const char *name)
 }
 
 SpmModel *
-vocabulary_load(bytea *bytes, const char *model)
+vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int sqlerrcode)
 {
-	SpmModel   *vocab;
+	SpmModel   *vocab = NULL;
 	char		err[512];
+	bool		isnull,
+				no_target,
+				no_pieces;
+	bytea	   *source = DatumGetByteaPP(SPI_getbinval(tup, desc, first, &isnull));
+	Datum		target = SPI_getbinval(tup, desc, first + 1, &no_target);
+	Datum		pieces = SPI_getbinval(tup, desc, first + 2, &no_pieces);
+	int			rc;
 
-	if (spm_load(VARDATA_ANY(bytes), VARSIZE_ANY_EXHDR(bytes), &vocab, err, sizeof(err)) != 0)
-		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
-						errmsg("the vocabulary of model \"%s\" is corrupt: %s", model, err)));
+	if (no_target != no_pieces)
+		ereport(ERROR, (errcode(sqlerrcode),
+						errmsg("%s has %s but no %s", what, no_target ? "pieces" : "a target model",
+							   no_target ? "target model" : "pieces")));
+	if (no_target)
+		rc = spm_load(VARDATA_ANY(source), VARSIZE_ANY_EXHDR(source), &vocab, err, sizeof(err));
+	else
+	{
+		bytea	   *t = DatumGetByteaPP(target);
+		Datum	   *elems;
+		bool	   *nulls;
+		int			n,
+					i,
+					special[4];
+		const char **table;
+		size_t	   *lengths;
+
+		deconstruct_array(DatumGetArrayTypeP(pieces), TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+		table = palloc(Max(n, 1) * sizeof(char *));
+		lengths = palloc(Max(n, 1) * sizeof(size_t));
+		for (i = 0; i < n; i++)
+		{
+			text	   *piece;
+
+			if (nulls[i])
+				ereport(ERROR, (errcode(sqlerrcode), errmsg("%s has a NULL piece (id %d)", what, i)));
+			piece = DatumGetTextPP(elems[i]);
+			table[i] = VARDATA_ANY(piece);
+			lengths[i] = VARSIZE_ANY_EXHDR(piece);
+		}
+		for (i = 0; i < 4; i++)
+		{
+			special[i] = DatumGetInt32(SPI_getbinval(tup, desc, first + 3 + i, &isnull));
+			if (isnull)
+				special[i] = -1;
+		}
+		rc = spm_load_pair(VARDATA_ANY(source), VARSIZE_ANY_EXHDR(source), VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t),
+						   table, lengths, n, special, &vocab, err, sizeof(err));
+	}
+	if (rc != 0)
+		ereport(ERROR, (errcode(sqlerrcode),
+						errmsg("%s is not a valid %s", what,
+							   no_target ? "SentencePiece model" : "vocabulary pair"),
+						errdetail("SentencePiece: %s", err)));
 	return vocab;
 }
 

@@ -7,6 +7,8 @@
 
 #include "postgres.h"
 
+#include "access/htup.h"
+#include "access/tupdesc.h"
 #include "utils/jsonb.h"
 
 #include "spm.h"
@@ -36,12 +38,16 @@ Datum		attention_config_to_jsonb(const TfConfig *c);
  */
 void		read_model_row(const char *name);
 
+/* The columns of attention.vocabularies (alias v) that vocabulary_load reads, in order. */
+#define VOCABULARY_COLUMNS "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id"
+
 /*
- * The SentencePiece model in `bytes` (a vocabularies.model value) of model
- * `model`, loaded (free with spm_free); ERROR (data_corrupted) naming the
- * model when it does not load.
+ * The vocabulary in columns first .. first + 6 of an SPI row
+ * (VOCABULARY_COLUMNS): a SentencePiece model, or with target_model and
+ * pieces a vocabulary pair (spm_load_pair); free with spm_free. ERROR
+ * (sqlerrcode, naming `what`) when it does not load.
  */
-SpmModel   *vocabulary_load(bytea *bytes, const char *model);
+SpmModel   *vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int sqlerrcode);
 
 /*
  * Id of model `name` when the current role is a member of its owner role;

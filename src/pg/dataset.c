@@ -44,14 +44,14 @@ pair_cmp(const void *a, const void *b)
 
 /* Encodes one text into palloc'd ids; ERROR naming the pair on failure. */
 static int32 *
-encode(const SpmModel *vocab, const char *text, int32 *len, int64 pair_id)
+encode(const SpmModel *vocab, SpmSide side, const char *text, int32 *len, int64 pair_id)
 {
 	int		   *ids;
 	size_t		n;
 	int32	   *out;
 	char		err[512];
 
-	if (spm_encode(vocab, text, strlen(text), &ids, &n, err, sizeof(err)) != 0)
+	if (spm_encode(vocab, side, text, strlen(text), &ids, &n, err, sizeof(err)) != 0)
 		ereport(ERROR, (errcode(ERRCODE_DATA_EXCEPTION),
 						errmsg("could not encode corpus pair %lld: %s", (long long) pair_id, err)));
 	out = palloc(Max(n, 1) * sizeof(int32));
@@ -103,8 +103,8 @@ data_load(DataSet *d, int32 corpus_id, const char *split, const SpmModel *vocab,
 			DataPair	p;
 
 			CHECK_FOR_INTERRUPTS();
-			p.src = encode(vocab, source, &p.src_len, pair_id);
-			p.tgt = encode(vocab, target, &p.tgt_len, pair_id);
+			p.src = encode(vocab, SPM_SOURCE, source, &p.src_len, pair_id);
+			p.tgt = encode(vocab, SPM_TARGET, target, &p.tgt_len, pair_id);
 			if (d->num_references < references)
 			{
 				if (d->num_references == ref_capacity)

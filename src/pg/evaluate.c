@@ -105,12 +105,12 @@ attention_evaluate(PG_FUNCTION_ARGS)
 		deployed = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 		if (!deployed)
 			require_model_owner(model, "evaluate an undeployed checkpoint of");
-		if (SPI_execute_with_args("SELECT model FROM attention.vocabularies WHERE vocabulary_id = $1", 1,
+		if (SPI_execute_with_args("SELECT " VOCABULARY_COLUMNS " FROM attention.vocabularies v WHERE vocabulary_id = $1", 1,
 								  (Oid[]) {INT4OID}, (Datum[]) {Int32GetDatum(vocabulary_id)}, NULL, true, 1) != SPI_OK_SELECT ||
 			SPI_processed != 1)
 			elog(ERROR, "could not read the vocabulary of model \"%s\"", model);
-		vocab = vocabulary_load(DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)),
-								model);
+		vocab = vocabulary_load(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+								psprintf("the vocabulary of model \"%s\"", model), ERRCODE_DATA_CORRUPTED);
 	}
 	PG_TRY();
 	{

@@ -25,7 +25,7 @@ inspection_target(AttentionModel *am, const Encoded *source, text *target)
 	TfHypothesis h;
 
 	if (target != NULL)
-		return encode_text(am, target, false, "target");
+		return encode_text(am, target, false, SPM_TARGET);
 	t.ids = palloc0(sizeof(int32_t));
 	t.n = 0;
 	if (source->n == 0)
@@ -92,7 +92,7 @@ attention_attention_weights(PG_FUNCTION_ARGS)
 		return (Datum) 0;
 	am = attention_model_get(PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2));
 	c = tf_model_config(am->engine);
-	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, "source");
+	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, SPM_SOURCE);
 	target = inspection_target(am, &source, PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
 	teacher_forced(am, &source, &target);
 	src_tokens = token_texts(am, &source, -1, am->eos_id);
@@ -167,8 +167,8 @@ attention_align(PG_FUNCTION_ARGS)
 		return (Datum) 0;
 	am = attention_model_get(PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2));
 	c = tf_model_config(am->engine);
-	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, "source");
-	target = encode_text(am, PG_GETARG_TEXT_PP(1), false, "target");
+	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, SPM_SOURCE);
+	target = encode_text(am, PG_GETARG_TEXT_PP(1), false, SPM_TARGET);
 	teacher_forced(am, &source, &target);
 	src_tokens = token_texts(am, &source, -1, am->eos_id);
 	tgt_tokens = token_texts(am, &target, -1, am->eos_id);

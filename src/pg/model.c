@@ -208,27 +208,30 @@ model_load(const DeployedModel *d, const char *device, bool owner)
 	TfConfig	c;
 	TfTensor   *tensors;
 	int			count;
-	bytea	   *bytes;
-	bool		isnull;
 	SpmModel   *vocab = NULL;
+	HeapTuple	vocab_row;
+	TupleDesc	vocab_desc;
 	TfModel    *engine;
 	AttentionModel *am;
 	char		err[TF_ERRLEN];
 
-	if (SPI_execute_with_args("SELECT vocabulary_id, vocab_size, pad_id, bos_id, eos_id, model "
-							  "FROM attention.vocabularies WHERE vocabulary_id = $1", 1, types,
+	if (SPI_execute_with_args("SELECT vocabulary_id, vocab_size, pad_id, bos_id, eos_id, " VOCABULARY_COLUMNS
+							  " FROM attention.vocabularies v WHERE vocabulary_id = $1", 1, types,
 							  (Datum[]) {Int32GetDatum(d->vocabulary_id)}, NULL, true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not read the vocabulary of model \"%s\"", d->name);
 	info = vocab_info(1, d->name);
-	bytes = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6, &isnull));
+	/* copies (in SPI's procedure context) that outlive the next query */
+	vocab_row = heap_copytuple(SPI_tuptable->vals[0]);
+	vocab_desc = CreateTupleDescCopy(SPI_tuptable->tupdesc);
 	attention_config_from_jsonb(d->config, info.vocab_size, info.pad_id, &c);
 	tensors = read_tensors(d->checkpoint_id, owner ? TENSORS_PARAMETERS : TENSORS_DEPLOYED, &count);
 	if (strcmp(device, "cuda") == 0)
 		attention_use_cuda_library();
 
 	/* from here on no ERROR until the engine objects are owned by the cache entry */
-	vocab = vocabulary_load(bytes, d->name);
+	vocab = vocabulary_load(vocab_row, vocab_desc, 6,
+							psprintf("the vocabulary of model \"%s\"", d->name), ERRCODE_DATA_CORRUPTED);
 	engine = tf_model_create_inference(&c, device, attention_thread_count(), err, sizeof(err));
 	if (engine == NULL || tf_model_load(engine, tensors, count, err, sizeof(err)) != TF_OK)
 	{

@@ -9,6 +9,8 @@
  */
 #include "postgres.h"
 
+#include <math.h>
+
 #include "catalog/pg_type.h"
 #include "common/base64.h"
 #include "executor/spi.h"
@@ -22,19 +24,191 @@
 
 #include "attention.h"
 #include "safetensors.h"
+#include "tensor_file.h"
 
 PG_FUNCTION_INFO_V1(attention_export_checkpoint);
 PG_FUNCTION_INFO_V1(attention_import_checkpoint);
 
-/* Appends "key": "value" (both JSON-escaped) to a metadata object. */
-static void
-append_meta(StringInfo s, const char *key, const char *value)
+void
+tensor_file_meta(StringInfo s, const char *key, const char *value)
 {
-	if (s->data[s->len - 1] != '{')
+	if (s->len > 0)
 		appendStringInfoChar(s, ',');
 	escape_json(s, key);
 	appendStringInfoChar(s, ':');
 	escape_json(s, value);
+}
+
+bytea *
+tensor_file_write(const TfTensor *t, int count, const char *metadata, const char *what)
+{
+	StringInfoData h;
+	uint64		offset = 0,
+				header_len,
+				total;
+	bytea	   *out;
+	char	   *p;
+	int			i,
+				d;
+
+	initStringInfo(&h);
+	appendStringInfo(&h, "{\"__metadata__\":{%s}", metadata);
+	for (i = 0; i < count; i++)
+	{
+		if (t[i].dtype != TF_FLOAT32)
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+							errmsg("%s: parameter \"%s\" is not float32", what, t[i].name)));
+		appendStringInfoChar(&h, ',');
+		escape_json(&h, t[i].name);
+		appendStringInfoString(&h, ":{\"dtype\":\"F32\",\"shape\":[");
+		for (d = 0; d < t[i].ndim; d++)
+			appendStringInfo(&h, "%s" INT64_FORMAT, d > 0 ? "," : "", t[i].shape[d]);
+		appendStringInfo(&h, "],\"data_offsets\":[" UINT64_FORMAT "," UINT64_FORMAT "]}", offset,
+						 offset + t[i].bytes);
+		offset += t[i].bytes;
+	}
+	appendStringInfoChar(&h, '}');
+	while (h.len % 8 != 0)
+		appendStringInfoChar(&h, ' ');	/* the format pads the header to 8 bytes with spaces */
+	header_len = h.len;
+	total = 8 + header_len + offset;
+	if (total + VARHDRSZ > MaxAllocSize)
+		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+						errmsg("%s is %llu bytes as safetensors, over the 1 GB bytea limit",
+							   what, (unsigned long long) total)));
+	out = SPI_palloc(VARHDRSZ + total);
+	SET_VARSIZE(out, VARHDRSZ + total);
+	p = VARDATA(out);
+	for (i = 0; i < 8; i++)
+		p[i] = (char) ((header_len >> (8 * i)) & 0xff);	/* little-endian */
+	memcpy(p + 8, h.data, header_len);
+	p += 8 + header_len;
+	for (i = 0; i < count; i++)
+	{
+		memcpy(p, t[i].data, t[i].bytes);
+		p += t[i].bytes;
+	}
+	pfree(h.data);
+	return out;
+}
+
+/* IEEE half-precision bits to float. */
+static float
+half_to_float(uint16 h)
+{
+	uint32		sign = (uint32) (h & 0x8000) << 16,
+				exp = (h >> 10) & 0x1f,
+				mant = h & 0x3ff,
+				bits;
+	float		f;
+
+	if (exp == 0)
+	{
+		/* zero or subnormal: mant * 2^-24 */
+		f = ldexpf((float) mant, -24);
+		return sign ? -f : f;
+	}
+	if (exp == 31)
+		bits = sign | 0x7f800000 | (mant << 13);
+	else
+		bits = sign | ((exp + 112) << 23) | (mant << 13);
+	memcpy(&f, &bits, sizeof(f));
+	return f;
+}
+
+TfTensor *
+tensor_file_read(bytea *file, int *count, const char *const *keys, char **values, int nkeys)
+{
+	const char *bytes = VARDATA_ANY(file);
+	uint64		len = VARSIZE_ANY_EXHDR(file);
+	StHeader	header;
+	StTensor   *entries;
+	const char *data;
+	TfTensor   *t;
+	char		err[TF_ERRLEN];
+	int			n,
+				i;
+
+	if (len >= 2 && ((bytes[0] == 'P' && bytes[1] == 'K') || (unsigned char) bytes[0] == 0x80))
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("the file is a pickled PyTorch checkpoint (pytorch_model.bin), not safetensors"),
+						errhint("Pickles can run code when loaded, so they are not read. Convert it where transformers is "
+								"installed: MarianMTModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True).")));
+	if (st_parse(bytes, len, &header, err, sizeof(err)) != 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s", err)));
+	/* palloc'd copies, so that an ERROR below leaks nothing */
+	n = header.count;
+	entries = palloc(Max(n, 1) * sizeof(StTensor));
+	memcpy(entries, header.tensors, n * sizeof(StTensor));
+	for (i = 0; i < nkeys; i++)
+	{
+		const char *v = st_meta(&header, keys[i]);
+
+		values[i] = v != NULL ? pstrdup(v) : NULL;
+	}
+	data = bytes + 8 + header.header_len;
+	st_free(&header);
+
+	t = palloc0(Max(n, 1) * sizeof(TfTensor));
+	for (i = 0; i < n; i++)
+	{
+		const StTensor *e = &entries[i];
+		int			width = strcmp(e->dtype, "F32") == 0 ? 4 :
+			strcmp(e->dtype, "F16") == 0 || strcmp(e->dtype, "BF16") == 0 ? 2 : 0;
+		int64		elements = 1,
+					k;
+		int			d;
+
+		if (strlen(e->name) >= sizeof(t[i].name))
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("tensor name \"%s\" is too long", e->name)));
+		if (width == 0)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("tensor \"%s\" has dtype %s; only F32, F16 and BF16 can be imported",
+								   e->name, e->dtype)));
+		if (e->ndim > TF_MAX_DIMS)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("tensor \"%s\" has %d dimensions, more than %d", e->name, e->ndim, TF_MAX_DIMS)));
+		strlcpy(t[i].name, e->name, sizeof(t[i].name));
+		t[i].dtype = TF_FLOAT32;
+		t[i].ndim = e->ndim;
+		for (d = 0; d < e->ndim; d++)
+		{
+			t[i].shape[d] = e->shape[d];
+			if (e->shape[d] > PG_INT32_MAX)
+				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+								errmsg("tensor \"%s\" has an invalid shape", e->name)));
+			elements *= e->shape[d];
+		}
+		if (e->end - e->begin != (uint64) elements * width)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("tensor \"%s\": data_offsets [%llu, %llu] do not hold its %lld %s values",
+								   e->name, (unsigned long long) e->begin, (unsigned long long) e->end,
+								   (long long) elements, e->dtype)));
+		t[i].bytes = (size_t) elements * sizeof(float);
+		if (width == 4)
+		{
+			t[i].data = (void *) (data + e->begin);
+			continue;
+		}
+		t[i].data = palloc_extended(Max(t[i].bytes, 1), MCXT_ALLOC_HUGE);
+		for (k = 0; k < elements; k++)
+		{
+			uint16		h;
+			uint32		bits;
+
+			memcpy(&h, data + e->begin + 2 * k, 2);
+			if (e->dtype[0] == 'B')
+			{
+				bits = (uint32) h << 16;
+				memcpy((float *) t[i].data + k, &bits, 4);
+			}
+			else
+				((float *) t[i].data)[k] = half_to_float(h);
+		}
+	}
+	*count = n;
+	return t;
 }
 
 /*
@@ -47,20 +221,12 @@ attention_export_checkpoint(PG_FUNCTION_ARGS)
 {
 	int64		checkpoint_id = PG_GETARG_INT64(0);
 	TfTensor   *t;
-	int			count,
-				i,
-				d;
+	int			count;
 	StringInfoData h;
 	bytea	   *vocab,
 			   *out;
 	char	   *b64;
 	int			b64_len;
-	uint64		data_bytes = 0,
-				offset = 0,
-				header_len,
-				total;
-	char	   *p;
-	char		number[32];
 
 	SPI_connect();
 	if (SPI_execute_with_args("SELECT m.name, m.config::text, v.name, v.model, c.step, c.kind "
@@ -83,14 +249,13 @@ attention_export_checkpoint(PG_FUNCTION_ARGS)
 
 		vocab = DatumGetByteaPCopy(SPI_getbinval(tup, desc, 4, &isnull));
 		initStringInfo(&h);
-		appendStringInfoString(&h, "{\"__metadata__\":{");
-		append_meta(&h, "format", "pt");
-		append_meta(&h, "attention.format", CppAsString2(CHECKPOINT_FORMAT));
-		append_meta(&h, "attention.model", model);
-		append_meta(&h, "attention.config", config);
-		append_meta(&h, "attention.vocabulary", vocabulary);
-		append_meta(&h, "attention.step", step);
-		append_meta(&h, "attention.kind", kind);
+		tensor_file_meta(&h, "format", "pt");
+		tensor_file_meta(&h, "attention.format", CppAsString2(CHECKPOINT_FORMAT));
+		tensor_file_meta(&h, "attention.model", model);
+		tensor_file_meta(&h, "attention.config", config);
+		tensor_file_meta(&h, "attention.vocabulary", vocabulary);
+		tensor_file_meta(&h, "attention.step", step);
+		tensor_file_meta(&h, "attention.kind", kind);
 		require_model_owner(model, "export a checkpoint of");
 	}
 	b64_len = pg_b64_enc_len(VARSIZE_ANY_EXHDR(vocab));
@@ -99,50 +264,13 @@ attention_export_checkpoint(PG_FUNCTION_ARGS)
 	if (b64_len < 0)
 		elog(ERROR, "could not encode the vocabulary");
 	b64[b64_len] = '\0';
-	append_meta(&h, "attention.vocabulary_model", b64);
-	appendStringInfoChar(&h, '}');
+	tensor_file_meta(&h, "attention.vocabulary_model", b64);
 
 	t = read_tensors(checkpoint_id, TENSORS_PARAMETERS, &count);
 	if (count == 0)
 		ereport(ERROR, (errcode(ERRCODE_NO_DATA),
 						errmsg("checkpoint %lld has no parameter tensors", (long long) checkpoint_id)));
-	for (i = 0; i < count; i++)
-	{
-		if (t[i].dtype != TF_FLOAT32)
-			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
-							errmsg("checkpoint %lld: parameter \"%s\" is not float32", (long long) checkpoint_id,
-								   t[i].name)));
-		appendStringInfoChar(&h, ',');
-		escape_json(&h, t[i].name);
-		appendStringInfoString(&h, ":{\"dtype\":\"F32\",\"shape\":[");
-		for (d = 0; d < t[i].ndim; d++)
-			appendStringInfo(&h, "%s" INT64_FORMAT, d > 0 ? "," : "", t[i].shape[d]);
-		snprintf(number, sizeof(number), UINT64_FORMAT, offset + t[i].bytes);
-		appendStringInfo(&h, "],\"data_offsets\":[" UINT64_FORMAT ",%s]}", offset, number);
-		offset += t[i].bytes;
-	}
-	data_bytes = offset;
-	appendStringInfoChar(&h, '}');
-	while (h.len % 8 != 0)
-		appendStringInfoChar(&h, ' ');	/* the format pads the header to 8 bytes with spaces */
-	header_len = h.len;
-	total = 8 + header_len + data_bytes;
-	if (total + VARHDRSZ > MaxAllocSize)
-		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-						errmsg("checkpoint %lld is %llu bytes as safetensors, over the 1 GB bytea limit",
-							   (long long) checkpoint_id, (unsigned long long) total)));
-	out = SPI_palloc(VARHDRSZ + total);
-	SET_VARSIZE(out, VARHDRSZ + total);
-	p = VARDATA(out);
-	for (i = 0; i < 8; i++)
-		p[i] = (char) ((header_len >> (8 * i)) & 0xff);	/* little-endian */
-	memcpy(p + 8, h.data, header_len);
-	p += 8 + header_len;
-	for (i = 0; i < count; i++)
-	{
-		memcpy(p, t[i].data, t[i].bytes);
-		p += t[i].bytes;
-	}
+	out = tensor_file_write(t, count, h.data, psprintf("checkpoint %lld", (long long) checkpoint_id));
 	SPI_finish();
 	PG_RETURN_BYTEA_P(out);
 }
@@ -156,47 +284,26 @@ Datum
 attention_import_checkpoint(PG_FUNCTION_ARGS)
 {
 	char	   *model = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	bytea	   *file = PG_GETARG_BYTEA_PP(1);
-	const char *bytes = VARDATA_ANY(file);
-	uint64		len = VARSIZE_ANY_EXHDR(file);
-	StHeader	header;
-	StTensor   *entries;
-	const char *data;
-	const char *format;
-	const char *step_s;
+	static const char *const keys[2] = {"attention.format", "attention.step"};
+	char	   *meta[2];
 	TfConfig	c;
 	TfTensor   *t;
 	TfModel    *engine;
-	int			count,
-				i;
+	int			count;
 	int32		model_id;
 	int64		checkpoint_id,
 				step = 0;
 	bool		isnull;
 	char		err[TF_ERRLEN];
 
-	if (st_parse(bytes, len, &header, err, sizeof(err)) != 0)
-		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s", err)));
-	/* palloc'd copies, so that an ERROR below leaks nothing */
-	count = header.count;
-	entries = palloc(Max(count, 1) * sizeof(StTensor));
-	memcpy(entries, header.tensors, count * sizeof(StTensor));
-	format = st_meta(&header, "attention.format");
-	if (format != NULL && strcmp(format, CppAsString2(CHECKPOINT_FORMAT)) != 0)
-	{
-		char	   *f = pstrdup(format);
-
-		st_free(&header);
+	t = tensor_file_read(PG_GETARG_BYTEA_PP(1), &count, keys, meta, 2);
+	if (meta[0] != NULL && strcmp(meta[0], CppAsString2(CHECKPOINT_FORMAT)) != 0)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						errmsg("the safetensors file has checkpoint format \"%s\"; this library reads format %d",
-							   f, CHECKPOINT_FORMAT),
+							   meta[0], CHECKPOINT_FORMAT),
 						errhint("Import it with the attention version that exported it, or a newer one.")));
-	}
-	step_s = st_meta(&header, "attention.step");
-	if (step_s != NULL)
-		step = Max(0, strtoll(step_s, NULL, 10));
-	data = bytes + 8 + header.header_len;
-	st_free(&header);
+	if (meta[1] != NULL)
+		step = Max(0, strtoll(meta[1], NULL, 10));
 
 	SPI_connect();
 	model_id = require_model_owner(model, "import a checkpoint into");
@@ -208,41 +315,6 @@ attention_import_checkpoint(PG_FUNCTION_ARGS)
 		int			pad_id = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
 
 		attention_config_from_jsonb(DatumGetJsonbP(SPI_getbinval(tup, desc, 2, &isnull)), vocab_size, pad_id, &c);
-	}
-	t = palloc0(Max(count, 1) * sizeof(TfTensor));
-	for (i = 0; i < count; i++)
-	{
-		const StTensor *e = &entries[i];
-		int64		elements = 1;
-		int			d;
-
-		if (strlen(e->name) >= sizeof(t[i].name))
-			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							errmsg("tensor name \"%s\" is too long", e->name)));
-		if (strcmp(e->dtype, "F32") != 0)
-			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							errmsg("tensor \"%s\" has dtype %s; only F32 can be imported", e->name, e->dtype)));
-		if (e->ndim > TF_MAX_DIMS)
-			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							errmsg("tensor \"%s\" has %d dimensions, more than %d", e->name, e->ndim, TF_MAX_DIMS)));
-		strlcpy(t[i].name, e->name, sizeof(t[i].name));
-		t[i].dtype = TF_FLOAT32;
-		t[i].ndim = e->ndim;
-		for (d = 0; d < e->ndim; d++)
-		{
-			t[i].shape[d] = e->shape[d];
-			if (e->shape[d] > PG_INT32_MAX)
-				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-								errmsg("tensor \"%s\" has an invalid shape", e->name)));
-			elements *= e->shape[d];
-		}
-		if (e->end - e->begin != (uint64) elements * 4)
-			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							errmsg("tensor \"%s\": data_offsets [%llu, %llu] do not hold its %lld floats",
-								   e->name, (unsigned long long) e->begin, (unsigned long long) e->end,
-								   (long long) elements)));
-		t[i].data = (void *) (data + e->begin);
-		t[i].bytes = (size_t) (e->end - e->begin);
 	}
 
 	/* the engine checks names and shapes against the model, naming the first that differs */

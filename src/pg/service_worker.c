@@ -247,7 +247,7 @@ encode_request(AttentionModel *am, Call *c, MemoryContext cxt)
 		if (c->req.kind != SERVICE_SCORE)
 			for (i = 0; i < c->req.n; i++)
 				if (c->req.texts[i] != NULL)
-					c->encoded[i] = encode_text(am, c->req.texts[i], true, "source");
+					c->encoded[i] = encode_text(am, c->req.texts[i], true, SPM_SOURCE);
 	}
 	PG_CATCH();
 	{

@@ -30,16 +30,17 @@ PG_FUNCTION_INFO_V1(attention_translate_array);
 PG_FUNCTION_INFO_V1(attention_translate_nbest);
 PG_FUNCTION_INFO_V1(attention_score);
 
-/* Encodes text under the model's vocabulary; with add_eos an EOS follows (space is always reserved). */
+/* Encodes text of a side under the model's vocabulary; with add_eos an EOS follows (space is always reserved). */
 Encoded
-encode_text(AttentionModel *am, text *t, bool add_eos, const char *what)
+encode_text(AttentionModel *am, text *t, bool add_eos, SpmSide side)
 {
 	Encoded		e;
 	int		   *ids;
 	size_t		n;
 	char		err[512];
+	const char *what = side == SPM_TARGET ? "target" : "source";
 
-	if (spm_encode(am->vocabulary, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &ids, &n, err, sizeof(err)) != 0)
+	if (spm_encode(am->vocabulary, side, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &ids, &n, err, sizeof(err)) != 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("could not encode the %s: %s", what, err)));
 	if ((int64) n > attention_max_input_tokens || (int64) n + 1 > am->max_positions)
@@ -367,7 +368,7 @@ translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *opt, in
 
 	for (i = 0; i < n; i++)
 		if (texts[i] != NULL)
-			e[i] = encode_text(am, texts[i], true, "source");
+			e[i] = encode_text(am, texts[i], true, SPM_SOURCE);
 	return translate_encoded(am, e, n, opt, max_batch, results, NULL);
 }
 
@@ -444,7 +445,7 @@ pieces_array(AttentionModel *am, const int32_t *ids, int n)
 void
 nbest_hypotheses(AttentionModel *am, text *source, TfDecodeOptions *opt, NbestFn emit, void *arg)
 {
-	Encoded		e = encode_text(am, source, true, "source");
+	Encoded		e = encode_text(am, source, true, SPM_SOURCE);
 	TfHypothesis *h;
 	int			i;
 
@@ -582,8 +583,8 @@ teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target)
 double
 score_text(AttentionModel *am, text *source, text *target)
 {
-	Encoded		s = encode_text(am, source, true, "source"),
-				t = encode_text(am, target, false, "target");
+	Encoded		s = encode_text(am, source, true, SPM_SOURCE),
+				t = encode_text(am, target, false, SPM_TARGET);
 
 	return teacher_forced(am, &s, &t);
 }

@@ -30,7 +30,7 @@ typedef struct Encoded
  * (space is always reserved). ERROR (54000) when it is longer than
  * attention.max_input_tokens or the model's positions; `what` names it.
  */
-Encoded		encode_text(AttentionModel *am, text *t, bool add_eos, const char *what);
+Encoded		encode_text(AttentionModel *am, text *t, bool add_eos, SpmSide side);
 
 /* Text of ids under the model's vocabulary (palloc'd text). */
 text	   *decode_ids(AttentionModel *am, const int32_t *ids, int n);

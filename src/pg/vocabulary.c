@@ -101,13 +101,10 @@ vocab_handle_load(VocabHandle *handle, const char *name, MemoryContext name_cont
 {
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1];
-	bool		isnull;
-	bytea	   *model;
-	char	   *what;
 
 	SPI_connect();
 	values[0] = CStringGetTextDatum(name);
-	if (SPI_execute_with_args("SELECT model FROM attention.vocabularies WHERE name = $1",
+	if (SPI_execute_with_args("SELECT " VOCABULARY_COLUMNS " FROM attention.vocabularies v WHERE name = $1",
 							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not look up vocabulary \"%s\"", name);
 	if (SPI_processed == 0)
@@ -115,9 +112,10 @@ vocab_handle_load(VocabHandle *handle, const char *name, MemoryContext name_cont
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("vocabulary \"%s\" does not exist", name),
 				 errhint("Create one with attention.train_vocabulary() or attention.import_vocabulary().")));
-	model = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	what = psprintf("the model of vocabulary \"%s\"", name);
-	vocab_handle_parse(handle, VARDATA_ANY(model), VARSIZE_ANY_EXHDR(model), what, ERRCODE_DATA_CORRUPTED);
+	spm_free(handle->model);
+	handle->model = NULL;
+	handle->model = vocabulary_load(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+									psprintf("the model of vocabulary \"%s\"", name), ERRCODE_DATA_CORRUPTED);
 	SPI_finish();
 	if (handle->name != NULL)
 		pfree(handle->name);
@@ -574,7 +572,7 @@ attention_encode(PG_FUNCTION_ARGS)
 				i;
 	Datum	   *elems;
 
-	if (spm_encode(model, VARDATA_ANY(source), VARSIZE_ANY_EXHDR(source), &ids, &n, err, sizeof(err)) != 0)
+	if (spm_encode(model, SPM_SOURCE, VARDATA_ANY(source), VARSIZE_ANY_EXHDR(source), &ids, &n, err, sizeof(err)) != 0)
 		spm_error("encode text", vocabulary, err);
 	elems = palloc((n > 0 ? n : 1) * sizeof(Datum));
 	for (i = 0; i < n; i++)
@@ -597,7 +595,7 @@ attention_tokenize(PG_FUNCTION_ARGS)
 				i;
 	Datum	   *elems;
 
-	if (spm_encode_pieces(model, VARDATA_ANY(source), VARSIZE_ANY_EXHDR(source),
+	if (spm_encode_pieces(model, SPM_SOURCE, VARDATA_ANY(source), VARSIZE_ANY_EXHDR(source),
 						  &pieces, &offsets, &n, err, sizeof(err)) != 0)
 		spm_error("tokenize text", vocabulary, err);
 	elems = palloc((n > 0 ? n : 1) * sizeof(Datum));

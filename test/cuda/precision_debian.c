@@ -242,8 +242,8 @@ main(int argc, char **argv)
 		size_t		a,
 					b;
 
-		if (spm_encode(vocab, en[i], len_en[i], &p->src, &a, err, sizeof(err)) != 0 ||
-			spm_encode(vocab, de[i], len_de[i], &p->tgt, &b, err, sizeof(err)) != 0)
+		if (spm_encode(vocab, SPM_SOURCE, en[i], len_en[i], &p->src, &a, err, sizeof(err)) != 0 ||
+			spm_encode(vocab, SPM_TARGET, de[i], len_de[i], &p->tgt, &b, err, sizeof(err)) != 0)
 			die("encode", err);
 		p->ns = (int) a + 1;
 		p->nt = (int) b + 1;
@@ -316,7 +316,7 @@ main(int argc, char **argv)
 
 		if (line == (int) test_lines)
 			die(path, "fewer short test sentences than asked for");
-		if (spm_encode(vocab, test_en[line], len_test[line], &ids, &k, err, sizeof(err)) != 0)
+		if (spm_encode(vocab, SPM_SOURCE, test_en[line], len_test[line], &ids, &k, err, sizeof(err)) != 0)
 			die("encode", err);
 		if (k < MAX_LEN)
 		{

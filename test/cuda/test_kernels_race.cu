@@ -105,7 +105,7 @@ main(void)
 	k_cross_entropy(logits, inv, labels, R, V, 0, 0.1f, rows, s);
 	k_accumulate(acc, rows, R, s);
 	k_cross_entropy_backward(logits, inv, labels, R, V, 0, 0.1f, 1.0f, s);
-	k_log_softmax_topk(logits, R, V, 4, top, top_id, 3, inv, s);
+	k_log_softmax_topk(logits, R, V, 4, top, top_id, 0, 3, inv, s);
 	k_sum_squares(x, R * D, acc, partials, s);
 	k_adam(x, y, out, work, R * D, 1e-3f, 0.9f, 0.98f, 1e-9f, 0.1f, 0.02f, s);
 	k_gather(out, D, x, D, ids, R, D, s);

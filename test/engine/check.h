@@ -38,5 +38,6 @@ void		test_decode(const char *fixtures);
 void		test_backend(const char *fixtures);
 void		test_parallel(const char *fixtures);
 void		test_safetensors(const char *fixtures);
+void		test_marian(const char *fixtures);
 
 #endif

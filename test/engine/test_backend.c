@@ -445,15 +445,17 @@ compare_cross_entropy(Both *b)
 			   *h_rows;
 	int			i;
 
-	/* ties: equal logits in row 2 must rank by ascending id */
+	/* ties: equal logits in row 2 must rank by ascending id; id 20, one of the best, is skipped */
 	x[2 * V + 10] = x[2 * V + 20] = x[2 * V + 30] = 5.0f;
 	d_x = up(b->gpu, x, n * 4);
-	b->cpu->log_softmax_topk(b->cpu, x, R, V, K, top, ids, 3, eos);
-	b->gpu->log_softmax_topk(b->gpu, d_x, R, V, K, d_top, d_ids, 3, d_eos);
+	b->cpu->log_softmax_topk(b->cpu, x, R, V, K, top, ids, 20, 3, eos);
+	b->gpu->log_softmax_topk(b->gpu, d_x, R, V, K, d_top, d_ids, 20, 3, d_eos);
 	h_ids = down(b->gpu, d_ids, sizeof(ids));
-	CHECK(memcmp(h_ids, ids, sizeof(ids)) == 0 && h_ids[2 * K] == 10 && h_ids[2 * K + 1] == 20,
+	CHECK(memcmp(h_ids, ids, sizeof(ids)) == 0 && h_ids[2 * K] == 10 && h_ids[2 * K + 1] == 30,
 		  "log_softmax_topk: cuda's ids differ from cpu's (row 2: %d %d %d)", h_ids[2 * K], h_ids[2 * K + 1],
 		  h_ids[2 * K + 2]);
+	for (i = 0; i < R * K; i++)
+		CHECK(ids[i] != 20, "log_softmax_topk returned the skipped id 20 (entry %d)", i);
 	same(b, "log_softmax_topk values", d_top, top, R * K);
 	same(b, "log_softmax_topk eos", d_eos, eos, R);
 	for (i = 0; i < 2; i++)

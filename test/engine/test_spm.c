@@ -23,6 +23,64 @@ train(char **sentences, size_t *lengths, size_t n, int vocab_size, char **model,
 	return spm_train((const char *const *) sentences, lengths, n, &options, model, len, err, errlen);
 }
 
+/*
+ * A vocabulary pair over `model` (bytes, len) on both sides with its 64
+ * pieces in reverse order plus a language code, as Marian's vocab.json maps
+ * pieces: text encodes to the mapped ids (ids, n: the model's own), a
+ * leading code to its id, and decodes back without the special ids.
+ */
+static void
+pair_vocabulary(const SpmModel *model, const char *bytes, size_t len, const char *text, const int *ids, size_t n)
+{
+	const char *table[65];
+	size_t		lengths[65];
+	int			special[4] = {63 - SPM_PAD_ID, 63 - SPM_UNK_ID, 63 - SPM_PAD_ID, 63 - SPM_EOS_ID};
+	SpmModel   *pair = NULL;
+	char		err[256],
+				coded[256],
+			   *out = NULL;
+	int		   *got = NULL,
+				with_eos[64];
+	size_t		got_n = 0,
+				out_len = 0,
+				i;
+	int			id;
+
+	for (id = 0; id < 64; id++)
+		table[id] = spm_piece(model, 63 - id, &lengths[id]);
+	table[64] = ">>de<<";
+	lengths[64] = 6;
+	CHECK(spm_load_pair(bytes, len, bytes, len, table, lengths, 65, special, &pair, err, sizeof(err)) == 0,
+		  "pair: %s", err);
+	if (pair == NULL)
+		return;
+	CHECK(spm_is_pair(pair) && spm_size(pair) == 65 && spm_pad_id(pair) == 63 && spm_bos_id(pair) == 63 &&
+		  spm_eos_id(pair) == 60 && spm_unk_id(pair) == 62, "pair: size %d, special ids %d %d %d %d",
+		  spm_size(pair), spm_pad_id(pair), spm_unk_id(pair), spm_bos_id(pair), spm_eos_id(pair));
+	snprintf(coded, sizeof(coded), ">>de<<%s", text);
+	CHECK(spm_encode(pair, SPM_SOURCE, coded, strlen(coded), &got, &got_n, err, sizeof(err)) == 0, "pair: %s", err);
+	CHECK(got_n == n + 1 && got[0] == 64, "pair: %zu ids, first %d", got_n, got_n > 0 ? got[0] : -1);
+	for (i = 0; i < n && i + 1 < got_n; i++)
+		CHECK(got[i + 1] == 63 - ids[i], "pair: id %zu is %d, not %d", i, got[i + 1], 63 - ids[i]);
+	for (i = 0; i < n && i < 62; i++)
+		with_eos[i] = 63 - ids[i];
+	with_eos[i] = spm_eos_id(pair);
+	CHECK(spm_decode(pair, with_eos, i + 1, &out, &out_len, err, sizeof(err)) == 0 && strcmp(out, text) == 0,
+		  "pair: decoded \"%s\" (%s)", out ? out : "", err);
+	spm_free_buffer(got);
+	spm_free_buffer(out);
+	spm_free(pair);
+	pair = NULL;
+	table[64] = table[3];
+	lengths[64] = lengths[3];
+	CHECK(spm_load_pair(bytes, len, bytes, len, table, lengths, 65, special, &pair, err, sizeof(err)) != 0 &&
+		  pair == NULL && strstr(err, "has two ids, 3 and 64") != NULL, "pair: a duplicate piece loaded (%s)", err);
+	special[3] = 65;
+	table[64] = ">>de<<";
+	CHECK(spm_load_pair(bytes, len, bytes, len, table, lengths, 65, special, &pair, err, sizeof(err)) != 0 &&
+		  strstr(err, "eos id 65") != NULL, "pair: eos id 65 of 65 loaded (%s)", err);
+}
+
 void
 test_spm(const char *fixtures)
 {
@@ -76,21 +134,22 @@ test_spm(const char *fixtures)
 			  spm_bos_id(model) == SPM_BOS_ID && spm_eos_id(model) == SPM_EOS_ID,
 			  "special ids %d %d %d %d", spm_pad_id(model), spm_unk_id(model),
 			  spm_bos_id(model), spm_eos_id(model));
-		CHECK(spm_encode(model, text, strlen(text), &ids, &n, err, sizeof(err)) == 0, "encode: %s", err);
+		CHECK(spm_encode(model, SPM_SOURCE, text, strlen(text), &ids, &n, err, sizeof(err)) == 0, "encode: %s", err);
 		CHECK(n > 0 && n < strlen(text), "encoded into %zu ids", n);
 		for (i2 = 0; i2 < n; i2++)
 			CHECK(ids[i2] > SPM_EOS_ID && ids[i2] < 64, "id %d out of the piece range", ids[i2]);
 		CHECK(spm_decode(model, ids, n, &out, &out_len, err, sizeof(err)) == 0, "decode: %s", err);
 		CHECK(out != NULL && strcmp(out, text) == 0, "round trip gave \"%s\"", out ? out : "(null)");
-		CHECK(spm_encode_pieces(model, text, strlen(text), &pieces, &offsets, &np, err, sizeof(err)) == 0,
+		CHECK(spm_encode_pieces(model, SPM_TARGET, text, strlen(text), &pieces, &offsets, &np, err, sizeof(err)) == 0,
 			  "pieces: %s", err);
 		CHECK(np == n && strncmp(pieces, "\xe2\x96\x81the", 6) == 0, "pieces %zu \"%s\"", np, pieces);
 		CHECK(spm_decode(model, bad, 2, &out, &out_len, err, sizeof(err)) != 0 &&
 			  strstr(err, "64") != NULL, "decoding id 64 of 64 did not fail by name: %s", err);
-		spm_free_buffer(ids);
 		spm_free_buffer(out);
 		spm_free_buffer(pieces);
 		spm_free_buffer(offsets);
+		pair_vocabulary(model, bytes, len, text, ids, n);
+		spm_free_buffer(ids);
 	}
 	spm_free(model);
 

@@ -28,7 +28,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	}
 	(void) spm_unk_id(model);
-	if (spm_encode(model, text, sizeof(text) - 1, &ids, &n, err, sizeof(err)) == 0)
+	if (spm_encode(model, SPM_SOURCE, text, sizeof(text) - 1, &ids, &n, err, sizeof(err)) == 0)
 	{
 		char	   *out = nullptr;
 		size_t		len = 0;

@@ -1,0 +1,37 @@
+/*
+ * tensor_file.h - safetensors files of parameter tensors, in and out of
+ * bytea (src/pg/safetensors.c): what export_checkpoint, import_checkpoint
+ * and the Hugging Face import and export (src/pg/huggingface.c) share.
+ */
+#ifndef ATTENTION_TENSOR_FILE_H
+#define ATTENTION_TENSOR_FILE_H
+
+#include "postgres.h"
+
+#include "lib/stringinfo.h"
+
+#include "transformer.h"
+
+/* Appends "key":"value" (JSON-escaped, comma-separated) to a metadata object's members. */
+void		tensor_file_meta(StringInfo s, const char *key, const char *value);
+
+/*
+ * A safetensors file of count float32 tensors (in the given order, dtype
+ * F32), with metadata (the members of "__metadata__", as tensor_file_meta
+ * writes them); allocated with SPI_palloc, so call it inside SPI. ERROR
+ * naming `what` for a tensor that is not float32 or a file over 1 GB.
+ */
+bytea	   *tensor_file_write(const TfTensor *t, int count, const char *metadata, const char *what);
+
+/*
+ * The tensors of a safetensors file (sorted by name) as float32: F32 data
+ * points into file, F16 and BF16 are widened into palloc'd copies; *count
+ * receives their number, values[i] the metadata value of keys[i] (palloc'd,
+ * NULL when absent). ERROR (invalid_parameter_value) naming the problem: a
+ * pickled PyTorch file (with a hint to convert it), a malformed header,
+ * another dtype, more than TF_MAX_DIMS dimensions, byte ranges that do not
+ * fit the shape.
+ */
+TfTensor   *tensor_file_read(bytea *file, int *count, const char *const *keys, char **values, int nkeys);
+
+#endif
