@@ -145,6 +145,60 @@ engine_error(Job *j, const char *what, const char *err)
 					errmsg("training job %lld: %s: %s", (long long) j->job_id, what, err)));
 }
 
+/*
+ * Fine-tuning: the parameters of checkpoint init_checkpoint (of this model)
+ * replace the freshly initialised ones; Adam's moments (zero), the step (0)
+ * and the generator stay the new job's. Inside SPI.
+ */
+static void
+start_from_checkpoint(Job *j)
+{
+	TfModel    *replica = tf_parallel_model(j->engine);
+	TfTensor   *fresh,
+			   *given;
+	int			n,
+				m,
+				i,
+				k;
+	char		err[TF_ERRLEN];
+
+	require_model_checkpoint(j->o.init_checkpoint, j->model_id, psprintf("%d", j->model_id));
+	given = read_tensors(j->o.init_checkpoint, TENSORS_PARAMETERS, &m);
+	if (tf_model_tensors(replica, &fresh, &n, err, sizeof(err)) != TF_OK)
+		engine_error(j, "could not read the new model's tensors", err);
+	for (i = 0; i < n; i++)
+	{
+		if (fresh[i].dtype != TF_FLOAT32 || strncmp(fresh[i].name, "optimizer.", 10) == 0)
+		{
+			/* kept, through a copy (the list may view the model's own memory) */
+			void	   *copy = palloc_extended(Max(fresh[i].bytes, 1), MCXT_ALLOC_HUGE);
+
+			memcpy(copy, fresh[i].data, fresh[i].bytes);
+			fresh[i].data = copy;
+			continue;
+		}
+		for (k = 0; k < m && strcmp(given[k].name, fresh[i].name) != 0; k++)
+			;
+		if (k == m)
+		{
+			tf_tensors_free(fresh);
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+							errmsg("training job %lld: checkpoint %lld has no tensor \"%s\"", (long long) j->job_id,
+								   (long long) j->o.init_checkpoint, fresh[i].name)));
+		}
+		fresh[i].data = given[k].data;
+		fresh[i].bytes = given[k].bytes;
+	}
+	if (tf_parallel_load(j->engine, fresh, n, err, sizeof(err)) != TF_OK)
+	{
+		tf_tensors_free(fresh);
+		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+						errmsg("training job %lld: could not start from checkpoint %lld: %s", (long long) j->job_id,
+							   (long long) j->o.init_checkpoint, err)));
+	}
+	tf_tensors_free(fresh);
+}
+
 /* A float8 argument that is SQL NULL when x is NaN ("not measured"). */
 static Datum
 float8_or_null(double x, bool *isnull)
@@ -297,6 +351,8 @@ claim_job(Job *j, MemoryContext ctx)
 								   (long long) checkpoint_id, err)));
 		j->resumed_pairs = j->data[4];
 	}
+	else if (j->o.init_checkpoint > 0)
+		start_from_checkpoint(j);
 	mark_running(j);
 	worker_commit();
 	MemoryContextSwitchTo(ctx);

@@ -37,7 +37,7 @@ SELECT pg_catalog.pg_extension_config_dump('job_ranks', '');
 -----------------------------------------------------------------------------
 
 COMMENT ON FUNCTION train(text, text, jsonb) IS
-'Submits a training job (options: max_steps, max_epochs, max_minutes, batch_tokens, warmup_steps, learning_rate_scale, label_smoothing, dropout, accumulate_batches, batches_per_step, checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, validate_every_steps, validation_bleu_sentences, seed, device ("cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all": one rank per GPU), precision ("fp32" or "bf16"; bf16 by default on CUDA devices), threads, nodes) and returns its id at once; a background worker connected as the caller trains.';
+'Submits a training job (options: max_steps, max_epochs, max_minutes, batch_tokens, warmup_steps, learning_rate_scale, label_smoothing, dropout, accumulate_batches, batches_per_step, checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, validate_every_steps, validation_bleu_sentences, seed, init_checkpoint (a checkpoint of the model to start from: fine-tuning), device ("cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all": one rank per GPU), precision ("fp32" or "bf16"; bf16 by default on CUDA devices), threads, nodes) and returns its id at once; a background worker connected as the caller trains.';
 COMMENT ON FUNCTION resume_training(bigint, jsonb) IS
 'Continues a stopped job from its newest checkpoint (in the data order an uninterrupted run would see); options may change its limits, checkpoint cadence, devices (a step keeps its batches_per_step batches) and precision; returns the job id.';
 

@@ -299,6 +299,18 @@ vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int 
 	return vocab;
 }
 
+void
+require_model_checkpoint(int64 checkpoint_id, int32 model_id, const char *model)
+{
+	if (SPI_execute_with_args("SELECT 1 FROM attention.checkpoints WHERE checkpoint_id = $1 AND model_id = $2", 2,
+							  (Oid[]) {INT8OID, INT4OID}, (Datum[]) {Int64GetDatum(checkpoint_id), Int32GetDatum(model_id)},
+							  NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.checkpoints");
+	if (SPI_processed == 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("checkpoint %lld is not a checkpoint of model \"%s\"", (long long) checkpoint_id, model)));
+}
+
 int32
 require_model_owner(const char *name, const char *action)
 {

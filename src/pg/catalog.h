@@ -57,6 +57,12 @@ SpmModel   *vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char
 int32		require_model_owner(const char *name, const char *action);
 
 /*
+ * ERROR (invalid_parameter_value) unless checkpoint `checkpoint_id` is one of
+ * model `model_id`'s (named `model` in the message). Inside SPI.
+ */
+void		require_model_checkpoint(int64 checkpoint_id, int32 model_id, const char *model);
+
+/*
  * Writes tensors [count] (host memory) as rows of checkpoint
  * `checkpoint_id`, each chunked below the 1 GB bytea limit. Inside SPI.
  */

@@ -108,6 +108,8 @@ attention_train(PG_FUNCTION_ARGS)
 						errmsg("model \"%s\" is already training (job %s)", model,
 							   SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
 						errhint("Wait for it (attention.wait_training) or cancel it (attention.cancel_training).")));
+	if (o.init_checkpoint > 0)
+		require_model_checkpoint(o.init_checkpoint, model_id, model);
 	if (SPI_execute_with_args("INSERT INTO attention.jobs (model_id, corpus_id, options) VALUES ($1, $2, $3) "
 							  "RETURNING job_id", 3, (Oid[]) {INT4OID, INT4OID, JSONBOID},
 							  (Datum[]) {Int32GetDatum(model_id), Int32GetDatum(corpus_id),

@@ -52,6 +52,7 @@ static const OptionSpec option_specs[] = {
 	{"validate_every_steps", OPT_INT64, offsetof(TrainOptions, validate_every_steps), 0, 1e15, true},
 	{"validation_bleu_sentences", OPT_INT32, offsetof(TrainOptions, validation_bleu_sentences), 0, 1e6, true},
 	{"seed", OPT_INT64, offsetof(TrainOptions, seed), 0, 9.0e18, false},
+	{"init_checkpoint", OPT_INT64, offsetof(TrainOptions, init_checkpoint), 0, 9.0e18, false},
 	{"device", OPT_TEXT, offsetof(TrainOptions, device), 0, sizeof(((TrainOptions *) 0)->device), true},
 	{"precision", OPT_TEXT, offsetof(TrainOptions, precision), 0, sizeof(((TrainOptions *) 0)->precision), true},
 	{"threads", OPT_INT32, offsetof(TrainOptions, threads), 0, 1024, true},
@@ -152,7 +153,8 @@ train_options_parse(Jsonb *options, bool only_resumable, TrainOptions *o)
 								errhint("Options: max_steps, max_epochs, max_minutes, batch_tokens, warmup_steps, "
 										"learning_rate_scale, label_smoothing, dropout, accumulate_batches, batches_per_step, "
 										"checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, "
-										"validate_every_steps, validation_bleu_sentences, seed, device, precision, threads, nodes.")));
+										"validate_every_steps, validation_bleu_sentences, seed, init_checkpoint, device, precision, "
+										"threads, nodes.")));
 			saw_device |= strcmp(key, "device") == 0;
 			saw_precision |= strcmp(key, "precision") == 0;
 			if (only_resumable && !pending->resumable)
@@ -226,6 +228,8 @@ train_options_to_jsonb(const TrainOptions *o)
 
 		if (spec->type == OPT_FLOAT && *(const double *) field < 0)
 			continue;			/* the model's own value */
+		if (spec->offset == offsetof(TrainOptions, init_checkpoint) && o->init_checkpoint == 0)
+			continue;			/* none */
 		appendStringInfo(&s, "%s\"%s\": ", i > 0 ? ", " : "", spec->name);
 		if (spec->type == OPT_INT32)
 			appendStringInfo(&s, "%d", *(const int32 *) field);

@@ -28,6 +28,8 @@ typedef struct TrainOptions
 	int64		validate_every_steps;	/* 0: at checkpoints only */
 	int32		validation_bleu_sentences;	/* 0: no BLEU */
 	int64		seed;
+	int64		init_checkpoint;	/* a checkpoint of the model whose parameters start the job
+									 * (fine-tuning; fresh optimizer state); 0: initialise from seed */
 	char		device[256];	/* "cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all" */
 	char		precision[8];	/* "fp32" or "bf16"; "" until train_options_check gives the device's default */
 	int32		threads;		/* 0: attention.num_threads */
