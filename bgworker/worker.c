@@ -207,11 +207,11 @@ float8_or_null(double x, bool *isnull)
 	return Float8GetDatum(x);
 }
 
-/* A job with its model and vocabulary: the columns read_job_row reads. */
+/* A job with its model and vocabulary: the columns read_job_row reads (format: vocabulary_columns(), a suffix). */
 #define JOB_QUERY "SELECT j.status, j.cancel_requested, j.options, j.model_id, j.corpus_id, m.config, " \
-	"v.vocab_size, v.pad_id, v.bos_id, v.eos_id, m.name, " VOCABULARY_COLUMNS " FROM attention.jobs j " \
+	"v.vocab_size, v.pad_id, v.bos_id, v.eos_id, m.name, %s FROM attention.jobs j " \
 	"JOIN attention.models m USING (model_id) JOIN attention.vocabularies v USING (vocabulary_id) " \
-	"WHERE j.job_id = $1"
+	"WHERE j.job_id = $1%s"
 
 /*
  * The job's options, model, vocabulary and optimizer settings from a row of
@@ -273,7 +273,7 @@ claim_job(Job *j, MemoryContext ctx)
 	int			threads;
 
 	worker_begin();
-	if (SPI_execute_with_args(psprintf("%s FOR UPDATE OF j", JOB_QUERY), 1, (Oid[]) {INT8OID},
+	if (SPI_execute_with_args(psprintf(JOB_QUERY, vocabulary_columns(), " FOR UPDATE OF j"), 1, (Oid[]) {INT8OID},
 							  (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read training job %lld", (long long) j->job_id);
 	if (SPI_processed == 0)
@@ -712,7 +712,7 @@ run_node(Job *j, MemoryContext ctx)
 
 	pgstat_report_activity(STATE_RUNNING, "attention training node: claiming a node");
 	worker_begin();
-	if (SPI_execute_with_args(JOB_QUERY, 1, (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false,
+	if (SPI_execute_with_args(psprintf(JOB_QUERY, vocabulary_columns(), ""), 1, (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false,
 							  1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read training job %lld", (long long) j->job_id);
 	read_job_row(j, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);

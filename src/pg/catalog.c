@@ -239,6 +239,16 @@ read_model_row(const char *name)
 						errhint("Create it with attention.create_model(name, vocabulary, config).")));
 }
 
+const char *
+vocabulary_columns(void)
+{
+	if (SPI_execute("SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = 'attention.vocabularies'::pg_catalog.regclass "
+					"AND attname = 'pieces' AND NOT attisdropped", true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the columns of attention.vocabularies");
+	return SPI_processed == 1 ? "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id"
+		: "v.model, NULL::bytea, NULL::text[], v.pad_id, v.unk_id, v.bos_id, v.eos_id";
+}
+
 SpmModel *
 vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int sqlerrcode)
 {

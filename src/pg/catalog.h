@@ -38,12 +38,18 @@ Datum		attention_config_to_jsonb(const TfConfig *c);
  */
 void		read_model_row(const char *name);
 
-/* The columns of attention.vocabularies (alias v) that vocabulary_load reads, in order. */
-#define VOCABULARY_COLUMNS "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id"
+/*
+ * The select list of attention.vocabularies (alias v) that vocabulary_load
+ * reads: model, target_model, pieces, pad_id, unk_id, bos_id, eos_id (NULL
+ * target_model and pieces where the schema is still at 0.1.0, which has no
+ * such columns). Runs a catalogue query: call it before the caller's own.
+ * Inside SPI.
+ */
+const char *vocabulary_columns(void);
 
 /*
  * The vocabulary in columns first .. first + 6 of an SPI row
- * (VOCABULARY_COLUMNS): a SentencePiece model, or with target_model and
+ * (vocabulary_columns()): a SentencePiece model, or with target_model and
  * pieces a vocabulary pair (spm_load_pair); free with spm_free. ERROR
  * (sqlerrcode, naming `what`) when it does not load.
  */

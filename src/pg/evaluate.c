@@ -105,7 +105,8 @@ attention_evaluate(PG_FUNCTION_ARGS)
 		deployed = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 		if (!deployed)
 			require_model_owner(model, "evaluate an undeployed checkpoint of");
-		if (SPI_execute_with_args("SELECT " VOCABULARY_COLUMNS " FROM attention.vocabularies v WHERE vocabulary_id = $1", 1,
+		if (SPI_execute_with_args(psprintf("SELECT %s FROM attention.vocabularies v WHERE vocabulary_id = $1",
+										   vocabulary_columns()), 1,
 								  (Oid[]) {INT4OID}, (Datum[]) {Int32GetDatum(vocabulary_id)}, NULL, true, 1) != SPI_OK_SELECT ||
 			SPI_processed != 1)
 			elog(ERROR, "could not read the vocabulary of model \"%s\"", model);

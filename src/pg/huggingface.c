@@ -529,9 +529,9 @@ attention_export_huggingface(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	if (SPI_execute_with_args("SELECT m.name, m.config, v.vocab_size, " VOCABULARY_COLUMNS
-							  " FROM attention.checkpoints c JOIN attention.models m USING (model_id) "
-							  "JOIN attention.vocabularies v USING (vocabulary_id) WHERE c.checkpoint_id = $1", 1,
+	if (SPI_execute_with_args(psprintf("SELECT m.name, m.config, v.vocab_size, %s FROM attention.checkpoints c "
+									   "JOIN attention.models m USING (model_id) JOIN attention.vocabularies v "
+									   "USING (vocabulary_id) WHERE c.checkpoint_id = $1", vocabulary_columns()), 1,
 							  (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read attention.checkpoints");
 	if (SPI_processed == 0)

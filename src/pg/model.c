@@ -215,8 +215,9 @@ model_load(const DeployedModel *d, const char *device, bool owner)
 	AttentionModel *am;
 	char		err[TF_ERRLEN];
 
-	if (SPI_execute_with_args("SELECT vocabulary_id, vocab_size, pad_id, bos_id, eos_id, " VOCABULARY_COLUMNS
-							  " FROM attention.vocabularies v WHERE vocabulary_id = $1", 1, types,
+	if (SPI_execute_with_args(psprintf("SELECT vocabulary_id, vocab_size, pad_id, bos_id, eos_id, %s "
+									   "FROM attention.vocabularies v WHERE vocabulary_id = $1", vocabulary_columns()),
+							  1, types,
 							  (Datum[]) {Int32GetDatum(d->vocabulary_id)}, NULL, true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not read the vocabulary of model \"%s\"", d->name);

@@ -104,7 +104,7 @@ vocab_handle_load(VocabHandle *handle, const char *name, MemoryContext name_cont
 
 	SPI_connect();
 	values[0] = CStringGetTextDatum(name);
-	if (SPI_execute_with_args("SELECT " VOCABULARY_COLUMNS " FROM attention.vocabularies v WHERE name = $1",
+	if (SPI_execute_with_args(psprintf("SELECT %s FROM attention.vocabularies v WHERE name = $1", vocabulary_columns()),
 							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not look up vocabulary \"%s\"", name);
 	if (SPI_processed == 0)
