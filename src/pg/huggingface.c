@@ -389,14 +389,12 @@ attention_import_huggingface(PG_FUNCTION_ARGS)
 	Datum	   *pieces;
 	TfTensor   *in,
 			   *t;
-	TfModel    *engine;
 	int			n,
 				count,
 				unk_id;
 	int32		model_id;
 	int64		checkpoint_id;
 	bool		isnull;
-	char		err[TF_ERRLEN];
 	StringInfoData engine_config;
 
 	read_config(config, &mc);
@@ -442,17 +440,7 @@ attention_import_huggingface(PG_FUNCTION_ARGS)
 								mc.c.vocab_size, mc.pad_id, &c);
 
 	t = engine_tensors(in, n, &c, &count);
-	/* the engine checks names and shapes against the model, naming the first that differs */
-	engine = tf_model_create_inference(&c, "cpu", 1, err, sizeof(err));
-	if (engine == NULL)
-		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("could not create model \"%s\": %s", model, err)));
-	if (tf_model_load(engine, t, count, err, sizeof(err)) != TF_OK)
-	{
-		tf_model_free(engine);
-		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						errmsg("model.safetensors does not fit its config.json: %s", err)));
-	}
-	tf_model_free(engine);
+	tensor_file_check(&c, t, count, "model.safetensors does not fit its config.json");
 	if (SPI_execute_with_args("INSERT INTO attention.checkpoints (model_id, kind, step) VALUES ($1, 'imported', 0) "
 							  "RETURNING checkpoint_id", 1, (Oid[]) {INT4OID}, (Datum[]) {Int32GetDatum(model_id)},
 							  NULL, false, 1) != SPI_OK_INSERT_RETURNING)

@@ -92,6 +92,24 @@ tensor_file_write(const TfTensor *t, int count, const char *metadata, const char
 	return out;
 }
 
+void
+tensor_file_check(const TfConfig *c, const TfTensor *t, int count, const char *what)
+{
+	TfModel    *engine;
+	char		err[TF_ERRLEN];
+
+	/* the engine checks names and shapes against the model, naming the first that differs */
+	engine = tf_model_create_inference(c, "cpu", 1, err, sizeof(err));
+	if (engine == NULL)
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("could not create a model to check against: %s", err)));
+	if (tf_model_load(engine, t, count, err, sizeof(err)) != TF_OK)
+	{
+		tf_model_free(engine);
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s: %s", what, err)));
+	}
+	tf_model_free(engine);
+}
+
 /* IEEE half-precision bits to float. */
 static float
 half_to_float(uint16 h)
@@ -288,13 +306,11 @@ attention_import_checkpoint(PG_FUNCTION_ARGS)
 	char	   *meta[2];
 	TfConfig	c;
 	TfTensor   *t;
-	TfModel    *engine;
 	int			count;
 	int32		model_id;
 	int64		checkpoint_id,
 				step = 0;
 	bool		isnull;
-	char		err[TF_ERRLEN];
 
 	t = tensor_file_read(PG_GETARG_BYTEA_PP(1), &count, keys, meta, 2);
 	if (meta[0] != NULL && strcmp(meta[0], CppAsString2(CHECKPOINT_FORMAT)) != 0)
@@ -317,17 +333,7 @@ attention_import_checkpoint(PG_FUNCTION_ARGS)
 		attention_config_from_jsonb(DatumGetJsonbP(SPI_getbinval(tup, desc, 2, &isnull)), vocab_size, pad_id, &c);
 	}
 
-	/* the engine checks names and shapes against the model, naming the first that differs */
-	engine = tf_model_create_inference(&c, "cpu", 1, err, sizeof(err));
-	if (engine == NULL)
-		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("could not create model \"%s\": %s", model, err)));
-	if (tf_model_load(engine, t, count, err, sizeof(err)) != TF_OK)
-	{
-		tf_model_free(engine);
-		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						errmsg("the safetensors file does not fit model \"%s\": %s", model, err)));
-	}
-	tf_model_free(engine);
+	tensor_file_check(&c, t, count, psprintf("the safetensors file does not fit model \"%s\"", model));
 	if (SPI_execute_with_args("INSERT INTO attention.checkpoints (model_id, kind, step) VALUES ($1, 'imported', $2) "
 							  "RETURNING checkpoint_id", 2, (Oid[]) {INT4OID, INT8OID},
 							  (Datum[]) {Int32GetDatum(model_id), Int64GetDatum(step)}, NULL, false, 1) != SPI_OK_INSERT_RETURNING)

@@ -34,4 +34,11 @@ bytea	   *tensor_file_write(const TfTensor *t, int count, const char *metadata, 
  */
 TfTensor   *tensor_file_read(bytea *file, int *count, const char *const *keys, char **values, int nkeys);
 
+/*
+ * ERROR (invalid_parameter_value: "what: the engine's reason") unless the
+ * tensors are exactly the parameters of a model of configuration c (names,
+ * shapes, float32); out_of_memory when no such model can be made.
+ */
+void		tensor_file_check(const TfConfig *c, const TfTensor *t, int count, const char *what);
+
 #endif
