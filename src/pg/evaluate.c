@@ -17,6 +17,7 @@
 
 #include "attention.h"
 #include "dataset.h"
+#include "translation.h"
 
 PG_FUNCTION_INFO_V1(attention_evaluate);
 
@@ -89,6 +90,7 @@ attention_evaluate(PG_FUNCTION_ARGS)
 		feed.bos_id = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
 		feed.eos_id = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
 		attention_config_from_jsonb(config, vocab_size, feed.pad_id, &c);
+		check_beam_fits(beam_size, vocab_size, model);
 		if (SPI_execute_with_args("SELECT checkpoint_id, deployed FROM attention.checkpoints WHERE model_id = $1 "
 								  "AND ($2::bigint IS NULL OR checkpoint_id = $2) "
 								  "ORDER BY deployed DESC, step DESC, checkpoint_id DESC LIMIT 1", 2,

@@ -153,6 +153,8 @@ read_config(Jsonb *config, MarianConfig *mc)
 	config_require(config, "tie_word_embeddings", true, true);
 	memset(mc, 0, sizeof(*mc));
 	c->vocab_size = config_int(config, "vocab_size", 58101);
+	if (c->vocab_size < 4 || c->vocab_size > (1 << 24))
+		config_error("\"vocab_size\" %d is not between 4 and 16777216", c->vocab_size);
 	if (config_int(config, "decoder_vocab_size", c->vocab_size) != c->vocab_size)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						errmsg("config.json: \"decoder_vocab_size\" %d differs from \"vocab_size\" %d; "

@@ -107,6 +107,16 @@ check_decode_options(int beam_size, int nbest, double length_penalty, int max_le
 						errmsg("max_length_offset %d must not be negative", max_length_offset)));
 }
 
+void
+check_beam_fits(int beam_size, int vocab_size, const char *model)
+{
+	if (beam_size > vocab_size - 1)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("beam_size %d is out of range for model \"%s\"", beam_size, model),
+						errhint("Its vocabulary has %d pieces, the pad id not among the candidates: "
+								"beam_size must be below %d.", vocab_size, vocab_size)));
+}
+
 /* Decoding options from SQL arguments; ERROR naming a bad one. */
 TfDecodeOptions
 decode_options(AttentionModel *am, int beam_size, int nbest, double length_penalty, int max_length_offset)
@@ -114,6 +124,7 @@ decode_options(AttentionModel *am, int beam_size, int nbest, double length_penal
 	TfDecodeOptions opt;
 
 	check_decode_options(beam_size, nbest, length_penalty, max_length_offset);
+	check_beam_fits(beam_size, spm_size(am->vocabulary), am->name);
 	tf_decode_options_default(&opt);
 	opt.beam_size = beam_size;
 	opt.nbest = nbest;

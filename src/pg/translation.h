@@ -41,6 +41,12 @@ text	   *piece_text(AttentionModel *am, int id);
 /* ERROR naming a decoding option out of range (beam_size, n, length_penalty, max_length_offset). */
 void		check_decode_options(int beam_size, int nbest, double length_penalty, int max_length_offset);
 
+/*
+ * ERROR (invalid_parameter_value, naming the model) when beam_size does not
+ * fit a vocabulary of vocab_size pieces: candidates are every id but pad.
+ */
+void		check_beam_fits(int beam_size, int vocab_size, const char *model);
+
 /* Decoding options from SQL arguments; ERROR naming a bad one. */
 TfDecodeOptions decode_options(AttentionModel *am, int beam_size, int nbest, double length_penalty,
 							   int max_length_offset);
