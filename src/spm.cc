@@ -456,11 +456,6 @@ spm_size(const SpmModel *model)
 	return model->pair() ? static_cast<int>(model->pieces.size()) : model->processor.GetPieceSize();
 }
 
-extern "C" bool
-spm_is_pair(const SpmModel *model)
-{
-	return model->pair();
-}
 
 extern "C" int
 spm_pad_id(const SpmModel *model)

@@ -92,9 +92,6 @@ int			spm_eos_id(const SpmModel *model);
 /* Piece of id (0 <= id < spm_size) as a pointer into the model, its length in *len. */
 const char *spm_piece(const SpmModel *model, int id, size_t *len);
 
-/* True for a vocabulary pair (spm_load_pair). */
-bool		spm_is_pair(const SpmModel *model);
-
 /* SentencePiece score of id (0 <= id < spm_size); 0 in a vocabulary pair. */
 float		spm_score(const SpmModel *model, int id);
 

@@ -54,7 +54,7 @@ pair_vocabulary(const SpmModel *model, const char *bytes, size_t len, const char
 		  "pair: %s", err);
 	if (pair == NULL)
 		return;
-	CHECK(spm_is_pair(pair) && spm_size(pair) == 65 && spm_pad_id(pair) == 63 && spm_bos_id(pair) == 63 &&
+	CHECK(spm_size(pair) == 65 && spm_pad_id(pair) == 63 && spm_bos_id(pair) == 63 &&
 		  spm_eos_id(pair) == 60 && spm_unk_id(pair) == 62, "pair: size %d, special ids %d %d %d %d",
 		  spm_size(pair), spm_pad_id(pair), spm_unk_id(pair), spm_bos_id(pair), spm_eos_id(pair));
 	snprintf(coded, sizeof(coded), ">>de<<%s", text);
