@@ -267,6 +267,19 @@ check_vocabulary(bytea *source, bytea *target, Datum *pieces, int n, const int s
 	spm_free(vocab);
 }
 
+/* Fills t as a zero final_logits_bias [1, vocab_size] (palloc'd). */
+static void
+zero_logits_bias(TfTensor *t, int vocab_size)
+{
+	snprintf(t->name, sizeof(t->name), "final_logits_bias");
+	t->dtype = TF_FLOAT32;
+	t->ndim = 2;
+	t->shape[0] = 1;
+	t->shape[1] = vocab_size;
+	t->bytes = (size_t) vocab_size * sizeof(float);
+	t->data = palloc0(t->bytes);
+}
+
 /* True when tensors a and b have the same shape and bits. */
 static bool
 same_tensor(const TfTensor *a, const TfTensor *b)
@@ -345,14 +358,7 @@ engine_tensors(TfTensor *in, int n, const TfConfig *c, int *count)
 	if (!logits_bias)
 	{
 		/* MarianMTModel's buffer starts at zero */
-		snprintf(out[k].name, sizeof(out[k].name), "final_logits_bias");
-		out[k].dtype = TF_FLOAT32;
-		out[k].ndim = 2;
-		out[k].shape[0] = 1;
-		out[k].shape[1] = c->vocab_size;
-		out[k].bytes = (size_t) c->vocab_size * sizeof(float);
-		out[k].data = palloc0(out[k].bytes);
-		k++;
+		zero_logits_bias(&out[k++], c->vocab_size);
 	}
 	for (i = 0; i < k; i++)
 	{
@@ -562,14 +568,7 @@ attention_export_huggingface(PG_FUNCTION_ARGS)
 	if (!c.logits_bias)
 	{
 		/* MarianMTModel always has one */
-		snprintf(all[count].name, sizeof(all[count].name), "final_logits_bias");
-		all[count].dtype = TF_FLOAT32;
-		all[count].ndim = 2;
-		all[count].shape[0] = 1;
-		all[count].shape[1] = c.vocab_size;
-		all[count].bytes = (size_t) c.vocab_size * sizeof(float);
-		all[count].data = palloc0(all[count].bytes);
-		count++;
+		zero_logits_bias(&all[count++], c.vocab_size);
 	}
 	for (i = 0; i < count; i++)
 		if (tf_marian_permute(&all[i], c.d_model, true, err, sizeof(err)) != TF_OK)
