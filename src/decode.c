@@ -12,6 +12,12 @@
  * backend's cache_bytes) and attends over the cache, so a step costs
  * one row per hypothesis instead of the whole prefix. After each step the
  * caches are gathered into the order of the surviving hypotheses.
+ *
+ * The search is a stream (continuous batching, as serving systems do):
+ * sentences join between steps, each at its own position, and leave when
+ * done, so a service keeps its batch full instead of waiting for a batch's
+ * longest sentence. tf_model_translate is one stream that all sentences
+ * join at once.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -89,51 +95,71 @@ candidate_cmp(const void *a, const void *b)
 	return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* Search state: host bookkeeping and backend buffers. */
-typedef struct Search
+/*
+ * A search: sentence slots (each sentence's source keys and values, its
+ * step count, finished hypotheses), live rows (hypotheses, grouped by
+ * sentence, in the order their sentences joined) and backend buffers. Host
+ * arrays live in one block and backend buffers in one arena, both laid out
+ * for the capacity (S slots of max_src source positions, S * K rows of
+ * Tmax cache positions) and re-laid out when it grows.
+ */
+struct TfStream
 {
 	TfModel    *m;
-	const TfDecodeOptions *opt;
-	int			B,
-				K,
+	TfDecodeOptions opt;
+	int			K,
 				V,
 				d,
 				F,
-				H;
-	int			Tmax;			/* cache positions: longest output + EOS */
-	int			max_src;
-	int			rows_cap;		/* B * K */
+				H,
+				Ld;
+	int			S;				/* sentence slots */
+	int			max_src;		/* source positions per slot */
+	int			Tmax;			/* cache positions per row: longest output + EOS */
+	int			RC;				/* row capacity, S * K */
 
-	/* host, per sentence */
-	int		   *max_len;		/* output token limit */
-	int		   *src_first,
-			   *src_count;		/* the sentence's encoder rows */
-	int		   *finished_n;
+	/* host, per slot */
+	void	   *host;			/* the block every host array is carved from */
+	bool	   *used;
 	bool	   *done;
-	TfHypothesis *finished;		/* [B, K], best first */
+	int		   *max_len;		/* output token limit */
+	int		   *src_count;		/* source tokens with EOS */
+	int		   *steps;			/* output tokens of the live hypotheses */
+	int		   *finished_n;
+	int64_t    *tag;
+	TfHypothesis *finished;		/* [S, K], best first */
+	int		   *completed;		/* done slots in order of completion, not yet taken */
+	int			n_completed;
+	int			occupied;		/* slots used (live or completed) */
 
 	/* host, per live row (ping-pong for reordering) */
 	int			R;
 	int		   *row_sent;
 	double	   *row_logp;
-	int32_t    *history;		/* [rows_cap, Tmax] output tokens so far */
+	int32_t    *history;		/* [RC, Tmax] output tokens so far */
 	int		   *next_sent;
 	double	   *next_logp;
 	int32_t    *next_history;
 	int32_t    *next_token;
 	int32_t    *parent;
-	Candidate  *cand;
-	float	   *packed;			/* one step's download: top_logp, eos_logp, top_id */
-	float	   *top_logp;		/* [R, K] */
-	float	   *eos_logp;		/* [R] */
-	int32_t    *top_id;			/* [R, K] */
-	int32_t    *ints;			/* staging for dec_idx */
-	int64_t    *longs;			/* staging for dec_pstart */
+	Candidate  *cand;			/* [K, K]: one sentence's candidates */
+	float	   *packed;			/* one download: top_logp, eos_logp, top_id of some rows */
+	float	   *top_logp;		/* [RC, K] each row's pending results */
+	float	   *eos_logp;		/* [RC] */
+	int32_t    *top_id;			/* [RC, K] */
+	int32_t    *ints;			/* staging for idx */
+	int64_t    *longs;			/* staging for pstart */
 
 	/* backend memory */
-	void	   *cache[MAX_DECODER_LAYERS + 1];	/* per decoder layer [rows_cap, Tmax, 2d] elements of
+	float	   *arena;
+	size_t		arena_floats;
+	int32_t    *idx;
+	size_t		idx_capacity;
+	int64_t    *pstart;
+	size_t		pstart_capacity;
+	void	   *cache[MAX_DECODER_LAYERS + 1];	/* per decoder layer [RC, Tmax, 2d] elements of
 												 * be->cache_bytes, plus a spare */
-	const float *kv_cross[MAX_DECODER_LAYERS];	/* per decoder layer [source rows, 2d] (the forward's) */
+	float	   *cross[MAX_DECODER_LAYERS];	/* per decoder layer [S, max_src, 2d]: source keys, values */
 	float	   *x,
 			   *x1,
 			   *x2,
@@ -148,137 +174,219 @@ typedef struct Search
 			   *probs,
 			   *probs_cross,
 			   *logits,
-			   *d_packed;		/* [rows_cap, 2K + 1]: the step's results, packed as in packed */
-} Search;
+			   *d_packed;		/* [RC, 2K + 1]: top-k results, packed as in packed */
+};
 
-/* Host allocations of the search; false when out of memory. */
-static bool
-search_host_alloc(Search *s)
+/* Carves count elements for *field out of base at *off (16-byte aligned); base NULL only measures. */
+#define CARVE(base, off, field, count) \
+	do { \
+		(field) = (base) != NULL ? (void *) ((char *) (base) + (off)) : NULL; \
+		(off) += ((size_t) (count) * sizeof(*(field)) + 15) & ~(size_t) 15; \
+	} while (0)
+
+/* Lays the host arrays out in block (NULL: measures); returns the bytes. */
+static size_t
+host_layout(TfStream *s, void *block)
 {
-	size_t		R = (size_t) s->rows_cap;
+	size_t		S = s->S,
+				RC = s->RC,
+				K = s->K,
+				off = 0;
 
-	s->max_len = calloc(s->B, sizeof(int));
-	s->src_first = calloc(s->B, sizeof(int));
-	s->src_count = calloc(s->B, sizeof(int));
-	s->finished_n = calloc(s->B, sizeof(int));
-	s->done = calloc(s->B, sizeof(bool));
-	s->finished = calloc(R, sizeof(TfHypothesis));
-	s->row_sent = calloc(R, sizeof(int));
-	s->row_logp = calloc(R, sizeof(double));
-	s->history = calloc(R * s->Tmax, sizeof(int32_t));
-	s->next_sent = calloc(R, sizeof(int));
-	s->next_logp = calloc(R, sizeof(double));
-	s->next_history = calloc(R * s->Tmax, sizeof(int32_t));
-	s->next_token = calloc(R, sizeof(int32_t));
-	s->parent = calloc(R, sizeof(int32_t));
-	s->cand = calloc(R * s->K, sizeof(Candidate));
-	s->packed = calloc(R * (2 * s->K + 1), sizeof(float));
-	s->ints = calloc(8 * R + 1, sizeof(int32_t));
-	s->longs = calloc(2 * R + 2, sizeof(int64_t));
-	return s->max_len && s->src_first && s->src_count && s->finished_n && s->done && s->finished &&
-		s->row_sent && s->row_logp && s->history && s->next_sent && s->next_logp &&
-		s->next_history && s->next_token && s->parent && s->cand && s->packed && s->ints && s->longs;
+	CARVE(block, off, s->used, S);
+	CARVE(block, off, s->done, S);
+	CARVE(block, off, s->max_len, S);
+	CARVE(block, off, s->src_count, S);
+	CARVE(block, off, s->steps, S);
+	CARVE(block, off, s->finished_n, S);
+	CARVE(block, off, s->tag, S);
+	CARVE(block, off, s->finished, S * K);
+	CARVE(block, off, s->completed, S);
+	CARVE(block, off, s->row_sent, RC);
+	CARVE(block, off, s->row_logp, RC);
+	CARVE(block, off, s->history, RC * s->Tmax);
+	CARVE(block, off, s->next_sent, RC);
+	CARVE(block, off, s->next_logp, RC);
+	CARVE(block, off, s->next_history, RC * s->Tmax);
+	CARVE(block, off, s->next_token, RC);
+	CARVE(block, off, s->parent, RC);
+	CARVE(block, off, s->cand, K * K);
+	CARVE(block, off, s->packed, RC * (2 * K + 1));
+	CARVE(block, off, s->top_logp, RC * K);
+	CARVE(block, off, s->eos_logp, RC);
+	CARVE(block, off, s->top_id, RC * K);
+	CARVE(block, off, s->ints, 7 * RC + 1);
+	CARVE(block, off, s->longs, 2 * RC + 2);
+	return off;
 }
 
-/* Frees the host allocations (and the tokens of finished hypotheses not handed out). */
-static void
-search_host_free(Search *s)
+/* Lays the backend buffers out in arena (NULL: measures); returns the floats. */
+static size_t
+arena_layout(TfStream *s, float *arena)
 {
-	if (s->finished != NULL)
-		tf_hypotheses_free(s->finished, s->rows_cap);
-	free(s->max_len);
-	free(s->src_first);
-	free(s->src_count);
-	free(s->finished_n);
-	free(s->done);
-	free(s->finished);
-	free(s->row_sent);
-	free(s->row_logp);
-	free(s->history);
-	free(s->next_sent);
-	free(s->next_logp);
-	free(s->next_history);
-	free(s->next_token);
-	free(s->parent);
-	free(s->cand);
-	free(s->packed);
-	free(s->ints);
-	free(s->longs);
-}
-
-/* Carves the backend buffers out of the model's decode arena (grown as needed); false when out of memory. */
-static bool
-search_backend_alloc(Search *s)
-{
-	TfModel    *m = s->m;
-	int			Ld = m->config.num_decoder_layers;
-	size_t		R = (size_t) s->rows_cap,
-				d = s->d;
-	size_t		cache = R * s->Tmax * 2 * d * m->be->cache_bytes / sizeof(float);	/* floats of one cache */
-	size_t		need = (Ld + 1) * cache + R * (7 * d + 3 * d + s->F + 2 + s->V + 2 * s->K + 1) +
-		R * s->H * (s->Tmax + s->max_src);
-	size_t		ints = 8 * R + 1,
-				longs = 2 * R + 2;
-	float	   *p;
+	TfBackend  *be = s->m->be;
+	size_t		RC = s->RC,
+				d = s->d,
+				off = 0;
+	size_t		cache = RC * s->Tmax * 2 * d * be->cache_bytes / sizeof(float);
 	int			l;
 
-	if (need > m->dec_arena_floats)
+	for (l = 0; l <= s->Ld; l++)
 	{
-		m->be->free(m->be, m->dec_arena);
-		m->dec_arena = m->be->alloc(m->be, need * sizeof(float));
-		m->dec_arena_floats = m->dec_arena != NULL ? need : 0;
+		s->cache[l] = arena != NULL ? arena + off : NULL;
+		off += cache;
 	}
-	if (ints > m->dec_idx_capacity)
+	for (l = 0; l < s->Ld; l++)
 	{
-		m->be->free(m->be, m->dec_idx);
-		m->dec_idx = m->be->alloc(m->be, ints * sizeof(int32_t));
-		m->dec_idx_capacity = m->dec_idx != NULL ? ints : 0;
+		s->cross[l] = arena != NULL ? arena + off : NULL;
+		off += (size_t) s->S * s->max_src * 2 * d;
 	}
-	if (longs > m->dec_pstart_capacity)
+#define CUT(field, count) (s->field = arena != NULL ? arena + off : NULL, off += (size_t) (count))
+	CUT(x, RC * d);
+	CUT(x1, RC * d);
+	CUT(x2, RC * d);
+	CUT(qkv, RC * 3 * d);
+	CUT(ctx, RC * d);
+	CUT(tmp, RC * d);
+	CUT(res, RC * d);
+	CUT(q, RC * d);
+	CUT(f1, RC * s->F);
+	CUT(mean, RC);
+	CUT(rstd, RC);
+	CUT(logits, RC * s->V);
+	CUT(d_packed, RC * (2 * s->K + 1));
+	CUT(probs, RC * s->H * s->Tmax);
+	CUT(probs_cross, RC * s->H * s->max_src);
+#undef CUT
+	return off;
+}
+
+/* Frees the tokens of the finished hypotheses still held by slots [0, S). */
+static void
+free_finished(TfStream *s)
+{
+	int			i;
+
+	for (i = 0; i < s->S; i++)
+		if (s->used[i])
+			tf_hypotheses_free(s->finished + (size_t) i * s->K, s->finished_n[i]);
+}
+
+/*
+ * Lays the stream out for at least S slots of max_src source positions,
+ * keeping what it holds: host arrays and (when anything is held, or the
+ * arena is too small) the arena are allocated anew and the held slots,
+ * rows, pending results, caches and source keys/values copied over.
+ * False when out of memory; the stream is then unchanged.
+ */
+static bool
+stream_resize(TfStream *s, int S, int max_src)
+{
+	TfModel    *m = s->m;
+	TfBackend  *be = m->be;
+	TfStream	o = *s;			/* the old layout */
+	size_t		d = s->d;
+	size_t		floats,
+				ints,
+				longs;
+	bool		fresh = s->occupied == 0;
+	int			i,
+				l;
+
+	s->S = S;
+	s->max_src = max_src;
+	s->RC = S * s->K;
+	s->Tmax = output_limit(&m->config, max_src, s->opt.max_length_offset) + 1;
+	s->host = calloc(1, host_layout(s, NULL));
+	floats = arena_layout(s, NULL);
+	ints = 7 * (size_t) s->RC + 1;
+	longs = 2 * (size_t) s->RC + 2;
+	if (!fresh || floats > o.arena_floats)
+		s->arena = be->alloc(be, floats * sizeof(float));
+	if (ints > o.idx_capacity)
+		s->idx = be->alloc(be, ints * sizeof(int32_t));
+	if (longs > o.pstart_capacity)
+		s->pstart = be->alloc(be, longs * sizeof(int64_t));
+	if (s->host == NULL || s->arena == NULL || s->idx == NULL || s->pstart == NULL ||
+		!be->reserve(be, (size_t) s->Tmax * (s->Tmax > max_src ? s->Tmax : max_src), 0))
 	{
-		m->be->free(m->be, m->dec_pstart);
-		m->dec_pstart = m->be->alloc(m->be, longs * sizeof(int64_t));
-		m->dec_pstart_capacity = m->dec_pstart != NULL ? longs : 0;
-	}
-	if (m->dec_arena == NULL || m->dec_idx == NULL || m->dec_pstart == NULL ||
-		!m->be->reserve(m->be, (size_t) s->Tmax * (s->Tmax > s->max_src ? s->Tmax : s->max_src), 0))
+		free(s->host);
+		if (s->arena != o.arena)
+			be->free(be, s->arena);
+		if (s->idx != o.idx)
+			be->free(be, s->idx);
+		if (s->pstart != o.pstart)
+			be->free(be, s->pstart);
+		*s = o;
 		return false;
-	p = m->dec_arena;
-	for (l = 0; l <= Ld; l++, p += cache)
-		s->cache[l] = p;
-	s->x = p, p += R * d;
-	s->x1 = p, p += R * d;
-	s->x2 = p, p += R * d;
-	s->qkv = p, p += R * 3 * d;
-	s->ctx = p, p += R * d;
-	s->tmp = p, p += R * d;
-	s->res = p, p += R * d;
-	s->q = p, p += R * d;
-	s->f1 = p, p += R * s->F;
-	s->mean = p, p += R;
-	s->rstd = p, p += R;
-	s->logits = p, p += R * s->V;
-	s->d_packed = p, p += R * (2 * s->K + 1);
-	s->probs = p, p += R * s->H * s->Tmax;
-	s->probs_cross = p;
+	}
+	host_layout(s, s->host);
+	arena_layout(s, s->arena);
+	if (s->arena != o.arena)
+		s->arena_floats = floats;
+	if (s->idx != o.idx)
+		s->idx_capacity = ints;
+	if (s->pstart != o.pstart)
+		s->pstart_capacity = longs;
+
+	/* what the old layout holds */
+	if (!fresh)
+	{
+		int			positions = 0;
+
+		memcpy(s->used, o.used, o.S * sizeof(bool));
+		memcpy(s->done, o.done, o.S * sizeof(bool));
+		memcpy(s->max_len, o.max_len, o.S * sizeof(int));
+		memcpy(s->src_count, o.src_count, o.S * sizeof(int));
+		memcpy(s->steps, o.steps, o.S * sizeof(int));
+		memcpy(s->finished_n, o.finished_n, o.S * sizeof(int));
+		memcpy(s->tag, o.tag, o.S * sizeof(int64_t));
+		memcpy(s->finished, o.finished, (size_t) o.S * o.K * sizeof(TfHypothesis));
+		memcpy(s->completed, o.completed, o.n_completed * sizeof(int));
+		memcpy(s->row_sent, o.row_sent, o.R * sizeof(int));
+		memcpy(s->row_logp, o.row_logp, o.R * sizeof(double));
+		memcpy(s->top_logp, o.top_logp, (size_t) o.R * o.K * sizeof(float));
+		memcpy(s->eos_logp, o.eos_logp, o.R * sizeof(float));
+		memcpy(s->top_id, o.top_id, (size_t) o.R * o.K * sizeof(int32_t));
+		for (i = 0; i < o.R; i++)
+		{
+			memcpy(s->history + (size_t) i * s->Tmax, o.history + (size_t) i * o.Tmax, o.Tmax * sizeof(int32_t));
+			positions = o.steps[o.row_sent[i]] + 1 > positions ? o.steps[o.row_sent[i]] + 1 : positions;
+		}
+		for (l = 0; l < s->Ld && o.R > 0; l++)
+			be->cache_gather(be, s->cache[l], (size_t) s->Tmax * 2 * d, o.cache[l], (size_t) o.Tmax * 2 * d, false,
+							 NULL, o.R, positions * 2 * d);
+		for (l = 0; l < s->Ld; l++)
+			be->gather(be, s->cross[l], (size_t) max_src * 2 * d, o.cross[l], (size_t) o.max_src * 2 * d, NULL, o.S,
+					   (size_t) o.max_src * 2 * d);
+	}
+	free(o.host);
+	if (s->arena != o.arena)
+		be->free(be, o.arena);
+	if (s->idx != o.idx)
+		be->free(be, o.idx);
+	if (s->pstart != o.pstart)
+		be->free(be, o.pstart);
 	return true;
 }
 
 /*
- * One decoder step at position t for the s->R live rows whose input tokens
- * are s->next_token: writes the rows' keys and values at position t into
- * the caches and the logits [R, V].
+ * One decoder step for the s->R live rows whose input tokens are
+ * s->next_token, each at its sentence's position (steps): writes the rows'
+ * keys and values there into the caches and the logits [R, V].
  */
 static void
-decoder_step(Search *s, int t)
+decoder_step(TfStream *s)
 {
 	TfModel    *m = s->m;
 	TfBackend  *be = m->be;
 	const TfConfig *c = &m->config;
 	int			R = s->R,
 				d = s->d,
-				Le = c->num_encoder_layers;
+				Le = c->num_encoder_layers,
+				max_pos = 0;
 	size_t		row_stride = (size_t) s->Tmax * 2 * d;
+	size_t		eb = (size_t) be->cache_bytes;
 	int32_t    *ids = s->ints,
 			   *pos = ids + R,
 			   *q_start = pos + R,
@@ -288,29 +396,33 @@ decoder_step(Search *s, int t)
 			   *src_count = src_first + R;
 	int64_t    *p_self = s->longs,
 			   *p_cross = p_self + R + 1;
-	int32_t    *dev = m->dec_idx;
+	int32_t    *dev = s->idx;
 	TfAttentionShape self = {.kv_cache = true},
 				cross = {0};
 	const float *P = m->params;
 	int			r,
 				l;
 
+	p_self[0] = 0;
 	for (r = 0; r <= R; r++)
 	{
+		int			sent = r < R ? s->row_sent[r] : 0;
+
 		q_start[r] = r;
-		p_self[r] = (int64_t) r * s->H * (t + 1);
 		p_cross[r] = (int64_t) r * s->H * s->max_src;
 		if (r == R)
 			break;
 		ids[r] = s->next_token[r];
-		pos[r] = t;
+		pos[r] = s->steps[sent];
+		max_pos = pos[r] > max_pos ? pos[r] : max_pos;
+		p_self[r + 1] = p_self[r] + (int64_t) s->H * (pos[r] + 1);
 		k_start[r] = r * s->Tmax;
-		k_len[r] = t + 1;
-		src_first[r] = s->src_first[s->row_sent[r]];
-		src_count[r] = s->src_count[s->row_sent[r]];
+		k_len[r] = pos[r] + 1;
+		src_first[r] = sent * s->max_src;
+		src_count[r] = s->src_count[sent];
 	}
 	be->upload(be, dev, s->ints, (size_t) (7 * R + 1) * sizeof(int32_t));
-	be->upload(be, m->dec_pstart, s->longs, (size_t) (2 * R + 2) * sizeof(int64_t));
+	be->upload(be, s->pstart, s->longs, (size_t) (2 * R + 2) * sizeof(int64_t));
 
 	self.batch = cross.batch = R;
 	self.num_heads = cross.num_heads = s->H;
@@ -318,13 +430,13 @@ decoder_step(Search *s, int t)
 	self.q_start = cross.q_start = dev + 2 * R;
 	self.k_start = dev + 3 * R + 1;
 	self.k_len = dev + 4 * R + 1;
-	self.p_start = m->dec_pstart;
+	self.p_start = s->pstart;
 	self.max_q = cross.max_q = 1;
-	self.max_k = t + 1;
+	self.max_k = max_pos + 1;
 	self.p_total = p_self[R];
 	cross.k_start = dev + 5 * R + 1;
 	cross.k_len = dev + 6 * R + 1;
-	cross.p_start = m->dec_pstart + R + 1;
+	cross.p_start = s->pstart + R + 1;
 	cross.max_k = s->max_src;
 	cross.p_total = p_cross[R];
 
@@ -333,12 +445,19 @@ decoder_step(Search *s, int t)
 	{
 		const LayerOffsets *o = &m->layer_off[Le + l];
 		char	   *cache = s->cache[l];
-		size_t		eb = (size_t) be->cache_bytes;
+		int			r0,
+					r1;
 
 		/* masked self-attention over the cache (this position is the newest key) */
 		tf_linear(be, s->qkv, s->x, P + o->self.w_qkv, P + o->self.b_qkv, R, d, 3 * d);
-		be->cache_gather(be, cache + (size_t) t * 2 * d * eb, row_stride, s->qkv + d, 3 * (size_t) d, true, NULL, R,
-						 2 * (size_t) d);
+		for (r0 = 0; r0 < R; r0 = r1)
+		{
+			/* rows of sentences that joined together share a position */
+			for (r1 = r0 + 1; r1 < R && pos[r1] == pos[r0]; r1++)
+				;
+			be->cache_gather(be, cache + ((size_t) r0 * row_stride + (size_t) pos[r0] * 2 * d) * eb, row_stride,
+							 s->qkv + (size_t) r0 * 3 * d + d, 3 * (size_t) d, true, NULL, r1 - r0, 2 * (size_t) d);
+		}
 		be->attention(be, s->ctx, s->probs, s->qkv, 3 * d, (const float *) cache, (const float *) (cache + d * eb),
 					  2 * d, &self);
 		tf_linear(be, s->tmp, s->ctx, P + o->self.w_out, P + o->self.b_out, R, d, d);
@@ -347,8 +466,7 @@ decoder_step(Search *s, int t)
 					  c->layer_norm_eps);
 		/* encoder-decoder attention over the source's keys and values */
 		tf_linear(be, s->q, s->x1, P + o->cross.w_qkv, P + o->cross.b_qkv, R, d, d);
-		be->attention(be, s->ctx, s->probs_cross, s->q, d, s->kv_cross[l], s->kv_cross[l] + d, 2 * d,
-					  &cross);
+		be->attention(be, s->ctx, s->probs_cross, s->q, d, s->cross[l], s->cross[l] + d, 2 * d, &cross);
 		tf_linear(be, s->tmp, s->ctx, P + o->cross.w_out, P + o->cross.b_out, R, d, d);
 		be->add(be, s->res, s->x1, s->tmp, (size_t) R * d);
 		be->layernorm(be, s->x2, s->mean, s->rstd, s->res, P + o->ln_cross_g, P + o->ln_cross_b, R, d,
@@ -366,7 +484,7 @@ decoder_step(Search *s, int t)
 
 /* Adds a finished hypothesis to its sentence's list (best first, stable); false when out of memory. */
 static bool
-add_finished(Search *s, int sent, const int32_t *tokens, int length, double log_prob, bool eos)
+add_finished(TfStream *s, int sent, const int32_t *tokens, int length, double log_prob, bool eos)
 {
 	TfHypothesis *list = s->finished + (size_t) sent * s->K;
 	int			n = s->finished_n[sent];
@@ -375,7 +493,7 @@ add_finished(Search *s, int sent, const int32_t *tokens, int length, double log_
 
 	h.length = length;
 	h.log_prob = log_prob;
-	h.score = log_prob / length_penalty(s->opt->length_penalty, length + 1);
+	h.score = log_prob / length_penalty(s->opt.length_penalty, length + 1);
 	h.finished = eos;
 	h.tokens = malloc((length > 0 ? length : 1) * sizeof(int32_t));
 	if (h.tokens == NULL)
@@ -388,13 +506,23 @@ add_finished(Search *s, int sent, const int32_t *tokens, int length, double log_
 	return true;
 }
 
+/* A sentence is done: it leaves the search and waits to be taken. */
+static void
+complete(TfStream *s, int sent)
+{
+	s->done[sent] = true;
+	s->completed[s->n_completed++] = sent;
+}
+
 /*
- * Chooses the continuations of every sentence's live rows after step t
- * (host: top_logp, top_id, eos_logp downloaded) and sets up the next rows
- * (next_*, parent). Returns the number of next rows, or -1 when out of memory.
+ * Chooses the continuations of every sentence's live rows from their
+ * pending results (top_logp, top_id, eos_logp), each sentence at its own
+ * step, and sets up the next rows (next_*, parent); a continuing sentence's
+ * steps grows by one. Returns the number of next rows, or -1 when out of
+ * memory.
  */
 static int
-select_candidates(Search *s, int t)
+select_candidates(TfStream *s)
 {
 	int			K = s->K;
 	int			r0 = 0;
@@ -403,6 +531,7 @@ select_candidates(Search *s, int t)
 	while (r0 < s->R)
 	{
 		int			sent = s->row_sent[r0];
+		int			t = s->steps[sent];
 		int			r1 = r0;
 		int			width = K - s->finished_n[sent];
 		int			n = 0;
@@ -420,7 +549,7 @@ select_candidates(Search *s, int t)
 				if (!add_finished(s, sent, s->history + (size_t) r * s->Tmax, t,
 								  s->row_logp[r] + s->eos_logp[r], false))
 					return -1;
-			s->done[sent] = true;
+			complete(s, sent);
 			r0 = r1;
 			continue;
 		}
@@ -439,7 +568,7 @@ select_candidates(Search *s, int t)
 			const Candidate *cd = &s->cand[i];
 			int			row = r0 + cd->row;
 
-			if (cd->id == s->opt->eos_id)
+			if (cd->id == s->opt.eos_id)
 			{
 				if (!add_finished(s, sent, s->history + (size_t) row * s->Tmax, t, cd->log_prob, true))
 					return -1;
@@ -457,53 +586,56 @@ select_candidates(Search *s, int t)
 		}
 		/* early stop: no live hypothesis can beat the nbest-th finished one */
 		if (next == first_next ||
-			(s->finished_n[sent] >= s->opt->nbest &&
-			 s->finished[(size_t) sent * K + s->opt->nbest - 1].score >=
-			 best_live / length_penalty(s->opt->length_penalty, s->max_len[sent] + 1)))
+			(s->finished_n[sent] >= s->opt.nbest &&
+			 s->finished[(size_t) sent * K + s->opt.nbest - 1].score >=
+			 best_live / length_penalty(s->opt.length_penalty, s->max_len[sent] + 1)))
 		{
 			next = first_next;
-			s->done[sent] = true;
+			complete(s, sent);
 		}
+		else
+			s->steps[sent] = t + 1;
 		r0 = r1;
 	}
 	return next;
 }
 
-/* Moves the next rows into place: host bookkeeping and the backend caches (positions 0 .. t). */
+/* Moves the next rows into place: host bookkeeping and the backend caches (each row's positions so far). */
 static void
-reorder(Search *s, int next, int t)
+reorder(TfStream *s, int next)
 {
-	TfModel    *m = s->m;
-	TfBackend  *be = m->be;
-	int			Ld = m->config.num_decoder_layers;
+	TfBackend  *be = s->m->be;
+	int			Ld = s->Ld;
 	size_t		row_stride = (size_t) s->Tmax * 2 * s->d;
 	int32_t    *tmp_i;
 	int		   *tmp_s;
 	double	   *tmp_d;
+	int			positions = 0;
 	int			l;
-
 	int			i;
 	bool		in_place = true;
 
+	for (i = 0; i < next; i++)
+		positions = s->steps[s->next_sent[i]] > positions ? s->steps[s->next_sent[i]] : positions;
 	/* rows that only drop out (greedy search, finished sentences) move in place */
 	for (i = 0; i < next && in_place; i++)
 		in_place = s->parent[i] >= i && (i == 0 || s->parent[i] > s->parent[i - 1]);
 	for (i = 0; i < next && in_place && s->parent[i] == i; i++)
 		;
-	be->upload(be, m->dec_idx, s->parent, (size_t) next * sizeof(int32_t));
+	be->upload(be, s->idx, s->parent, (size_t) next * sizeof(int32_t));
 	for (l = 0; l < Ld && i < next; l++)
 	{
 		void	   *spare = s->cache[Ld];
 
 		if (in_place)
 		{
-			be->cache_gather(be, s->cache[l], row_stride, s->cache[l], row_stride, false, m->dec_idx, next,
-							 (size_t) (t + 1) * 2 * s->d);
+			be->cache_gather(be, s->cache[l], row_stride, s->cache[l], row_stride, false, s->idx, next,
+							 (size_t) positions * 2 * s->d);
 			continue;
 		}
 		/* gather layer l into the spare buffer, which becomes layer l's */
-		be->cache_gather(be, spare, row_stride, s->cache[l], row_stride, false, m->dec_idx, next,
-						 (size_t) (t + 1) * 2 * s->d);
+		be->cache_gather(be, spare, row_stride, s->cache[l], row_stride, false, s->idx, next,
+						 (size_t) positions * 2 * s->d);
 		s->cache[Ld] = s->cache[l];
 		s->cache[l] = spare;
 	}
@@ -542,105 +674,99 @@ check_options(const TfModel *m, const TfDecodeOptions *opt, int batch, char *err
 }
 
 /*
- * The best K continuations of each of the R live rows from their logits
- * [R, V], brought to the host in one download: top_logp [R, K], eos_logp
- * [R] and top_id [R, K], packed in that order for the current R.
+ * The best K continuations of each of rows rows of logits [rows, V] into
+ * the pending results of rows r0 .. r0 + rows - 1 (top_logp, eos_logp,
+ * top_id), brought to the host in one download.
  */
 static void
-topk_step(Search *s, const float *logits)
+topk_rows(TfStream *s, const float *logits, int rows, int r0)
 {
 	TfBackend  *be = s->m->be;
-	size_t		RK = (size_t) s->R * s->K;
+	size_t		RK = (size_t) rows * s->K;
 	float	   *d = s->d_packed;
 
-	be->log_softmax_topk(be, logits, s->R, s->V, s->K, d, (int32_t *) (d + RK + s->R), s->m->config.pad_id,
-						 s->opt->eos_id, d + RK);
-	be->download(be, s->packed, d, (2 * RK + s->R) * sizeof(float));
-	s->top_logp = s->packed;
-	s->eos_logp = s->packed + RK;
-	s->top_id = (int32_t *) (s->packed + RK + s->R);
+	be->log_softmax_topk(be, logits, rows, s->V, s->K, d, (int32_t *) (d + RK + rows), s->m->config.pad_id,
+						 s->opt.eos_id, d + RK);
+	be->download(be, s->packed, d, (2 * RK + rows) * sizeof(float));
+	memcpy(s->top_logp + (size_t) r0 * s->K, s->packed, RK * sizeof(float));
+	memcpy(s->eos_logp + r0, s->packed + RK, rows * sizeof(float));
+	memcpy(s->top_id + (size_t) r0 * s->K, s->packed + RK + rows, RK * sizeof(int32_t));
 }
 
-/* The search (tf_model_translate after the BOS forward pass); signals are blocked only while computing. */
-static int
-search_run(Search *s, char *err, size_t errlen)
+/* A stream on m with options opt (checked), empty; NULL when out of memory. */
+static TfStream *
+stream_new(TfModel *m, const TfDecodeOptions *opt)
+{
+	TfStream   *s = calloc(1, sizeof(TfStream));
+
+	if (s == NULL)
+		return NULL;
+	s->m = m;
+	s->opt = *opt;
+	s->K = opt->beam_size;
+	s->V = m->config.vocab_size;
+	s->d = m->config.d_model;
+	s->F = m->config.d_ff;
+	s->H = m->config.num_heads;
+	s->Ld = m->config.num_decoder_layers;
+	return s;
+}
+
+int
+tf_stream_create(TfModel *m, const TfDecodeOptions *opt, TfStream **out, char *err, size_t errlen)
+{
+	*out = NULL;
+	if (check_options(m, opt, 1, err, errlen) != TF_OK)
+		return TF_ERROR;
+	*out = stream_new(m, opt);
+	if (*out == NULL)
+	{
+		snprintf(err, errlen, "out of memory for a translation stream");
+		return TF_ERROR;
+	}
+	return TF_OK;
+}
+
+void
+tf_stream_free(TfStream *s)
+{
+	TfBackend  *be;
+
+	if (s == NULL)
+		return;
+	be = s->m->be;
+	if (s->host != NULL)
+		free_finished(s);
+	free(s->host);
+	be->free(be, s->arena);
+	be->free(be, s->idx);
+	be->free(be, s->pstart);
+	free(s);
+}
+
+int
+tf_stream_add(TfStream *s, const int32_t *src, int batch, int src_len, const int64_t *tags, char *err,
+			  size_t errlen)
 {
 	TfModel    *m = s->m;
 	TfBackend  *be = m->be;
 	const TfConfig *c = &m->config;
 	int			Le = c->num_encoder_layers;
-	int			t = 0;
-	int			l;
+	size_t		d = s->d;
+	TfBatch		b = {0};
+	int32_t    *bos;
+	int			S = s->S,
+				max_src = s->max_src,
+				slot = 0,
+				i,
+				l;
 	sigset_t	old;
 
-	/* step 0 came from the forward pass: its rows are the sentences */
-	s->R = s->B;
-	for (l = 0; l < s->R; l++)
+	if (batch < 1)
 	{
-		s->row_sent[l] = l;
-		s->row_logp[l] = 0.0;
-	}
-	tf_block_signals(&old);
-	for (l = 0; l < c->num_decoder_layers; l++)
-	{
-		const LayerActs *a = &m->acts[Le + l];
-
-		s->kv_cross[l] = a->kv_cross;
-		be->cache_gather(be, s->cache[l], (size_t) s->Tmax * 2 * s->d, a->qkv + s->d, 3 * (size_t) s->d, true,
-						 NULL, s->B, 2 * (size_t) s->d);
-	}
-	topk_step(s, m->logits);
-	for (;;)
-	{
-		int			next;
-
-		tf_restore_signals(&old);
-		if (be->status(be, err, errlen) != TF_OK)
-			return TF_ERROR;
-		next = select_candidates(s, t);
-		if (next < 0)
-		{
-			snprintf(err, errlen, "out of memory for translation hypotheses");
-			return TF_ERROR;
-		}
-		if (next == 0)
-			return TF_OK;
-		if (s->opt->interrupted != NULL && s->opt->interrupted(s->opt->interrupt_arg))
-		{
-			snprintf(err, errlen, "translation interrupted");
-			return TF_ERROR;
-		}
-		tf_block_signals(&old);
-		reorder(s, next, t);
-		t++;
-		decoder_step(s, t);
-		topk_step(s, s->logits);
-	}
-}
-
-int
-tf_model_translate(TfModel *m, const int32_t *src, int batch, int src_len, const TfDecodeOptions *opt,
-				   TfHypothesis *out, char *err, size_t errlen)
-{
-	const TfConfig *c = &m->config;
-	Search		s;
-	TfBatch		b = {0};
-	int32_t    *bos = NULL;
-	int			i,
-				rc = TF_ERROR;
-
-	memset(&s, 0, sizeof(s));
-	if (check_options(m, opt, batch, err, errlen) != TF_OK)
+		snprintf(err, errlen, "empty batch: %d sentences", batch);
 		return TF_ERROR;
-	s.m = m;
-	s.opt = opt;
-	s.B = batch;
-	s.K = opt->beam_size;
-	s.V = c->vocab_size;
-	s.d = c->d_model;
-	s.F = c->d_ff;
-	s.H = c->num_heads;
-	s.rows_cap = batch * opt->beam_size;
+	}
 
 	/* the first step: encoder, cross keys/values and position 0 in one forward pass */
 	bos = malloc(2 * (size_t) batch * sizeof(int32_t));
@@ -651,8 +777,8 @@ tf_model_translate(TfModel *m, const int32_t *src, int batch, int src_len, const
 	}
 	for (i = 0; i < batch; i++)
 	{
-		bos[i] = opt->bos_id;
-		bos[batch + i] = opt->eos_id;
+		bos[i] = s->opt.bos_id;
+		bos[batch + i] = s->opt.eos_id;
 	}
 	b.batch_size = batch;
 	b.src_len = src_len;
@@ -660,48 +786,174 @@ tf_model_translate(TfModel *m, const int32_t *src, int batch, int src_len, const
 	b.src = src;
 	b.tgt_in = bos;
 	b.labels = bos + batch;
-	if (tf_model_forward(m, &b, false, NULL, NULL, err, errlen) != TF_OK)
-		goto done;
+	i = tf_model_forward(m, &b, false, NULL, NULL, err, errlen);
+	free(bos);
+	if (i != TF_OK)
+		return TF_ERROR;
 	tf_model_reset_stats(m);
-
-	/* lengths and limits */
-	s.max_src = m->lay.max_src;
 	for (i = 0; i < batch; i++)
 		if (m->lay.ints[i + 1] == m->lay.ints[i])
 		{
 			snprintf(err, errlen, "source %d is empty: a source needs at least its EOS", i);
-			goto done;
+			return TF_ERROR;
 		}
-	s.Tmax = output_limit(c, s.max_src, opt->max_length_offset) + 1;
-	if (!search_host_alloc(&s) || !search_backend_alloc(&s))
+
+	/* room: exactly the batch in an empty stream, else grown by half at least */
+	if (s->occupied == 0)
+		S = batch, max_src = m->lay.max_src;
+	else
 	{
-		snprintf(err, errlen, "out of memory for beam search over %d sentences x %d beams, %d positions",
-				 batch, s.K, s.Tmax);
-		goto done;
+		if (s->occupied + batch > S)
+			S = s->occupied + batch > 2 * S ? s->occupied + batch : 2 * S;
+		if (m->lay.max_src > max_src)
+		{
+			max_src = m->lay.max_src > max_src + max_src / 2 ? m->lay.max_src : max_src + max_src / 2;
+			max_src = max_src < c->max_positions ? max_src : c->max_positions;
+		}
 	}
+	if ((s->host == NULL || S != s->S || max_src != s->max_src || s->occupied == 0) &&
+		!stream_resize(s, S, max_src))
+	{
+		snprintf(err, errlen, "out of memory for beam search over %d sentences x %d beams, %d source positions",
+				 S, s->K, max_src);
+		return TF_ERROR;
+	}
+
+	/* the sentences take free slots; their one row each starts with the forward's results */
+	tf_block_signals(&old);
 	for (i = 0; i < batch; i++)
 	{
 		int			n = m->lay.ints[i + 1] - m->lay.ints[i];
 
-		s.src_first[i] = m->lay.ints[i];
-		s.src_count[i] = n;
-		s.max_len[i] = output_limit(c, n, opt->max_length_offset);
+		while (s->used[slot])
+			slot++;
+		s->used[slot] = true;
+		s->done[slot] = false;
+		s->src_count[slot] = n;
+		s->max_len[slot] = output_limit(c, n, s->opt.max_length_offset);
+		s->steps[slot] = 0;
+		s->finished_n[slot] = 0;
+		s->tag[slot] = tags != NULL ? tags[i] : i;
+		s->row_sent[s->R + i] = slot;
+		s->row_logp[s->R + i] = 0.0;
+		for (l = 0; l < s->Ld; l++)
+			be->copy(be, s->cross[l] + (size_t) slot * s->max_src * 2 * d,
+					 m->acts[Le + l].kv_cross + (size_t) m->lay.ints[i] * 2 * d, (size_t) n * 2 * d);
 	}
-	rc = search_run(&s, err, errlen);
-	if (rc == TF_OK)
-		for (i = 0; i < batch; i++)
-		{
-			int			j;
+	for (l = 0; l < s->Ld; l++)
+		be->cache_gather(be, (char *) s->cache[l] + (size_t) s->R * s->Tmax * 2 * d * be->cache_bytes,
+						 (size_t) s->Tmax * 2 * d, m->acts[Le + l].qkv + d, 3 * d, true, NULL, batch, 2 * d);
+	topk_rows(s, m->logits, batch, s->R);
+	tf_restore_signals(&old);
+	s->R += batch;
+	s->occupied += batch;
+	return be->status(be, err, errlen);
+}
 
-			for (j = 0; j < opt->nbest; j++)
+int
+tf_stream_step(TfStream *s, char *err, size_t errlen)
+{
+	TfBackend  *be = s->m->be;
+	int			next;
+	sigset_t	old;
+
+	if (s->R == 0)
+		return TF_OK;
+	next = select_candidates(s);
+	if (next < 0)
+	{
+		snprintf(err, errlen, "out of memory for translation hypotheses");
+		return TF_ERROR;
+	}
+	if (next == 0)
+	{
+		s->R = 0;
+		return TF_OK;
+	}
+	tf_block_signals(&old);
+	reorder(s, next);
+	decoder_step(s);
+	topk_rows(s, s->logits, s->R, 0);
+	tf_restore_signals(&old);
+	return be->status(be, err, errlen);
+}
+
+int
+tf_stream_sentences(const TfStream *s)
+{
+	return s->occupied - s->n_completed;
+}
+
+bool
+tf_stream_take(TfStream *s, int64_t *tag, TfHypothesis *out)
+{
+	int			sent,
+				j;
+
+	if (s->n_completed == 0)
+		return false;
+	sent = s->completed[0];
+	memmove(s->completed, s->completed + 1, --s->n_completed * sizeof(int));
+	*tag = s->tag[sent];
+	for (j = 0; j < s->opt.nbest; j++)
+	{
+		out[j] = s->finished[(size_t) sent * s->K + j];
+		s->finished[(size_t) sent * s->K + j].tokens = NULL;
+	}
+	tf_hypotheses_free(s->finished + (size_t) sent * s->K, s->finished_n[sent]);
+	s->finished_n[sent] = 0;
+	s->used[sent] = false;
+	s->occupied--;
+	return true;
+}
+
+int
+tf_model_translate(TfModel *m, const int32_t *src, int batch, int src_len, const TfDecodeOptions *opt,
+				   TfHypothesis *out, char *err, size_t errlen)
+{
+	TfStream   *s;
+	int			rc = TF_ERROR;
+
+	if (check_options(m, opt, batch, err, errlen) != TF_OK)
+		return TF_ERROR;
+	s = stream_new(m, opt);
+	if (s == NULL)
+	{
+		snprintf(err, errlen, "out of memory for a batch of %d sentences", batch);
+		return TF_ERROR;
+	}
+	/* the model keeps the backend buffers between calls */
+	s->arena = m->dec_arena, s->arena_floats = m->dec_arena_floats;
+	s->idx = m->dec_idx, s->idx_capacity = m->dec_idx_capacity;
+	s->pstart = m->dec_pstart, s->pstart_capacity = m->dec_pstart_capacity;
+	m->dec_arena = NULL, m->dec_idx = NULL, m->dec_pstart = NULL;
+	if (tf_stream_add(s, src, batch, src_len, NULL, err, errlen) == TF_OK)
+	{
+		for (;;)
+		{
+			if (tf_stream_step(s, err, errlen) != TF_OK)
+				break;
+			if (s->R == 0)
 			{
-				out[(size_t) i * opt->nbest + j] = s.finished[(size_t) i * s.K + j];
-				s.finished[(size_t) i * s.K + j].tokens = NULL;
+				int64_t		tag;
+
+				/* tags are the sentences' indexes */
+				while (s->n_completed > 0)
+					tf_stream_take(s, &tag, out + (size_t) s->tag[s->completed[0]] * opt->nbest);
+				rc = TF_OK;
+				break;
+			}
+			if (opt->interrupted != NULL && opt->interrupted(opt->interrupt_arg))
+			{
+				snprintf(err, errlen, "translation interrupted");
+				break;
 			}
 		}
-
-done:
-	search_host_free(&s);
-	free(bos);
+	}
+	m->dec_arena = s->arena, m->dec_arena_floats = s->arena_floats;
+	m->dec_idx = s->idx, m->dec_idx_capacity = s->idx_capacity;
+	m->dec_pstart = s->pstart, m->dec_pstart_capacity = s->pstart_capacity;
+	s->arena = NULL, s->idx = NULL, s->pstart = NULL;
+	tf_stream_free(s);
 	return rc;
 }

@@ -409,6 +409,51 @@ typedef struct TfHypothesis
 int			tf_model_translate(TfModel *model, const int32_t *src, int batch, int src_len,
 							   const TfDecodeOptions *opt, TfHypothesis *out, char *err, size_t errlen);
 
+/*
+ * Continuous batching: a beam search (as tf_model_translate's, options fixed
+ * at creation) that sentences join between steps and leave when done.
+ * Sentences in one stream compute as rows of the same engine calls, each at
+ * its own position, so their results are those of translating them alone
+ * (up to the rounding of GEMMs of other row counts). The stream keeps its
+ * own caches and source keys/values; the model may run other work between
+ * the stream's calls (tf_stream_add runs a forward pass itself).
+ */
+typedef struct TfStream TfStream;
+
+/* An empty stream on model with options opt. Errors: invalid options, no memory. */
+int			tf_stream_create(TfModel *model, const TfDecodeOptions *opt, TfStream **out, char *err, size_t errlen);
+
+/*
+ * Sentences join: src [batch, src_len] as for tf_model_translate, tags[i]
+ * (NULL: i) returned with sentence i's hypotheses. Runs their encoder and
+ * first decoder position; their first step is taken by the next
+ * tf_stream_step. Errors: bad ids, an empty source, no memory (the stream
+ * is then unchanged).
+ */
+int			tf_stream_add(TfStream *stream, const int32_t *src, int batch, int src_len, const int64_t *tags,
+						  char *err, size_t errlen);
+
+/*
+ * One step of every sentence in the stream: chooses the continuations of
+ * the live hypotheses (a sentence that is done becomes available to
+ * tf_stream_take) and runs the decoder for them. Errors: the backend's, no
+ * memory (the stream is then unusable: free it).
+ */
+int			tf_stream_step(TfStream *stream, char *err, size_t errlen);
+
+/* Sentences still searched: added and not yet done. */
+int			tf_stream_sentences(const TfStream *stream);
+
+/*
+ * A done sentence, in the order they finished: its tag and its opt.nbest
+ * best hypotheses in out [nbest] (free with tf_hypotheses_free); false
+ * when none is done.
+ */
+bool		tf_stream_take(TfStream *stream, int64_t *tag, TfHypothesis *out);
+
+/* Frees the stream and the hypotheses it still holds (NULL is ignored). */
+void		tf_stream_free(TfStream *stream);
+
 /* Frees the tokens of n hypotheses (from tf_model_translate). */
 void		tf_hypotheses_free(TfHypothesis *hyps, int n);
 

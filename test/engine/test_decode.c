@@ -2,7 +2,7 @@
  * test_decode.c - translation against the PyTorch reference search of
  * test/fixtures/decode_fixture.bin (token ids, log-probabilities, scores,
  * n-best lists), incremental decoding against full-prefix scoring,
- * batching independence, scoring and attention probabilities, bad options.
+ * batching independence, continuous batching (streams), scoring and attention probabilities, bad options.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -176,6 +176,107 @@ check_search(const Fixture *fx, TfModel *m)
 		   cases, checked, rescored, worst);
 }
 
+/* Takes every done sentence of a stream and compares it with the reference; returns how many. */
+static int
+take_done(const Fixture *fx, TfStream *st, int c, int nbest)
+{
+	TfHypothesis h[64];
+	int64_t		tag;
+	int			n = 0;
+
+	while (tf_stream_take(st, &tag, h))
+	{
+		compare_case(fx, c, h, (int) tag, 1, nbest);
+		tf_hypotheses_free(h, nbest);
+		n++;
+	}
+	return n;
+}
+
+/*
+ * Continuous batching: sentences joining a stream at different steps (the
+ * shortest first, so the stream grows in sentences and source positions
+ * while it holds hypotheses) get PyTorch's hypotheses, as alone.
+ */
+static void
+check_stream(const Fixture *fx, TfModel *m)
+{
+	const int32_t *cfg = fixture_get(fx, "config")->data;
+	const FixTensor *src = fixture_get(fx, "src");
+	const int32_t *ids = src->data;
+	int			L = (int) src->count / 4;
+	int			order[4] = {0, 1, 2, 3},
+				len[4];
+	int			cases = cfg[9],
+				taken_all = 0,
+				c,
+				i,
+				j;
+	char		err[TF_ERRLEN];
+
+	for (i = 0; i < 4; i++)
+		for (len[i] = 0; len[i] < L && ids[i * L + len[i]] != cfg[6]; len[i]++)
+			;
+	for (i = 1; i < 4; i++)
+		for (j = i; j > 0 && len[order[j]] < len[order[j - 1]]; j--)
+		{
+			int			t = order[j];
+
+			order[j] = order[j - 1];
+			order[j - 1] = t;
+		}
+	CHECK(len[order[0]] < len[order[3]], "the fixture's sources have equal lengths: no growth tested");
+	for (c = 0; c < cases; c++)
+	{
+		char		name[64];
+		const int32_t *o;
+		TfDecodeOptions opt;
+		TfStream   *st;
+		int32_t		pair[2 * 64],
+					empty[2] = {cfg[6], cfg[6]};
+		int64_t		tags[2] = {order[2], order[3]};
+		int			taken = 0,
+					steps = 0;
+
+		snprintf(name, sizeof(name), "case%d.options", c);
+		o = fixture_get(fx, name)->data;
+		tf_decode_options_default(&opt);
+		opt.beam_size = o[0];
+		opt.nbest = o[1];
+		opt.length_penalty = o[2] / 1000.0f;
+		opt.max_length_offset = o[3];
+		opt.bos_id = cfg[7];
+		opt.eos_id = cfg[8];
+		CHECK(tf_stream_create(m, &opt, &st, err, sizeof(err)) == TF_OK, "stream: %s", err);
+		if (st == NULL || L > 64)
+			continue;
+		CHECK(tf_stream_add(st, ids + (size_t) order[0] * L, 1, L, (int64_t[]) {order[0]}, err, sizeof(err)) == TF_OK,
+			  "add: %s", err);
+		CHECK(tf_stream_add(st, empty, 1, 2, NULL, err, sizeof(err)) == TF_ERROR && strstr(err, "empty") != NULL,
+			  "an empty source joined: %s", err);
+		for (i = 0; i < 2; i++, steps++)
+			CHECK(tf_stream_step(st, err, sizeof(err)) == TF_OK, "step: %s", err);
+		taken += take_done(fx, st, c, opt.nbest);
+		CHECK(tf_stream_add(st, ids + (size_t) order[1] * L, 1, L, (int64_t[]) {order[1]}, err, sizeof(err)) == TF_OK,
+			  "add: %s", err);
+		CHECK(tf_stream_step(st, err, sizeof(err)) == TF_OK, "step: %s", err);
+		taken += take_done(fx, st, c, opt.nbest);
+		memcpy(pair, ids + (size_t) order[2] * L, L * sizeof(int32_t));
+		memcpy(pair + L, ids + (size_t) order[3] * L, L * sizeof(int32_t));
+		CHECK(tf_stream_add(st, pair, 2, L, tags, err, sizeof(err)) == TF_OK, "add: %s", err);
+		while (tf_stream_sentences(st) > 0 && steps++ < 1000)
+		{
+			CHECK(tf_stream_step(st, err, sizeof(err)) == TF_OK, "step: %s", err);
+			taken += take_done(fx, st, c, opt.nbest);
+		}
+		taken += take_done(fx, st, c, opt.nbest);
+		CHECK(taken == 4, "case %d: %d sentences left the stream, not 4", c, taken);
+		taken_all += taken;
+		tf_stream_free(st);
+	}
+	printf("  stream: %d cases, %d sentences joining at steps 0, 2, 3, 3 equal to PyTorch's\n", cases, taken_all);
+}
+
 /* Log-probabilities and attention probabilities of teacher-forced pairs against PyTorch. */
 static void
 check_score_and_attention(const Fixture *fx, TfModel *m)
@@ -298,6 +399,7 @@ test_decode(const char *fixtures)
 	if (m != NULL)
 	{
 		check_search(&fx, m);
+		check_stream(&fx, m);
 		check_score_and_attention(&fx, m);
 		check_bad_options(&fx, m);
 	}
