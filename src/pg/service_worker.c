@@ -8,13 +8,21 @@
  * when that fails). Its loop:
  * wait on the latch for posted requests; from the first one, gather more
  * for at most attention.service_batch_wait_ms or until
- * attention.service_batch_sentences sentences are in; then serve them in
- * arrival order of their checkpoints (the one each statement saw: after a
- * redeploy the queued requests finish on the old checkpoint, then the new
- * one is loaded), requests with equal options decoded together (identical
- * sources once, length-sorted engine calls), and answer each in its own
- * queue. A request's own error (an over-long source) is its answer alone;
- * a checkpoint that does not load fails the requests that asked for it.
+ * attention.service_batch_sentences sentences are in. Translations
+ * (translate, translate(text[]), the batched-rows node) of the loaded
+ * checkpoint are decoded by continuous batching: their sentences join one
+ * engine stream (tf_stream_*) between its steps, each request is answered
+ * as soon as its own sentences are done, and while the stream decodes,
+ * requests that arrive join at the next step instead of waiting for the
+ * batch's longest sentence. Everything else (n-best lists, scores, another
+ * checkpoint or other options than the stream's) waits until the stream
+ * drains (no new sentences join it meanwhile) and is then served in
+ * batches: in arrival order of their checkpoints (the one each statement
+ * saw: after a redeploy the queued requests finish on the old checkpoint,
+ * then the new one is loaded), requests with equal options decoded
+ * together (identical sources once, length-sorted engine calls). A
+ * request's own error (an over-long source) is its answer alone; a
+ * checkpoint that does not load fails the requests that asked for it.
  * When idle it checks once a second that the model still exists, and
  * exits when it was dropped. stop_service sets the slot STOPPING: it
  * answers what is queued, then exits. On exit the slot is freed and its
@@ -46,14 +54,19 @@
 
 #define IDLE_CHECK_MS 1000		/* how often an idle service checks that its model exists */
 
-/* A request taken from the queue, with its segment and answer queue. */
+/* A request taken from the queue, with its segment and answer queue, in its own memory context. */
 typedef struct Call
 {
+	MemoryContext cxt;			/* holds the call, its request and results */
 	dsm_segment *segment;
 	shm_mq_handle *answer;
 	ServiceRequest req;
 	Encoded    *encoded;		/* the request's sources (TRANSLATE, NBEST) */
 	bool		done;			/* answered */
+	/* in the stream: translations so far, sentences still decoding, output tokens */
+	text	  **results;
+	int			pending;
+	int64		tokens;
 } Call;
 
 static ServiceSlot *slot;
@@ -61,6 +74,17 @@ static int64 round_tokens;		/* output tokens of the round being served */
 static uint64 my_generation;
 static int32 model_id;
 static char device[16];
+static MemoryContext calls_cxt;	/* parent of the calls' contexts */
+static AttentionModel *loaded;	/* the checkpoint loaded last (NULL while loading) */
+
+/* The stream of translations and the decoding options it was created with. */
+static TfStream *stream;
+static AttentionModel *stream_model;
+static ServiceRequest stream_key;
+static Call **streamed;			/* [places]: calls with sentences in the stream, NULL: a free place */
+static int	places,
+			places_room;
+static int	n_streamed;			/* calls in the stream */
 
 /* Frees the slot when the process exits (whatever the reason). */
 static void
@@ -118,11 +142,12 @@ catch_error(MemoryContext cxt)
 
 /*
  * Takes the posted requests: attaches each segment (one whose requester
- * already left cannot be, and is skipped) and reads its request. Adds them
- * to *calls ([*n], room *room) and their sentences to *sentences.
+ * already left cannot be, and is skipped) and reads its request into a new
+ * call in its own context. Adds them to *calls ([*n], room *room, in
+ * calls_cxt) and their sentences to *sentences.
  */
 static void
-take_requests(Call **calls, int *n, int *room, int *sentences)
+take_requests(Call ***calls, int *n, int *room, int *sentences)
 {
 	ServicePending pending[SERVICE_QUEUE];
 	int			count = 0,
@@ -150,19 +175,25 @@ take_requests(Call **calls, int *n, int *room, int *sentences)
 			rq = shm_mq_attach((shm_mq *) ((char *) h + h->request_offset), seg, NULL);
 			if (h->pid == pending[i].pid && shm_mq_receive(rq, &len, &data, true) == SHM_MQ_SUCCESS)
 			{
+				MemoryContext cxt = AllocSetContextCreate(calls_cxt, "attention service request",
+														  ALLOCSET_SMALL_SIZES);
+				MemoryContext old = MemoryContextSwitchTo(cxt);
+
 				if (*n == *room)
 				{
 					*room *= 2;
-					*calls = repalloc(*calls, *room * sizeof(Call));
+					*calls = repalloc(*calls, *room * sizeof(Call *));
 				}
-				c = &(*calls)[(*n)++];
-				memset(c, 0, sizeof(Call));
+				c = palloc0(sizeof(Call));
+				(*calls)[(*n)++] = c;
+				c->cxt = cxt;
 				c->segment = seg;
 				c->answer = shm_mq_attach((shm_mq *) ((char *) h + h->answer_offset), seg, NULL);
 				buf.data = data;
 				buf.len = buf.maxlen = (int) len;
 				buf.cursor = 0;
 				service_read_request(&buf, &c->req);
+				MemoryContextSwitchTo(old);
 				*sentences += c->req.n;
 				continue;
 			}
@@ -217,10 +248,12 @@ service_model(int64 checkpoint_id)
 	/* the tensors as the owner reads them (row-level security); an ERROR restores the user */
 	GetUserIdAndSecContext(&save_user, &save_sec);
 	SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
+	loaded = NULL;				/* loading another checkpoint frees the one loaded */
 	am = attention_model_load(&d, device, true);
 	SetUserIdAndSecContext(save_user, save_sec);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	loaded = am;
 	return am;
 }
 
@@ -242,12 +275,15 @@ encode_request(AttentionModel *am, Call *c, MemoryContext cxt)
 
 	PG_TRY();
 	{
+		MemoryContext old = MemoryContextSwitchTo(c->cxt);
+
 		attention_max_input_tokens = c->req.max_input_tokens;
 		c->encoded = palloc0(Max(c->req.n, 1) * sizeof(Encoded));
 		if (c->req.kind != SERVICE_SCORE)
 			for (i = 0; i < c->req.n; i++)
 				if (c->req.texts[i] != NULL)
 					c->encoded[i] = encode_text(am, c->req.texts[i], true, SPM_SOURCE);
+		MemoryContextSwitchTo(old);
 	}
 	PG_CATCH();
 	{
@@ -282,9 +318,9 @@ put_hypothesis(void *arg, text *translation, double score, ArrayType *pieces)
  * requests it concerns. Adds the output tokens to round_tokens.
  */
 static void
-serve_group(AttentionModel *am, Call *calls, int n, int first, MemoryContext cxt)
+serve_group(AttentionModel *am, Call **calls, int n, int first, MemoryContext cxt)
 {
-	ServiceRequest *key = &calls[first].req;
+	ServiceRequest *key = &calls[first]->req;
 	TfDecodeOptions opt = decode_options(am, key->beam_size, key->nbest, key->length_penalty,
 										 key->max_length_offset);
 	int			total = 0,
@@ -293,8 +329,8 @@ serve_group(AttentionModel *am, Call *calls, int n, int first, MemoryContext cxt
 				k;
 
 	for (i = first; i < n; i++)
-		if (!calls[i].done && same_options(&calls[i].req, key))
-			total += calls[i].req.n;
+		if (!calls[i]->done && same_options(&calls[i]->req, key))
+			total += calls[i]->req.n;
 	if (key->kind == SERVICE_TRANSLATE)
 	{
 		PG_TRY();
@@ -303,23 +339,23 @@ serve_group(AttentionModel *am, Call *calls, int n, int first, MemoryContext cxt
 			text	  **results = palloc(Max(total, 1) * sizeof(text *));
 
 			for (i = first, k = 0; i < n; i++)
-				if (!calls[i].done && same_options(&calls[i].req, key))
+				if (!calls[i]->done && same_options(&calls[i]->req, key))
 				{
-					memcpy(pool + k, calls[i].encoded, calls[i].req.n * sizeof(Encoded));
-					k += calls[i].req.n;
+					memcpy(pool + k, calls[i]->encoded, calls[i]->req.n * sizeof(Encoded));
+					k += calls[i]->req.n;
 				}
 			translate_encoded(am, pool, total, &opt, attention_service_batch_sentences, results, &round_tokens);
 			for (i = first, k = 0; i < n; i++)
-				if (!calls[i].done && same_options(&calls[i].req, key))
+				if (!calls[i]->done && same_options(&calls[i]->req, key))
 				{
 					StringInfoData buf;
 					int			j;
 
 					initStringInfo(&buf);
 					pq_sendint32(&buf, 0);
-					for (j = 0; j < calls[i].req.n; j++)
+					for (j = 0; j < calls[i]->req.n; j++)
 						service_put_text(&buf, results[k++]);
-					answer(&calls[i], &buf);
+					answer(calls[i], &buf);
 				}
 		}
 		PG_CATCH();
@@ -327,8 +363,8 @@ serve_group(AttentionModel *am, Call *calls, int n, int first, MemoryContext cxt
 			ErrorData  *e = catch_error(cxt);
 
 			for (i = first; i < n; i++)
-				if (!calls[i].done && same_options(&calls[i].req, key))
-					answer_error(&calls[i], e);
+				if (!calls[i]->done && same_options(&calls[i]->req, key))
+					answer_error(calls[i], e);
 		}
 		PG_END_TRY();
 		return;
@@ -337,7 +373,7 @@ serve_group(AttentionModel *am, Call *calls, int n, int first, MemoryContext cxt
 	/* n-best lists and scores: each request on its own, its ERROR its answer */
 	for (i = first; i < n; i++)
 	{
-		Call	   *c = &calls[i];
+		Call	   *c = calls[i];
 		StringInfoData buf;
 
 		if (c->done || !same_options(&c->req, key))
@@ -371,13 +407,13 @@ serve_group(AttentionModel *am, Call *calls, int n, int first, MemoryContext cxt
  * not load: then every request for that checkpoint is answered its ERROR.
  */
 static AttentionModel *
-model_for(Call *calls, int n, int i, MemoryContext cxt)
+model_for(Call **calls, int n, int i, MemoryContext cxt)
 {
 	AttentionModel *volatile am = NULL;
 
 	PG_TRY();
 	{
-		am = service_model(calls[i].req.checkpoint_id);
+		am = service_model(calls[i]->req.checkpoint_id);
 	}
 	PG_CATCH();
 	{
@@ -386,8 +422,8 @@ model_for(Call *calls, int n, int i, MemoryContext cxt)
 
 		AbortCurrentTransaction();
 		for (j = i; j < n; j++)
-			if (!calls[j].done && calls[j].req.checkpoint_id == calls[i].req.checkpoint_id)
-				answer_error(&calls[j], e);
+			if (!calls[j]->done && calls[j]->req.checkpoint_id == calls[i]->req.checkpoint_id)
+				answer_error(calls[j], e);
 	}
 	PG_END_TRY();
 	return am;
@@ -395,7 +431,7 @@ model_for(Call *calls, int n, int i, MemoryContext cxt)
 
 /* Serves the gathered calls[0 .. n): checkpoints in order of first request. */
 static void
-serve(Call *calls, int n, MemoryContext cxt)
+serve(Call **calls, int n, MemoryContext cxt)
 {
 	int			i,
 				j,
@@ -403,21 +439,21 @@ serve(Call *calls, int n, MemoryContext cxt)
 
 	round_tokens = 0;
 	for (i = 0; i < n; i++)
-		sentences += calls[i].req.n;
+		sentences += calls[i]->req.n;
 	for (i = 0; i < n; i++)
 	{
 		AttentionModel *am;
 
-		if (calls[i].done || (am = model_for(calls, n, i, cxt)) == NULL)
+		if (calls[i]->done || (am = model_for(calls, n, i, cxt)) == NULL)
 			continue;
 		SpinLockAcquire(&slot->mutex);
 		slot->checkpoint_id = am->checkpoint_id;
 		SpinLockRelease(&slot->mutex);
 		for (j = i; j < n; j++)
-			if (!calls[j].done && calls[j].req.checkpoint_id == am->checkpoint_id)
-				encode_request(am, &calls[j], cxt);
+			if (!calls[j]->done && calls[j]->req.checkpoint_id == am->checkpoint_id)
+				encode_request(am, calls[j], cxt);
 		for (j = i; j < n; j++)
-			if (!calls[j].done && calls[j].req.checkpoint_id == am->checkpoint_id)
+			if (!calls[j]->done && calls[j]->req.checkpoint_id == am->checkpoint_id)
 				serve_group(am, calls, n, j, cxt);
 	}
 	SpinLockAcquire(&slot->mutex);
@@ -426,6 +462,212 @@ serve(Call *calls, int n, MemoryContext cxt)
 	slot->tokens += round_tokens;
 	slot->batches++;
 	SpinLockRelease(&slot->mutex);
+}
+
+/* Adds an answered request's counts to the slot's. */
+static void
+count_served(int requests, int sentences, int64 tokens, int batches)
+{
+	SpinLockAcquire(&slot->mutex);
+	slot->requests += requests;
+	slot->sentences += sentences;
+	slot->tokens += tokens;
+	slot->batches += batches;
+	SpinLockRelease(&slot->mutex);
+}
+
+/* Answers a streamed call with its translations, counts it and frees it. */
+static void
+answer_translations(Call *c)
+{
+	StringInfoData buf;
+	int			j;
+
+	initStringInfo(&buf);
+	pq_sendint32(&buf, 0);
+	for (j = 0; j < c->req.n; j++)
+		service_put_text(&buf, c->results[j]);
+	answer(c, &buf);
+	count_served(1, c->req.n, c->tokens, 0);
+	MemoryContextDelete(c->cxt);
+}
+
+/* Fails every streamed call with message and frees the stream (an engine failure). */
+static void
+stream_fail(const char *message)
+{
+	ErrorData	e = {0};
+	int			i;
+
+	e.sqlerrcode = ERRCODE_INTERNAL_ERROR;
+	e.message = psprintf("translation with model \"%s\" failed: %s", stream_model->name, message);
+	for (i = 0; i < places; i++)
+		if (streamed[i] != NULL)
+		{
+			answer_error(streamed[i], &e);
+			MemoryContextDelete(streamed[i]->cxt);
+			streamed[i] = NULL;
+		}
+	n_streamed = 0;
+	tf_stream_free(stream);
+	stream = NULL;
+}
+
+/*
+ * Can call c join the stream? A translation of the loaded checkpoint with
+ * the stream's options (any options when the stream holds nothing).
+ */
+static bool
+stream_accepts(const Call *c)
+{
+	if (c->req.kind != SERVICE_TRANSLATE || loaded == NULL || c->req.checkpoint_id != loaded->checkpoint_id)
+		return false;
+	if (stream == NULL || n_streamed == 0)
+		return true;
+	return stream_model == loaded && same_options(&c->req, &stream_key);
+}
+
+/*
+ * The calls join[0 .. n) join the stream: encoded (a request's own ERROR is
+ * its answer), their non-empty sentences added in one engine call, tagged
+ * with the call's place in `streamed` and the sentence's index. Calls with
+ * nothing to decode are answered at once.
+ */
+static void
+stream_join(Call **join, int n, MemoryContext cxt)
+{
+	int			sentences = 0,
+				len = 0,
+				added = 0,
+				place = 0,
+				i,
+				j;
+	int32	   *ids;
+	int64	   *tags;
+	char		err[TF_ERRLEN];
+	MemoryContext old;
+
+	if (stream != NULL && n_streamed == 0 && (stream_model != loaded || !same_options(&join[0]->req, &stream_key)))
+	{
+		tf_stream_free(stream);
+		stream = NULL;
+	}
+	if (stream == NULL)
+	{
+		TfDecodeOptions opt;
+
+		stream_key = join[0]->req;
+		opt = decode_options(loaded, stream_key.beam_size, 1, stream_key.length_penalty,
+							 stream_key.max_length_offset);
+		if (tf_stream_create(loaded->engine, &opt, &stream, err, sizeof(err)) != TF_OK)
+			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("%s", err)));
+		stream_model = loaded;
+	}
+	if (places_room < places + n)
+	{
+		places_room = Max(2 * places_room, places + n);
+		streamed = streamed == NULL ? MemoryContextAlloc(calls_cxt, places_room * sizeof(Call *)) :
+			repalloc(streamed, places_room * sizeof(Call *));
+		memset(streamed + places, 0, (places_room - places) * sizeof(Call *));
+	}
+	for (i = 0; i < n; i++)
+	{
+		Call	   *c = join[i];
+
+		encode_request(loaded, c, cxt);
+		if (c->done)
+		{
+			MemoryContextDelete(c->cxt);
+			join[i] = NULL;
+			continue;
+		}
+		old = MemoryContextSwitchTo(c->cxt);
+		c->results = palloc0(Max(c->req.n, 1) * sizeof(text *));
+		for (j = 0; j < c->req.n; j++)
+			if (c->encoded[j].ids != NULL && c->encoded[j].n == 0)
+				c->results[j] = cstring_to_text("");
+			else if (c->encoded[j].ids != NULL)
+			{
+				c->pending++;
+				len = Max(len, c->encoded[j].n + 1);
+			}
+		MemoryContextSwitchTo(old);
+		sentences += c->pending;
+	}
+	ids = palloc(Max(sentences, 1) * Max(len, 1) * sizeof(int32));
+	tags = palloc(Max(sentences, 1) * sizeof(int64));
+	for (i = 0; i < n; i++)
+	{
+		Call	   *c = join[i];
+
+		if (c == NULL)
+			continue;
+		if (c->pending == 0)
+		{
+			answer_translations(c);
+			continue;
+		}
+		while (place < places && streamed[place] != NULL)
+			place++;
+		for (j = 0; j < c->req.n; j++)
+			if (c->encoded[j].ids != NULL && c->encoded[j].n > 0)
+			{
+				int32	   *row = ids + (size_t) added * len;
+				int			t;
+
+				memcpy(row, c->encoded[j].ids, (c->encoded[j].n + 1) * sizeof(int32));
+				for (t = c->encoded[j].n + 1; t < len; t++)
+					row[t] = loaded->pad_id;
+				tags[added++] = (int64) place << 32 | j;
+			}
+		streamed[place] = c;
+		places = Max(places, place + 1);
+		n_streamed++;
+	}
+	if (added > 0)
+	{
+		if (tf_stream_add(stream, ids, added, len, tags, err, sizeof(err)) != TF_OK)
+			stream_fail(err);
+		else
+			count_served(0, 0, 0, 1);
+	}
+	pfree(ids);
+	pfree(tags);
+}
+
+/*
+ * One step of the stream; a call whose sentences are all done is answered
+ * and its place freed (its sentences' tags are its place and their
+ * indexes, so a call keeps its place while any is decoding).
+ */
+static void
+stream_step(void)
+{
+	char		err[TF_ERRLEN];
+	TfHypothesis h;
+	int64		tag;
+
+	if (tf_stream_step(stream, err, sizeof(err)) != TF_OK)
+	{
+		stream_fail(err);
+		return;
+	}
+	while (tf_stream_take(stream, &tag, &h))
+	{
+		Call	   *c = streamed[tag >> 32];
+		MemoryContext old = MemoryContextSwitchTo(c->cxt);
+
+		c->results[tag & 0xFFFFFFFF] = decode_ids(stream_model, h.tokens, h.length);
+		c->tokens += h.length;
+		tf_hypotheses_free(&h, 1);
+		MemoryContextSwitchTo(old);
+		if (--c->pending == 0)
+		{
+			answer_translations(c);
+			streamed[tag >> 32] = NULL;
+			n_streamed--;
+		}
+	}
 }
 
 /* Does the served model still exist? */
@@ -500,7 +742,10 @@ attention_service_main(Datum arg)
 	MemoryContext round;
 	Oid			database;
 	char		model[NAMEDATALEN * 2];
-	int			room = 64;
+	int			room = 64,
+				waiting_room = 64,
+				n_waiting = 0;
+	Call	  **waiting;		/* requests waiting for the stream to drain, oldest first */
 
 	slot = &service_slots[DatumGetInt32(arg)];
 	memcpy(&my_generation, MyBgworkerEntry->bgw_extra, sizeof(uint64));
@@ -532,17 +777,20 @@ attention_service_main(Datum arg)
 	elog(LOG, "attention: translation service for model \"%s\" started on %s", model, device);
 
 	round = AllocSetContextCreate(TopMemoryContext, "attention service round", ALLOCSET_DEFAULT_SIZES);
+	calls_cxt = AllocSetContextCreate(TopMemoryContext, "attention service requests", ALLOCSET_DEFAULT_SIZES);
+	waiting = MemoryContextAlloc(calls_cxt, room * sizeof(Call *));
 	for (;;)
 	{
-		Call	   *calls;
+		Call	  **calls;
 		int			n = 0,
-					sentences = 0;
+					sentences = 0,
+					i;
 		TimestampTz first = 0;
 		bool		stopping = false;
 
 		MemoryContextReset(round);
 		MemoryContextSwitchTo(round);
-		calls = palloc(room * sizeof(Call));
+		calls = palloc(room * sizeof(Call *));
 		for (;;)
 		{
 			long		timeout = IDLE_CHECK_MS;
@@ -558,6 +806,8 @@ attention_service_main(Datum arg)
 			SpinLockAcquire(&slot->mutex);
 			stopping = slot->state == SERVICE_STOPPING && slot->head == slot->tail;
 			SpinLockRelease(&slot->mutex);
+			if (n_streamed > 0)
+				break;			/* the stream decodes: new requests join its next step */
 			if (n > 0)
 			{
 				long		waited;
@@ -570,7 +820,7 @@ attention_service_main(Datum arg)
 					break;
 				timeout = attention_service_batch_wait_ms - waited;
 			}
-			else if (stopping)
+			else if (stopping || n_waiting > 0)
 				break;
 			pgstat_report_activity(STATE_IDLE, NULL);
 			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout, PG_WAIT_EXTENSION);
@@ -581,10 +831,46 @@ attention_service_main(Datum arg)
 				proc_exit(0);
 			}
 		}
-		if (n == 0)
+		if (n == 0 && n_streamed == 0 && n_waiting == 0)
 			break;				/* stopping with nothing queued */
-		pgstat_report_activity(STATE_RUNNING, psprintf("translating %d sentences of %d requests", sentences, n));
-		serve(calls, n, round);
+
+		/* translations join the stream, unless an older request waits for it to drain */
+		{
+			Call	  **join = palloc(Max(n, 1) * sizeof(Call *));
+			int			n_join = 0;
+
+			for (i = 0; i < n; i++)
+				if (n_waiting == 0 && stream_accepts(calls[i]) &&
+					(n_join == 0 || same_options(&calls[i]->req, &join[0]->req)))
+					join[n_join++] = calls[i];
+				else
+				{
+					if (n_waiting == waiting_room)
+					{
+						waiting_room *= 2;
+						waiting = repalloc(waiting, waiting_room * sizeof(Call *));
+					}
+					waiting[n_waiting++] = calls[i];
+				}
+			if (n_join > 0)
+				stream_join(join, n_join, round);
+		}
+		if (n_streamed > 0)
+		{
+			pgstat_report_activity(STATE_RUNNING, psprintf("translating %d requests", n_streamed));
+			stream_step();
+		}
+		if (n_streamed == 0 && n_waiting > 0)
+		{
+			/* the stream drained: the waiting requests in batches, the model they ask for loaded */
+			tf_stream_free(stream);
+			stream = NULL;
+			pgstat_report_activity(STATE_RUNNING, psprintf("serving %d requests", n_waiting));
+			serve(waiting, n_waiting, round);
+			for (i = 0; i < n_waiting; i++)
+				MemoryContextDelete(waiting[i]->cxt);
+			n_waiting = 0;
+		}
 	}
 	elog(LOG, "attention: translation service for model \"%s\" stopped", model);
 	proc_exit(0);
