@@ -600,7 +600,11 @@ select_candidates(TfStream *s)
 	return next;
 }
 
-/* Moves the next rows into place: host bookkeeping and the backend caches (each row's positions so far). */
+/*
+ * Moves the next rows into place: host bookkeeping and the backend caches,
+ * each row's positions so far (the rows of sentences that joined together,
+ * so have equal step counts, in one gather per layer).
+ */
 static void
 reorder(TfStream *s, int next)
 {
@@ -610,14 +614,14 @@ reorder(TfStream *s, int next)
 	int32_t    *tmp_i;
 	int		   *tmp_s;
 	double	   *tmp_d;
-	int			positions = 0;
-	int			l;
-	int			i;
+	int			positions = 0,
+				l,
+				i;
 	bool		in_place = true;
 
 	for (i = 0; i < next; i++)
 		positions = s->steps[s->next_sent[i]] > positions ? s->steps[s->next_sent[i]] : positions;
-	/* rows that only drop out (greedy search, finished sentences) move in place */
+	/* rows that only drop out (greedy search, finished sentences) move in place, all in one gather */
 	for (i = 0; i < next && in_place; i++)
 		in_place = s->parent[i] >= i && (i == 0 || s->parent[i] > s->parent[i - 1]);
 	for (i = 0; i < next && in_place && s->parent[i] == i; i++)
@@ -626,6 +630,8 @@ reorder(TfStream *s, int next)
 	for (l = 0; l < Ld && i < next; l++)
 	{
 		void	   *spare = s->cache[Ld];
+		int			r0,
+					r1;
 
 		if (in_place)
 		{
@@ -634,8 +640,15 @@ reorder(TfStream *s, int next)
 			continue;
 		}
 		/* gather layer l into the spare buffer, which becomes layer l's */
-		be->cache_gather(be, spare, row_stride, s->cache[l], row_stride, false, s->idx, next,
-						 (size_t) positions * 2 * s->d);
+		for (r0 = 0; r0 < next; r0 = r1)
+		{
+			int			steps = s->steps[s->next_sent[r0]];
+
+			for (r1 = r0 + 1; r1 < next && s->steps[s->next_sent[r1]] == steps; r1++)
+				;
+			be->cache_gather(be, (char *) spare + (size_t) r0 * row_stride * be->cache_bytes, row_stride,
+							 s->cache[l], row_stride, false, s->idx + r0, r1 - r0, (size_t) steps * 2 * s->d);
+		}
 		s->cache[Ld] = s->cache[l];
 		s->cache[l] = spare;
 	}
