@@ -561,7 +561,8 @@ cpu_attention(TfBackend *be, float *ctx, float *probs, const float *q, int ldq,
 	float		scale = 1.0f / sqrtf((float) dk);
 	int			pair;
 
-#pragma omp parallel for num_threads(st->threads) schedule(static)
+	/* a sentence's heads at a time, to whichever thread is free: sentences differ in length */
+#pragma omp parallel for num_threads(st->threads) schedule(dynamic, sh->num_heads)
 	for (pair = 0; pair < pairs; pair++)
 	{
 		AttnPair	a = attn_pair(sh, pair);
@@ -636,7 +637,8 @@ cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const flo
 	float		keep_scale = sh->dropout > 0.0f ? 1.0f / (1.0f - sh->dropout) : 1.0f;
 	int			pair;
 
-#pragma omp parallel for num_threads(st->threads) schedule(static)
+	/* a sentence's heads at a time, to whichever thread is free: sentences differ in length */
+#pragma omp parallel for num_threads(st->threads) schedule(dynamic, sh->num_heads)
 	for (pair = 0; pair < pairs; pair++)
 	{
 		AttnPair	a = attn_pair(sh, pair);

@@ -464,6 +464,19 @@ serve(Call **calls, int n, MemoryContext cxt)
 	SpinLockRelease(&slot->mutex);
 }
 
+/* Appends c to list [*n] (room *room, grown in calls_cxt); returns the list. */
+static Call **
+append_call(Call **list, int *n, int *room, Call *c)
+{
+	if (*n == *room)
+	{
+		*room *= 2;
+		list = repalloc(list, *room * sizeof(Call *));
+	}
+	list[(*n)++] = c;
+	return list;
+}
+
 /* Adds an answered request's counts to the slot's. */
 static void
 count_served(int requests, int sentences, int64 tokens, int batches)
@@ -744,8 +757,11 @@ attention_service_main(Datum arg)
 	char		model[NAMEDATALEN * 2];
 	int			room = 64,
 				waiting_room = 64,
-				n_waiting = 0;
+				n_waiting = 0,
+				held_room = 64,
+				n_held = 0;
 	Call	  **waiting;		/* requests waiting for the stream to drain, oldest first */
+	Call	  **held;			/* translations waiting for room in the stream, oldest first */
 
 	slot = &service_slots[DatumGetInt32(arg)];
 	memcpy(&my_generation, MyBgworkerEntry->bgw_extra, sizeof(uint64));
@@ -778,7 +794,8 @@ attention_service_main(Datum arg)
 
 	round = AllocSetContextCreate(TopMemoryContext, "attention service round", ALLOCSET_DEFAULT_SIZES);
 	calls_cxt = AllocSetContextCreate(TopMemoryContext, "attention service requests", ALLOCSET_DEFAULT_SIZES);
-	waiting = MemoryContextAlloc(calls_cxt, room * sizeof(Call *));
+	waiting = MemoryContextAlloc(calls_cxt, waiting_room * sizeof(Call *));
+	held = MemoryContextAlloc(calls_cxt, held_room * sizeof(Call *));
 	for (;;)
 	{
 		Call	  **calls;
@@ -820,7 +837,7 @@ attention_service_main(Datum arg)
 					break;
 				timeout = attention_service_batch_wait_ms - waited;
 			}
-			else if (stopping || n_waiting > 0)
+			else if (stopping || n_waiting > 0 || n_held > 0)
 				break;
 			pgstat_report_activity(STATE_IDLE, NULL);
 			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout, PG_WAIT_EXTENSION);
@@ -831,27 +848,48 @@ attention_service_main(Datum arg)
 				proc_exit(0);
 			}
 		}
-		if (n == 0 && n_streamed == 0 && n_waiting == 0)
+		if (n == 0 && n_streamed == 0 && n_waiting == 0 && n_held == 0)
 			break;				/* stopping with nothing queued */
 
-		/* translations join the stream, unless an older request waits for it to drain */
+		/*
+		 * Translations join the stream in arrival order, unless an older
+		 * request waits for it to drain; up to service_batch_sentences
+		 * sentences decode at once, the next translations are held until
+		 * there is room. Requests over that size are served in batches.
+		 */
 		{
-			Call	  **join = palloc(Max(n, 1) * sizeof(Call *));
-			int			n_join = 0;
+			Call	  **join = palloc(Max(n + n_held, 1) * sizeof(Call *));
+			int			n_join = 0,
+						joining = 0,
+						live = stream != NULL ? tf_stream_sentences(stream) : 0,
+						held_before = n_held;
+			bool		full = false;
 
-			for (i = 0; i < n; i++)
-				if (n_waiting == 0 && stream_accepts(calls[i]) &&
-					(n_join == 0 || same_options(&calls[i]->req, &join[0]->req)))
-					join[n_join++] = calls[i];
-				else
+			for (i = 0; i < held_before + n; i++)
+			{
+				Call	   *c = i < held_before ? held[i] : calls[i - held_before];
+
+				if (n_waiting == 0 && stream_accepts(c) && c->req.n <= attention_service_batch_sentences &&
+					(n_join == 0 || same_options(&c->req, &join[0]->req)))
 				{
-					if (n_waiting == waiting_room)
+					if (!full && (live + joining + c->req.n <= attention_service_batch_sentences ||
+								  live + joining == 0))
 					{
-						waiting_room *= 2;
-						waiting = repalloc(waiting, waiting_room * sizeof(Call *));
+						join[n_join++] = c;
+						joining += c->req.n;
 					}
-					waiting[n_waiting++] = calls[i];
+					else
+					{
+						full = true;
+						held = append_call(held, &n_held, &held_room, c);
+					}
 				}
+				else
+					waiting = append_call(waiting, &n_waiting, &waiting_room, c);
+			}
+			/* the held calls taken above leave the front of the list */
+			memmove(held, held + held_before, (n_held - held_before) * sizeof(Call *));
+			n_held -= held_before;
 			if (n_join > 0)
 				stream_join(join, n_join, round);
 		}
