@@ -130,6 +130,8 @@ struct TfStream
 	TfHypothesis *finished;		/* [S, K], best first */
 	int		   *completed;		/* done slots in order of completion, not yet taken */
 	int			n_completed;
+	int		   *joining;		/* slots added since the last step: their BOS is still to decode */
+	int			n_joining;
 	int			occupied;		/* slots used (live or completed) */
 
 	/* host, per live row (ping-pong for reordering) */
@@ -202,6 +204,7 @@ host_layout(TfStream *s, void *block)
 	CARVE(block, off, s->tag, S);
 	CARVE(block, off, s->finished, S * K);
 	CARVE(block, off, s->completed, S);
+	CARVE(block, off, s->joining, S);
 	CARVE(block, off, s->row_sent, RC);
 	CARVE(block, off, s->row_logp, RC);
 	CARVE(block, off, s->history, RC * s->Tmax);
@@ -343,6 +346,7 @@ stream_resize(TfStream *s, int S, int max_src)
 		memcpy(s->tag, o.tag, o.S * sizeof(int64_t));
 		memcpy(s->finished, o.finished, (size_t) o.S * o.K * sizeof(TfHypothesis));
 		memcpy(s->completed, o.completed, o.n_completed * sizeof(int));
+		memcpy(s->joining, o.joining, o.n_joining * sizeof(int));
 		memcpy(s->row_sent, o.row_sent, o.R * sizeof(int));
 		memcpy(s->row_logp, o.row_logp, o.R * sizeof(double));
 		memcpy(s->top_logp, o.top_logp, (size_t) o.R * o.K * sizeof(float));
@@ -687,23 +691,23 @@ check_options(const TfModel *m, const TfDecodeOptions *opt, int batch, char *err
 }
 
 /*
- * The best K continuations of each of rows rows of logits [rows, V] into
- * the pending results of rows r0 .. r0 + rows - 1 (top_logp, eos_logp,
- * top_id), brought to the host in one download.
+ * The best K continuations of each live row from the step's logits [R, V]:
+ * the rows' pending results (top_logp, eos_logp, top_id), brought to the
+ * host in one download.
  */
 static void
-topk_rows(TfStream *s, const float *logits, int rows, int r0)
+topk_step(TfStream *s)
 {
 	TfBackend  *be = s->m->be;
-	size_t		RK = (size_t) rows * s->K;
+	size_t		RK = (size_t) s->R * s->K;
 	float	   *d = s->d_packed;
 
-	be->log_softmax_topk(be, logits, rows, s->V, s->K, d, (int32_t *) (d + RK + rows), s->m->config.pad_id,
+	be->log_softmax_topk(be, s->logits, s->R, s->V, s->K, d, (int32_t *) (d + RK + s->R), s->m->config.pad_id,
 						 s->opt.eos_id, d + RK);
-	be->download(be, s->packed, d, (2 * RK + rows) * sizeof(float));
-	memcpy(s->top_logp + (size_t) r0 * s->K, s->packed, RK * sizeof(float));
-	memcpy(s->eos_logp + r0, s->packed + RK, rows * sizeof(float));
-	memcpy(s->top_id + (size_t) r0 * s->K, s->packed + RK + rows, RK * sizeof(int32_t));
+	be->download(be, s->packed, d, (2 * RK + s->R) * sizeof(float));
+	memcpy(s->top_logp, s->packed, RK * sizeof(float));
+	memcpy(s->eos_logp, s->packed + RK, s->R * sizeof(float));
+	memcpy(s->top_id, s->packed + RK + s->R, RK * sizeof(int32_t));
 }
 
 /* A stream on m with options opt (checked), empty; NULL when out of memory. */
@@ -781,7 +785,7 @@ tf_stream_add(TfStream *s, const int32_t *src, int batch, int src_len, const int
 		return TF_ERROR;
 	}
 
-	/* the first step: encoder, cross keys/values and position 0 in one forward pass */
+	/* the sources through the encoder, and every decoder layer's keys and values of them */
 	bos = malloc(2 * (size_t) batch * sizeof(int32_t));
 	if (bos == NULL)
 	{
@@ -799,11 +803,10 @@ tf_stream_add(TfStream *s, const int32_t *src, int batch, int src_len, const int
 	b.src = src;
 	b.tgt_in = bos;
 	b.labels = bos + batch;
-	i = tf_model_forward(m, &b, false, NULL, NULL, err, errlen);
+	i = tf_model_encode(m, &b, err, errlen);
 	free(bos);
 	if (i != TF_OK)
 		return TF_ERROR;
-	tf_model_reset_stats(m);
 	for (i = 0; i < batch; i++)
 		if (m->lay.ints[i + 1] == m->lay.ints[i])
 		{
@@ -832,7 +835,7 @@ tf_stream_add(TfStream *s, const int32_t *src, int batch, int src_len, const int
 		return TF_ERROR;
 	}
 
-	/* the sentences take free slots; their one row each starts with the forward's results */
+	/* the sentences take free slots with their sources' keys and values; the next step decodes their BOS */
 	tf_block_signals(&old);
 	for (i = 0; i < batch; i++)
 	{
@@ -847,18 +850,12 @@ tf_stream_add(TfStream *s, const int32_t *src, int batch, int src_len, const int
 		s->steps[slot] = 0;
 		s->finished_n[slot] = 0;
 		s->tag[slot] = tags != NULL ? tags[i] : i;
-		s->row_sent[s->R + i] = slot;
-		s->row_logp[s->R + i] = 0.0;
+		s->joining[s->n_joining++] = slot;
 		for (l = 0; l < s->Ld; l++)
 			be->copy(be, s->cross[l] + (size_t) slot * s->max_src * 2 * d,
 					 m->acts[Le + l].kv_cross + (size_t) m->lay.ints[i] * 2 * d, (size_t) n * 2 * d);
 	}
-	for (l = 0; l < s->Ld; l++)
-		be->cache_gather(be, (char *) s->cache[l] + (size_t) s->R * s->Tmax * 2 * d * be->cache_bytes,
-						 (size_t) s->Tmax * 2 * d, m->acts[Le + l].qkv + d, 3 * d, true, NULL, batch, 2 * d);
-	topk_rows(s, m->logits, batch, s->R);
 	tf_restore_signals(&old);
-	s->R += batch;
 	s->occupied += batch;
 	return be->status(be, err, errlen);
 }
@@ -867,26 +864,39 @@ int
 tf_stream_step(TfStream *s, char *err, size_t errlen)
 {
 	TfBackend  *be = s->m->be;
-	int			next;
+	int			next = 0,
+				i;
 	sigset_t	old;
 
-	if (s->R == 0)
-		return TF_OK;
-	next = select_candidates(s);
-	if (next < 0)
+	if (s->R > 0)
 	{
-		snprintf(err, errlen, "out of memory for translation hypotheses");
-		return TF_ERROR;
+		next = select_candidates(s);
+		if (next < 0)
+		{
+			snprintf(err, errlen, "out of memory for translation hypotheses");
+			return TF_ERROR;
+		}
 	}
-	if (next == 0)
+	if (next == 0 && s->n_joining == 0)
 	{
 		s->R = 0;
 		return TF_OK;
 	}
 	tf_block_signals(&old);
-	reorder(s, next);
+	if (next > 0)
+		reorder(s, next);
+	else
+		s->R = 0;
+	/* the sentences that joined start from BOS, one row each */
+	for (i = 0; i < s->n_joining; i++, s->R++)
+	{
+		s->row_sent[s->R] = s->joining[i];
+		s->row_logp[s->R] = 0.0;
+		s->next_token[s->R] = s->opt.bos_id;
+	}
+	s->n_joining = 0;
 	decoder_step(s);
-	topk_rows(s, s->logits, s->R, 0);
+	topk_step(s);
 	tf_restore_signals(&old);
 	return be->status(be, err, errlen);
 }

@@ -691,6 +691,17 @@ residual_norm(TfModel *m, float *out, float *mean, float *rstd, float *r, const 
 				  m->config.layer_norm_eps);
 }
 
+/* Decoder layer l's keys and values of the encoder output enc_out [Ns, d]: kv_cross [Ns, 2d]. */
+static void
+cross_keys_values(TfModel *m, int l, const float *enc_out)
+{
+	const LayerOffsets *o = &m->layer_off[l];
+	int			d = m->config.d_model;
+
+	tf_linear(m->be, m->acts[l].kv_cross, enc_out, m->params + o->cross.w_qkv + (size_t) d * d,
+			  m->params + o->cross.b_qkv + d, m->lay.Ns, d, 2 * d);
+}
+
 /* One encoder or decoder layer forward. */
 static void
 layer_forward(TfModel *m, int l)
@@ -720,8 +731,7 @@ layer_forward(TfModel *m, int l)
 		const float *enc_out = m->acts[c->num_encoder_layers - 1].out;
 
 		tf_linear(be, a->q_cross, a->ln_self, P + o->cross.w_qkv, P + o->cross.b_qkv, rows, d, d);
-		tf_linear(be, a->kv_cross, enc_out, P + o->cross.w_qkv + (size_t) d * d, P + o->cross.b_qkv + d,
-			   m->lay.Ns, d, 2 * d);
+		cross_keys_values(m, l, enc_out);
 		sh = attn_shape(m, ATTN_CROSS, site + SITE_CROSS_PROBS);
 		be->attention(be, a->ctx_cross, a->probs_cross, a->q_cross, d, a->kv_cross, a->kv_cross + d,
 					  2 * d, &sh);
@@ -800,6 +810,60 @@ count_tokens(const TfModel *m)
 	return n;
 }
 
+/*
+ * The start of a forward pass: b laid out, the dropout rates of a training
+ * or an inference pass, and the source's embeddings * sqrt(d) + positions
+ * with dropout (sections 3.4, 3.5, 5.4) in enc_x0.
+ */
+static int
+forward_start(TfModel *m, const TfBatch *b, bool training, char *err, size_t errlen)
+{
+	const TfConfig *c = &m->config;
+	int			d = c->d_model;
+
+	m->have_forward = false;
+	if (training && (b->index < 0 || b->index >= TF_MAX_STEP_BATCHES))
+	{
+		snprintf(err, errlen, "batch index %d is outside 0 .. %d", b->index, TF_MAX_STEP_BATCHES - 1);
+		return TF_ERROR;
+	}
+	if (tf_batch_layout(m, b, err, errlen) != TF_OK || ensure_arena(m, err, errlen) != TF_OK)
+		return TF_ERROR;
+	m->lay.index = training ? b->index : 0;
+	m->training = training;
+	m->p_dropout = training ? c->dropout : 0.0f;
+	m->p_attention = training ? c->attention_dropout : 0.0f;
+	m->p_relu = training ? c->relu_dropout : 0.0f;
+	m->be->embed(m->be, m->enc_x0, SRC_IDS(m), SRC_POS(m), m->params + m->off_embedding, m->pe,
+				 m->lay.Ns, d, sqrtf((float) d));
+	m->be->dropout(m->be, m->enc_x0, m->enc_x0, (size_t) m->lay.Ns * d, m->p_dropout, m->seed,
+				   tf_dropout_stream(m->step, m->lay.index, SITE_ENC_EMBED), m->keep_enc_embed);
+	return TF_OK;
+}
+
+int
+tf_model_encode(TfModel *m, const TfBatch *b, char *err, size_t errlen)
+{
+	const TfConfig *c = &m->config;
+	int			Le = c->num_encoder_layers;
+	sigset_t	old;
+	int			l,
+				rc;
+
+	tf_block_signals(&old);
+	rc = forward_start(m, b, false, err, errlen);
+	if (rc == TF_OK)
+	{
+		for (l = 0; l < Le; l++)
+			layer_forward(m, l);
+		for (l = Le; l < Le + c->num_decoder_layers; l++)
+			cross_keys_values(m, l, m->acts[Le - 1].out);
+		rc = m->be->status(m->be, err, errlen);
+	}
+	tf_restore_signals(&old);
+	return rc;
+}
+
 /* The forward pass (tf_model_forward without the signal mask). */
 static int
 forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *tokens,
@@ -813,27 +877,10 @@ forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *
 	int			l;
 	int			layers = c->num_encoder_layers + c->num_decoder_layers;
 
-	m->have_forward = false;
-	if (training && (b->index < 0 || b->index >= TF_MAX_STEP_BATCHES))
-	{
-		snprintf(err, errlen, "batch index %d is outside 0 .. %d", b->index, TF_MAX_STEP_BATCHES - 1);
+	if (forward_start(m, b, training, err, errlen) != TF_OK)
 		return TF_ERROR;
-	}
-	if (tf_batch_layout(m, b, err, errlen) != TF_OK || ensure_arena(m, err, errlen) != TF_OK)
-		return TF_ERROR;
-	m->lay.index = training ? b->index : 0;
 	if (training)
 		m->forwards++;
-	m->training = training;
-	m->p_dropout = training ? c->dropout : 0.0f;
-	m->p_attention = training ? c->attention_dropout : 0.0f;
-	m->p_relu = training ? c->relu_dropout : 0.0f;
-
-	/* embeddings * sqrt(d) + positions, then dropout (sections 3.4, 3.5, 5.4) */
-	be->embed(be, m->enc_x0, SRC_IDS(m), SRC_POS(m), m->params + m->off_embedding, m->pe,
-			  m->lay.Ns, d, emb_scale);
-	be->dropout(be, m->enc_x0, m->enc_x0, (size_t) m->lay.Ns * d, m->p_dropout, m->seed,
-				tf_dropout_stream(m->step, m->lay.index, SITE_ENC_EMBED), m->keep_enc_embed);
 	be->embed(be, m->dec_x0, TGT_IDS(m), TGT_POS(m), m->params + m->off_embedding, m->pe,
 			  m->lay.Nt, d, emb_scale);
 	be->dropout(be, m->dec_x0, m->dec_x0, (size_t) m->lay.Nt * d, m->p_dropout, m->seed,

@@ -136,6 +136,15 @@ void		tf_model_weights_changed(TfModel *m);
 /* Zeroes the loss totals of the step (backend stats and the host token count). */
 void		tf_model_reset_stats(TfModel *m);
 
+/*
+ * The encoder half of an inference forward pass (decoding, decode.c): b's
+ * sources through the encoder, and every decoder layer's keys and values
+ * of the encoder output into acts[num_encoder_layers + l].kv_cross
+ * [lay.Ns, 2 d_model]; b's target is only laid out. Errors as
+ * tf_model_forward.
+ */
+int			tf_model_encode(TfModel *m, const TfBatch *b, char *err, size_t errlen);
+
 /* logits [rows, vocab] = h [rows, d_model] E^T, plus final_logits_bias when the model has one (model.c). */
 void		tf_logits(TfModel *m, float *logits, const float *h, int rows);
 
