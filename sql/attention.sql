@@ -757,7 +757,7 @@ RETURNS integer
 AS 'MODULE_PATHNAME', 'attention_start_service'
 LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION start_service(text, text) IS
-'Starts the translation service of a model in this database (one process that loads the deployed checkpoint once, on device cpu or cuda, and decodes the sentences of every session in shared batches), or finds the running one; returns its pid. Needs shared_preload_libraries = ''attention''; only the model''s owners may.';
+'Starts the translation service of a model in this database (one process that loads the deployed checkpoint once, on device cpu or cuda, and decodes the sentences of every session in one continuously batched beam search: sentences join it between steps and leave when done), or finds the running one; returns its pid. Needs shared_preload_libraries = ''attention''; only the model''s owners may.';
 
 CREATE FUNCTION stop_service(model text)
 RETURNS boolean

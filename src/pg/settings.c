@@ -79,13 +79,13 @@ attention_define_settings(void)
 							 NULL, NULL, NULL);
 	DefineCustomIntVariable("attention.service_batch_sentences",
 							"Sentences a translation service decodes together at most.",
-							"It stops gathering requests for a batch when it has this many.",
+							"Later requests wait for room in its batch; a request with more sentences is served in batches of this size.",
 							&attention_service_batch_sentences,
 							32, 1, 1024,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("attention.service_batch_wait_ms",
-							"Longest a translation service waits for a batch to fill after its first request.",
+							"Longest an idle translation service waits for a batch to fill after its first request.",
 							NULL,
 							&attention_service_batch_wait_ms,
 							5, 0, 10000,
