@@ -2,16 +2,16 @@
  * decode.c - translation by beam search (DESIGN.md section 2) with
  * incremental decoding.
  *
- * The first step is an ordinary forward pass of the sources with BOS as
- * the only target token: it runs the encoder, computes every decoder
- * layer's encoder-decoder keys and values (kept for the whole search), the
- * self-attention keys and values of position 0, and the logits of the
- * first output token. Each later step feeds one token per live hypothesis
- * through the decoder, appends its keys and values to a per-layer cache
- * [rows, max length, 2 d_model] (fp32, or bf16 in mixed precision: the
- * backend's cache_bytes) and attends over the cache, so a step costs
- * one row per hypothesis instead of the whole prefix. After each step the
- * caches are gathered into the order of the surviving hypotheses.
+ * A sentence that joins the search runs through the encoder once
+ * (tf_model_encode), which also gives every decoder layer's encoder-decoder
+ * keys and values of it (kept in the sentence's slot for the whole
+ * search). Each step feeds one token per live hypothesis (BOS for a
+ * sentence that just joined) through the decoder, appends its keys and
+ * values to a per-layer cache [rows, max length, 2 d_model] (fp32, or bf16
+ * in mixed precision: the backend's cache_bytes) and attends over the
+ * cache, so a step costs one row per hypothesis instead of the whole
+ * prefix. After each step the caches are gathered into the order of the
+ * surviving hypotheses.
  *
  * The search is a stream (continuous batching, as serving systems do):
  * sentences join between steps, each at its own position, and leave when
@@ -121,7 +121,6 @@ struct TfStream
 	/* host, per slot */
 	void	   *host;			/* the block every host array is carved from */
 	bool	   *used;
-	bool	   *done;
 	int		   *max_len;		/* output token limit */
 	int		   *src_count;		/* source tokens with EOS */
 	int		   *steps;			/* output tokens of the live hypotheses */
@@ -196,7 +195,6 @@ host_layout(TfStream *s, void *block)
 				off = 0;
 
 	CARVE(block, off, s->used, S);
-	CARVE(block, off, s->done, S);
 	CARVE(block, off, s->max_len, S);
 	CARVE(block, off, s->src_count, S);
 	CARVE(block, off, s->steps, S);
@@ -338,7 +336,6 @@ stream_resize(TfStream *s, int S, int max_src)
 		int			positions = 0;
 
 		memcpy(s->used, o.used, o.S * sizeof(bool));
-		memcpy(s->done, o.done, o.S * sizeof(bool));
 		memcpy(s->max_len, o.max_len, o.S * sizeof(int));
 		memcpy(s->src_count, o.src_count, o.S * sizeof(int));
 		memcpy(s->steps, o.steps, o.S * sizeof(int));
@@ -514,7 +511,6 @@ add_finished(TfStream *s, int sent, const int32_t *tokens, int length, double lo
 static void
 complete(TfStream *s, int sent)
 {
-	s->done[sent] = true;
 	s->completed[s->n_completed++] = sent;
 }
 
@@ -844,7 +840,6 @@ tf_stream_add(TfStream *s, const int32_t *src, int batch, int src_len, const int
 		while (s->used[slot])
 			slot++;
 		s->used[slot] = true;
-		s->done[slot] = false;
 		s->src_count[slot] = n;
 		s->max_len[slot] = output_limit(c, n, s->opt.max_length_offset);
 		s->steps[slot] = 0;

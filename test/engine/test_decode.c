@@ -101,6 +101,27 @@ compare_case(const Fixture *fx, int c, const TfHypothesis *h, int first, int cou
 	return bad;
 }
 
+/* The decoding options of the fixture's case c. */
+static TfDecodeOptions
+case_options(const Fixture *fx, int c)
+{
+	const int32_t *cfg = fixture_get(fx, "config")->data;
+	TfDecodeOptions opt;
+	char		name[64];
+	const int32_t *o;
+
+	snprintf(name, sizeof(name), "case%d.options", c);
+	o = fixture_get(fx, name)->data;
+	tf_decode_options_default(&opt);
+	opt.beam_size = o[0];
+	opt.nbest = o[1];
+	opt.length_penalty = o[2] / 1000.0f;
+	opt.max_length_offset = o[3];
+	opt.bos_id = cfg[7];
+	opt.eos_id = cfg[8];
+	return opt;
+}
+
 /* Every case of the fixture, batched and one sentence at a time; incremental = full-prefix scores. */
 static void
 check_search(const Fixture *fx, TfModel *m)
@@ -118,22 +139,12 @@ check_search(const Fixture *fx, TfModel *m)
 
 	for (c = 0; c < cases; c++)
 	{
-		char		name[64];
-		const int32_t *o;
 		TfDecodeOptions opt;
 		TfHypothesis *h;
 		int			i,
 					j;
 
-		snprintf(name, sizeof(name), "case%d.options", c);
-		o = fixture_get(fx, name)->data;
-		tf_decode_options_default(&opt);
-		opt.beam_size = o[0];
-		opt.nbest = o[1];
-		opt.length_penalty = o[2] / 1000.0f;
-		opt.max_length_offset = o[3];
-		opt.bos_id = cfg[7];
-		opt.eos_id = cfg[8];
+		opt = case_options(fx, c);
 		h = calloc((size_t) B * opt.nbest, sizeof(TfHypothesis));
 		CHECK(tf_model_translate(m, src->data, B, L, &opt, h, err, sizeof(err)) == TF_OK,
 			  "translate case %d: %s", c, err);
@@ -228,8 +239,6 @@ check_stream(const Fixture *fx, TfModel *m)
 	CHECK(len[order[0]] < len[order[3]], "the fixture's sources have equal lengths: no growth tested");
 	for (c = 0; c < cases; c++)
 	{
-		char		name[64];
-		const int32_t *o;
 		TfDecodeOptions opt;
 		TfStream   *st;
 		int32_t		pair[2 * 64],
@@ -238,15 +247,7 @@ check_stream(const Fixture *fx, TfModel *m)
 		int			taken = 0,
 					steps = 0;
 
-		snprintf(name, sizeof(name), "case%d.options", c);
-		o = fixture_get(fx, name)->data;
-		tf_decode_options_default(&opt);
-		opt.beam_size = o[0];
-		opt.nbest = o[1];
-		opt.length_penalty = o[2] / 1000.0f;
-		opt.max_length_offset = o[3];
-		opt.bos_id = cfg[7];
-		opt.eos_id = cfg[8];
+		opt = case_options(fx, c);
 		CHECK(tf_stream_create(m, &opt, &st, err, sizeof(err)) == TF_OK, "stream: %s", err);
 		if (st == NULL || L > 64)
 			continue;
