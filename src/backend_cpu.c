@@ -637,8 +637,7 @@ cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const flo
 	float		keep_scale = sh->dropout > 0.0f ? 1.0f / (1.0f - sh->dropout) : 1.0f;
 	int			pair;
 
-	/* a sentence's heads at a time, to whichever thread is free: sentences differ in length */
-#pragma omp parallel for num_threads(st->threads) schedule(dynamic, sh->num_heads)
+#pragma omp parallel for num_threads(st->threads) schedule(static)
 	for (pair = 0; pair < pairs; pair++)
 	{
 		AttnPair	a = attn_pair(sh, pair);
