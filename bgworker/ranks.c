@@ -98,9 +98,7 @@ ranks_wait(int64 job_id, int nodes)
 		}
 		worker_commit();
 		if (failed_node != NULL)
-			ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
-							errmsg("training job %lld: node %s could not join: %s", (long long) job_id, failed_node,
-								   failed_error)));
+			ranks_node_failed(job_id, failed_node, failed_error);
 		if (joined == nodes - 1)
 			return true;
 		if (cancel)
@@ -112,6 +110,61 @@ ranks_wait(int64 job_id, int nodes)
 							errhint("Start a worker on each other machine with attention.join_training(%lld).",
 									(long long) job_id)));
 	}
+}
+
+void
+ranks_node_failed(int64 job_id, const char *node, const char *error)
+{
+	ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+					errmsg("training job %lld: node %s could not join: %s", (long long) job_id, node, error)));
+}
+
+bool
+ranks_abandon(void *arg)
+{
+	RanksWatch *w = arg;
+	MemoryContext outer = CurrentMemoryContext;
+	volatile bool abandon = false;
+
+	if (InterruptPending)
+		return true;
+	PG_TRY();
+	{
+		bool		isnull;
+		char	   *node;
+
+		worker_begin();
+		if (SPI_execute_with_args("SELECT (SELECT j.status NOT IN ('queued', 'running') OR j.cancel_requested "
+								  "FROM attention.jobs j WHERE j.job_id = $1), "
+								  "(array_agg(r.node ORDER BY r.node) FILTER (WHERE r.state = 'failed' AND r.node <> $2))[1], "
+								  "(array_agg(r.error ORDER BY r.node) FILTER (WHERE r.state = 'failed' AND r.node <> $2))[1] "
+								  "FROM attention.job_ranks r WHERE r.job_id = $1", 2, (Oid[]) {INT8OID, INT4OID},
+								  (Datum[]) {Int64GetDatum(w->job_id), Int32GetDatum(w->node)}, NULL, true,
+								  1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the ranks of training job %lld", (long long) w->job_id);
+		w->stopped = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		w->stopped = w->stopped || isnull;
+		node = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		if (node != NULL)
+		{
+			char	   *error = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
+
+			w->failed_node = MemoryContextStrdup(outer, node);
+			w->failed_error = MemoryContextStrdup(outer, error != NULL ? error : "no message");
+		}
+		worker_commit();
+		abandon = w->stopped || w->failed_node != NULL;
+	}
+	PG_CATCH();
+	{
+		/* the worker's own error handling reports what is wrong with the database */
+		MemoryContextSwitchTo(outer);
+		FlushErrorState();
+		AbortCurrentTransaction();
+		abandon = true;
+	}
+	PG_END_TRY();
+	return abandon;
 }
 
 int

@@ -14,6 +14,7 @@
 
 #include "postgres.h"
 
+#include "compat.h"
 #include "access/xact.h"
 #include "executor/spi.h"
 #include "pgstat.h"
@@ -63,6 +64,31 @@ bool		ranks_wait(int64 job_id, int nodes);
  * count is not `local` (this machine's devices).
  */
 int			ranks_claim(int64 job_id, int local, TfWorld *world);
+
+/*
+ * What a worker waiting in its join (TfWorld.abandon) watches: its job and
+ * node (-1: the coordinator), and why it gave up.
+ */
+typedef struct RanksWatch
+{
+	int64		job_id;
+	int			node;
+	char	   *failed_node;	/* another node that failed, and its error */
+	char	   *failed_error;
+	bool		stopped;		/* the job stopped or was cancelled */
+} RanksWatch;
+
+/*
+ * TfWorld.abandon for a worker's join (arg: a RanksWatch): true once an
+ * interrupt is pending, another node of the job failed or the job stopped
+ * (so a join never waits out its timeout for ranks that will not come).
+ * Runs on the worker's thread between engine calls; its own transaction;
+ * raises no ERROR (a failed read abandons the join).
+ */
+bool		ranks_abandon(void *arg);
+
+/* ERROR naming the node of a job that could not join, with its error. */
+pg_noreturn void ranks_node_failed(int64 job_id, const char *node, const char *error);
 
 /* Sets the state of a node this worker claimed ("joined", "failed" with its error). Its own transaction. */
 void		ranks_set_state(int64 job_id, int node, const char *state, const char *error);

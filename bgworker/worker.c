@@ -662,13 +662,20 @@ train_step(Job *j, int *skipped)
  * feature_not_supported rather than run a loop the other nodes do not.
  */
 static void
-join_nodes(Job *j, const TfWorld *world)
+join_nodes(Job *j, TfWorld *world)
 {
 	char		err[TF_ERRLEN];
 	int			threads = j->o.threads > 0 ? j->o.threads : attention_thread_count();
+	RanksWatch	watch = {.job_id = j->job_id, .node = Max(j->node, 0)};
 
 	attention_use_cuda_library();
+	/* while waiting for the other machines' ranks, watch for a node's failure and for the job's end */
+	world->abandon = ranks_abandon;
+	world->abandon_arg = &watch;
 	j->engine = tf_parallel_create(&j->config, (uint64) j->o.seed, j->o.device, threads, world, err, sizeof(err));
+	CHECK_FOR_INTERRUPTS();
+	if (j->engine == NULL && watch.failed_node != NULL)
+		ranks_node_failed(j->job_id, watch.failed_node, watch.failed_error);
 	if (j->engine != NULL && tf_parallel_set_precision(j->engine, train_options_precision(&j->o), err,
 													   sizeof(err)) != TF_OK)
 		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
@@ -690,7 +697,7 @@ join_nodes(Job *j, const TfWorld *world)
 static void
 run_across_nodes(Job *j)
 {
-	TfWorld		world;
+	TfWorld		world = {0};
 
 	report(j, "waiting for the other nodes");
 	ranks_publish(j->job_id, j->o.nodes, j->o.ranks, &world);
@@ -708,7 +715,7 @@ run_across_nodes(Job *j)
 static void
 run_node(Job *j, MemoryContext ctx)
 {
-	TfWorld		world;
+	TfWorld		world = {0};
 
 	pgstat_report_activity(STATE_RUNNING, "attention training node: claiming a node");
 	worker_begin();

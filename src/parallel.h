@@ -12,7 +12,8 @@
  * accumulates all `count` batches, up to the order of the float sums.
  *
  * The engine threads never call back into the caller; the calling thread
- * waits for each call to finish on every rank. One rank on this machine
+ * waits for each call to finish on every rank (polling TfWorld.abandon
+ * while they join other machines' ranks). One rank on this machine
  * alone (the "cpu", "cuda" and "cuda:N" devices) runs on the calling
  * thread, exactly as a TfModel does.
  */
@@ -23,6 +24,8 @@
 
 /* Most ranks (devices) of one machine. */
 #define TF_MAX_LOCAL_RANKS 64
+/* Interval of TfWorld.abandon's polls, milliseconds. */
+#define JOIN_POLL_MS 100
 
 typedef struct TfParallel TfParallel;
 
@@ -37,6 +40,15 @@ typedef struct TfWorld
 	int			first_rank;
 	int			ranks;
 	uint8_t		id[TF_UNIQUE_ID_BYTES];
+
+	/*
+	 * Called on the calling thread about every JOIN_POLL_MS while this
+	 * machine's ranks wait for the others to join (NULL: never): true
+	 * abandons the join (every local rank's communicator is aborted, and
+	 * tf_parallel_create fails), e.g. when another machine's ranks failed.
+	 */
+	bool		(*abandon) (void *arg);
+	void	   *abandon_arg;
 } TfWorld;
 
 /*

@@ -2,8 +2,9 @@
  * attention.c - the module's entry point: PG_MODULE_MAGIC, and _PG_init,
  * which defines the settings, installs the planner hook that batches
  * per-row translate() calls and, under shared_preload_libraries,
- * registers the launcher that resumes interrupted training jobs and
- * reserves the translation services' registry in shared memory.
+ * registers the launcher that resumes interrupted training jobs (not in
+ * pg_upgrade's binary-upgrade mode) and reserves the translation services'
+ * registry in shared memory.
  */
 #include "postgres.h"
 
@@ -26,7 +27,13 @@ _PG_init(void)
 	batch_translate_init();
 	if (process_shared_preload_libraries_in_progress)
 	{
-		register_launcher();
+		/*
+		 * pg_upgrade starts both servers in binary-upgrade mode (-b) with
+		 * their own configuration: no job may resume (and write) while it
+		 * dumps and restores the schema.
+		 */
+		if (!IsBinaryUpgrade)
+			register_launcher();
 		service_shmem_init();
 	}
 }

@@ -27,6 +27,7 @@
 
 #include "catalog/namespace.h"
 #include "catalog/objectaccess.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/explain.h"
 #include "executor/executor.h"
@@ -46,6 +47,7 @@
 #include "utils/syscache.h"
 
 #include "batch_translate.h"
+#include "compat.h"
 #include "settings.h"
 #include "translation.h"
 
@@ -522,7 +524,7 @@ batch_begin(CustomScanState *node, EState *estate, int eflags)
 	{
 		FuncExpr   *f = (FuncExpr *) ((TargetEntry *) lfirst(lc))->expr;
 		BatchCall  *call = &bs->calls[i++];
-		AclResult	acl = pg_proc_aclcheck(f->funcid, GetUserId(), ACL_EXECUTE);
+		AclResult	acl = object_aclcheck(ProcedureRelationId, f->funcid, GetUserId(), ACL_EXECUTE);
 		int			a;
 
 		/* the caller's right to call translate(), as a per-row call checks it */

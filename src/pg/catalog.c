@@ -419,17 +419,17 @@ read_tensors(int64 checkpoint_id, TensorSet set, int *count)
 		HeapTuple	tup = SPI_tuptable->vals[r];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		char	   *name = SPI_getvalue(tup, desc, 1);
-		bool		isnull;
-		int32		chunk = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+		bool		null;
+		int32		chunk = DatumGetInt32(SPI_getbinval(tup, desc, 2, &null));
 		char	   *dtype = SPI_getvalue(tup, desc, 3);
-		bytea	   *data = DatumGetByteaPP(SPI_getbinval(tup, desc, 5, &isnull));
+		bytea	   *data = DatumGetByteaPP(SPI_getbinval(tup, desc, 5, &null));
 		size_t		len = VARSIZE_ANY_EXHDR(data);
 		TfTensor   *x;
 
 		CHECK_FOR_INTERRUPTS();
 		if (chunk == 0)
 		{
-			ArrayType  *shape = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 4, &isnull));
+			ArrayType  *shape = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 4, &null));
 			int			ndim = ArrayGetNItems(ARR_NDIM(shape), ARR_DIMS(shape));
 			int64	   *dims = (int64 *) ARR_DATA_PTR(shape);
 			int			d;

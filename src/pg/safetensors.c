@@ -23,6 +23,7 @@
 #include "utils/memutils.h"
 
 #include "attention.h"
+#include "compat.h"
 #include "safetensors.h"
 #include "tensor_file.h"
 
@@ -278,7 +279,7 @@ attention_export_checkpoint(PG_FUNCTION_ARGS)
 	}
 	b64_len = pg_b64_enc_len(VARSIZE_ANY_EXHDR(vocab));
 	b64 = palloc(b64_len + 1);
-	b64_len = pg_b64_encode(VARDATA_ANY(vocab), VARSIZE_ANY_EXHDR(vocab), b64, b64_len);
+	b64_len = pg_b64_encode((const pg_b64_byte *) VARDATA_ANY(vocab), VARSIZE_ANY_EXHDR(vocab), b64, b64_len);
 	if (b64_len < 0)
 		elog(ERROR, "could not encode the vocabulary");
 	b64[b64_len] = '\0';

@@ -34,6 +34,7 @@
 #include "utils/memutils.h"
 
 #include "attention.h"
+#include "compat.h"
 #include "spm.h"
 
 PG_FUNCTION_INFO_V1(attention_train_vocabulary);
@@ -348,8 +349,7 @@ write_all(int fd, const char *buf, size_t len)
  * 'E' + message to fd, and leaves with _exit (no PostgreSQL exit callbacks:
  * the child shares the backend's memory image, never its duties).
  */
-static void
-pg_attribute_noreturn()
+pg_noreturn static void
 training_child(int fd, pid_t parent, char **sentences, size_t *lengths, int64 n,
 			   const SpmTrainOptions *options)
 {

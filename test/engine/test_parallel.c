@@ -393,6 +393,38 @@ test_join_failure(void)
 	tf_parallel_free(p);
 }
 
+/* TfWorld.abandon that gives up at its third poll, counting the polls. */
+static bool
+abandon_third(void *arg)
+{
+	return ++*(int *) arg >= 3;
+}
+
+/*
+ * Ranks 0 .. 1 of a world of 4 whose ranks 2 .. 3 never come (another
+ * machine's): the join waits, polling abandon, and fails as soon as it
+ * says so (not after the join's timeout).
+ */
+static void
+test_join_abandoned(void)
+{
+	char		err[TF_ERRLEN];
+	TfConfig	c;
+	int			polls = 0;
+	TfWorld		world = {.first_rank = 0, .ranks = 4, .abandon = abandon_third, .abandon_arg = &polls};
+	struct timespec t0,
+				t1;
+
+	tiny_config(&c);
+	CHECK(tf_cuda_unique_id(world.id, err, sizeof(err)) == TF_OK, "unique id: %s", err);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK(tf_parallel_create(&c, 7, "cuda:0,1", 1, &world, err, sizeof(err)) == NULL &&
+		  strstr(err, "join of ranks 0 .. 1 was abandoned") != NULL, "an abandoned join: %s", err);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	CHECK(polls == 3, "the join polled %d times before abandoning", polls);
+	CHECK(t1.tv_sec - t0.tv_sec < 60, "the abandoned join took %ld s", (long) (t1.tv_sec - t0.tv_sec));
+}
+
 void
 test_parallel(const char *fixtures)
 {
@@ -414,4 +446,5 @@ test_parallel(const char *fixtures)
 		return;
 	test_one_rank("cuda:0");
 	test_ranks();
+	test_join_abandoned();
 }
