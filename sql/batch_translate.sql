@@ -148,9 +148,11 @@ SELECT id, attention.translate(CASE WHEN id < 0 THEN en END, 'tiny', NULL) FROM 
 -- a timeout in the middle of the batches leaves no partial UPDATE
 CREATE TABLE bt_many AS SELECT id, en, NULL::text AS de FROM many;
 SET attention.batch_rows = 64;
+\set VERBOSITY terse
 SET statement_timeout = '500ms';
 UPDATE bt_many SET de = attention.translate(en, 'tiny', 4);
 RESET statement_timeout;
+\set VERBOSITY default
 SELECT count(de) AS partially_updated FROM bt_many;
 
 -- privileges: the node checks the caller's right to call translate()

@@ -85,7 +85,7 @@ SELECT abs(o.valid_loss - c.valid_loss) / c.valid_loss < 1e-5 AS same_valid_loss
 -- cancel_training and SIGTERM stop every rank
 CREATE FUNCTION pg_temp.wait_for_step(job bigint, s int) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
-  FOR i IN 1 .. 1200 LOOP
+  FOR i IN 1 .. 6000 LOOP
     IF (SELECT step >= s FROM attention.jobs WHERE job_id = job) THEN RETURN true; END IF;
     PERFORM pg_sleep(0.1);
   END LOOP;

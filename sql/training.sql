@@ -25,7 +25,7 @@ SELECT attention.train('job', 'tr_regress', '{"max_steps": 1000000, "batch_token
 SELECT attention.train('job', 'tr_regress');
 DO $$
 BEGIN
-  FOR i IN 1..600 LOOP
+  FOR i IN 1..3000 LOOP
     EXIT WHEN (SELECT step > 0 FROM attention.training_jobs WHERE status = 'running');
     PERFORM pg_sleep(0.1);
   END LOOP;
@@ -37,7 +37,7 @@ SELECT status, step > 0 AS progressed, train_loss > 0 AS loss, learning_rate > 0
 SELECT a.backend_type, a.usename = current_user AS as_submitter, a.application_name
   FROM pg_stat_activity a JOIN attention.training_jobs j ON a.pid = j.worker_pid WHERE j.job_id = :long_job;
 SELECT attention.cancel_training(:long_job);
-SELECT attention.wait_training(:long_job, '60 s');
+SELECT attention.wait_training(:long_job, '600 s');
 SELECT count(*) AS checkpoints, bool_and(c.step = j.step) AS at_the_last_step, bool_and(c.kind = 'trained') AS trained
   FROM attention.checkpoints c JOIN attention.training_jobs j USING (job_id) WHERE j.job_id = :long_job;
 SELECT attention.cancel_training(:long_job);

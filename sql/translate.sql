@@ -174,9 +174,11 @@ DROP TRIGGER cancel_at_20th_row ON many;
 CALL attention.translate_column('many', 'en', 'de', 'tiny', batch_size => 64);
 SELECT count(de) AS translated_after_resume FROM many;
 -- inside one long engine call too (the engine polls between decoding steps)
+\set VERBOSITY terse
 SET statement_timeout = '200ms';
 SELECT cardinality(attention.translate(array_agg(en), 'tiny')) FROM many;
 RESET statement_timeout;
+\set VERBOSITY default
 RESET client_min_messages;
 
 -- parallel query spreads translate() over workers, with the same results

@@ -57,7 +57,9 @@ SELECT count(*) AS vocabularies FROM attention.vocabularies;
 -- the training thread is abandoned and nothing is stored.
 SELECT attention.create_corpus('big_corpus', 'en', 'de') > 0 AS created;
 SELECT attention.import_corpus('big_corpus', $$SELECT md5(g::text) || ' ' || md5((g * 7)::text), md5((g * 3)::text) FROM generate_series(1, 20000) g$$);
+\set VERBOSITY terse
 SET statement_timeout = '300ms';
 SELECT attention.train_vocabulary('never_stored', 'big_corpus', 4000, byte_fallback => false);
 RESET statement_timeout;
+\set VERBOSITY default
 SELECT count(*) AS never_stored FROM attention.vocabularies WHERE name = 'never_stored';

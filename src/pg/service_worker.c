@@ -70,7 +70,6 @@ typedef struct Call
 } Call;
 
 static ServiceSlot *slot;
-static int64 round_tokens;		/* output tokens of the round being served */
 static uint64 my_generation;
 static int32 model_id;
 static char device[16];
@@ -312,10 +311,25 @@ put_hypothesis(void *arg, text *translation, double score, ArrayType *pieces)
 }
 
 /*
+ * Adds served requests' counts to the slot's, before they are answered (a
+ * client that reads attention.services after its answer sees them).
+ */
+static void
+count_served(int requests, int sentences, int64 tokens, int batches)
+{
+	SpinLockAcquire(&slot->mutex);
+	slot->requests += requests;
+	slot->sentences += sentences;
+	slot->tokens += tokens;
+	slot->batches += batches;
+	SpinLockRelease(&slot->mutex);
+}
+
+/*
  * Serves the requests calls[first ..] with calls[first]'s options, all of
  * them not yet answered, with model am: TRANSLATE requests pooled into one
  * translate_encoded, NBEST and SCORE ones in turn. An ERROR fails the
- * requests it concerns. Adds the output tokens to round_tokens.
+ * requests it concerns; counts the output tokens.
  */
 static void
 serve_group(AttentionModel *am, Call **calls, int n, int first, MemoryContext cxt)
@@ -337,6 +351,7 @@ serve_group(AttentionModel *am, Call **calls, int n, int first, MemoryContext cx
 		{
 			Encoded    *pool = palloc(Max(total, 1) * sizeof(Encoded));
 			text	  **results = palloc(Max(total, 1) * sizeof(text *));
+			int64		tokens = 0;
 
 			for (i = first, k = 0; i < n; i++)
 				if (!calls[i]->done && same_options(&calls[i]->req, key))
@@ -344,7 +359,8 @@ serve_group(AttentionModel *am, Call **calls, int n, int first, MemoryContext cx
 					memcpy(pool + k, calls[i]->encoded, calls[i]->req.n * sizeof(Encoded));
 					k += calls[i]->req.n;
 				}
-			translate_encoded(am, pool, total, &opt, attention_service_batch_sentences, results, &round_tokens);
+			translate_encoded(am, pool, total, &opt, attention_service_batch_sentences, results, &tokens);
+			count_served(0, 0, tokens, 0);
 			for (i = first, k = 0; i < n; i++)
 				if (!calls[i]->done && same_options(&calls[i]->req, key))
 				{
@@ -437,9 +453,9 @@ serve(Call **calls, int n, MemoryContext cxt)
 				j,
 				sentences = 0;
 
-	round_tokens = 0;
 	for (i = 0; i < n; i++)
 		sentences += calls[i]->req.n;
+	count_served(n, sentences, 0, 1);
 	for (i = 0; i < n; i++)
 	{
 		AttentionModel *am;
@@ -456,12 +472,6 @@ serve(Call **calls, int n, MemoryContext cxt)
 			if (!calls[j]->done && calls[j]->req.checkpoint_id == am->checkpoint_id)
 				serve_group(am, calls, n, j, cxt);
 	}
-	SpinLockAcquire(&slot->mutex);
-	slot->requests += n;
-	slot->sentences += sentences;
-	slot->tokens += round_tokens;
-	slot->batches++;
-	SpinLockRelease(&slot->mutex);
 }
 
 /* Appends c to list [*n] (room *room, grown in calls_cxt); returns the list. */
@@ -477,18 +487,6 @@ append_call(Call **list, int *n, int *room, Call *c)
 	return list;
 }
 
-/* Adds an answered request's counts to the slot's. */
-static void
-count_served(int requests, int sentences, int64 tokens, int batches)
-{
-	SpinLockAcquire(&slot->mutex);
-	slot->requests += requests;
-	slot->sentences += sentences;
-	slot->tokens += tokens;
-	slot->batches += batches;
-	SpinLockRelease(&slot->mutex);
-}
-
 /* Answers a streamed call with its translations, counts it and frees it. */
 static void
 answer_translations(Call *c)
@@ -500,8 +498,8 @@ answer_translations(Call *c)
 	pq_sendint32(&buf, 0);
 	for (j = 0; j < c->req.n; j++)
 		service_put_text(&buf, c->results[j]);
-	answer(c, &buf);
 	count_served(1, c->req.n, c->tokens, 0);
+	answer(c, &buf);
 	MemoryContextDelete(c->cxt);
 }
 

