@@ -14,12 +14,12 @@
 
 #include "postgres.h"
 
-#include "compat.h"
 #include "access/xact.h"
 #include "executor/spi.h"
 #include "pgstat.h"
 #include "utils/snapmgr.h"
 
+#include "compat.h"
 #include "parallel.h"
 
 /* Starts a transaction with SPI and a snapshot (workers run outside any between them). */
@@ -67,7 +67,7 @@ int			ranks_claim(int64 job_id, int local, TfWorld *world);
 
 /*
  * What a worker waiting in its join (TfWorld.abandon) watches: its job and
- * node (-1: the coordinator), and why it gave up.
+ * node (0: the coordinator), and why it gave up.
  */
 typedef struct RanksWatch
 {
