@@ -26,9 +26,9 @@
  * Equality alone is not the criterion: this briefly trained model has many
  * near ties (hypotheses whose ranks differ by 0.05), where the two
  * precisions pick differently, and a tie early in the search sends the
- * beams apart, either way (a fixed 95% held on one month's corpus and not on
- * the next: 67 of 100 equal on Debian's descriptions of November 2026, 21
- * of the 33 others near ties, 6 better in fp32 and 6 in bf16 by over 1).
+ * beams apart, either way (a fixed 95% held on the corpus of 2026-11-23 and
+ * not on that of 2026-11-25: 67 of 100 equal, 21 of the 33 others near ties,
+ * 6 better in fp32 and 6 in bf16 by over 1).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
