@@ -2,7 +2,7 @@
 # (where nvcc exists) the CUDA backend.
 
 EXTENSION = attention
-EXTVERSION = 0.2.0
+EXTVERSION = 0.3.0
 
 MODULE_big = attention
 # The engine (src/*.c, src/*.cc) is plain C11/C++ with no PostgreSQL headers;
@@ -139,6 +139,10 @@ endif
 endif
 
 .PHONY: check-cuda-emu check-cuda
+# The engine tests' program (built below); defined here because a rule's
+# prerequisites are expanded where the rule is read.
+ENGINE_TEST_SRCS = $(wildcard test/engine/*.c)
+ENGINE_TEST_BIN = test/engine/run_tests
 # Every kernel on the emulator against the CPU backend, in three fiber orders (scripts/test-cuda-emu).
 check-cuda-emu: $(ENGINE_TEST_BIN) $(CUDA_EMU_LIB) test/cuda/test_harness test/cuda/test_harness_tsan \
 	test/cuda/test_kernels_race test/cuda/precision_debian
@@ -150,8 +154,6 @@ check-cuda: $(ENGINE_TEST_BIN) $(CUDA_LIB)
 # ---------------------------------------------------------------------------
 # Engine unit tests: a standalone C program (no PostgreSQL) built with the
 # engine sources; it also runs on the GPU machine.
-ENGINE_TEST_SRCS = $(wildcard test/engine/*.c)
-ENGINE_TEST_BIN = test/engine/run_tests
 ENGINE_STD_CFLAGS = -std=c11 -O3 $(OPTFLAGS) -g -fopenmp $(WARNINGS) -Isrc -isystem $(OPENBLAS_INC)
 EXTRA_CLEAN += $(ENGINE_TEST_BIN) test/engine/spm.o test/engine/spm_asan.o
 
@@ -220,7 +222,7 @@ check-engine: $(ENGINE_TEST_BIN)
 check-engine-asan: $(ENGINE_ASAN_BIN)
 	ASAN_OPTIONS=detect_leaks=1 ./$(ENGINE_ASAN_BIN) test/fixtures
 
-# The two commands at the top of the README.
+# The two commands of the README (demo, tests).
 test:
 	scripts/test
 demo:

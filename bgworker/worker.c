@@ -657,7 +657,7 @@ train_step(Job *j, int *skipped)
 /*
  * This node's ranks of a job across machines join the communicator of all
  * nodes' ranks (world, from attention.job_ranks). The hand-over and the
- * communicator are built; the training loop across machines is not (README,
+ * communicator are built; the training loop across machines is not (docs/gpus.md,
  * "Many machines"), so once the communicator has formed the job ends with
  * feature_not_supported rather than run a loop the other nodes do not.
  */
@@ -832,7 +832,7 @@ record_error(int64 job_id, ErrorData *edata)
 static void
 require_known_schema(int64 job_id)
 {
-	static const char *const known[] = {"0.1.0", "0.2.0"};
+	static const char *const known[] = {"0.1.0", "0.2.0", "0.3.0"};
 	char	   *version = NULL;
 	size_t		i;
 

@@ -87,7 +87,7 @@ CREATE TABLE models (
     owner         regrole NOT NULL DEFAULT current_user::text::regrole,
     created_at    timestamptz NOT NULL DEFAULT now()
 );
-COMMENT ON TABLE models IS 'Transformer models: a configuration (DESIGN.md section 2) over a vocabulary.';
+COMMENT ON TABLE models IS 'Transformer models: a configuration (docs/design.md section 2) over a vocabulary.';
 COMMENT ON COLUMN models.config IS 'Model configuration (num_encoder_layers, d_model, num_heads, d_ff, ...).';
 COMMENT ON COLUMN models.owner IS 'Role that owns the model: its members may train, deploy, delete checkpoints and drop it.';
 

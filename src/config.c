@@ -5,7 +5,7 @@
 
 #include "transformer.h"
 
-/* Fields shared by every preset: paper section 5.4 and DESIGN.md section 2. */
+/* Fields shared by every preset: paper section 5.4 and docs/design.md §2. */
 static void
 config_common(TfConfig *c, int vocab_size)
 {

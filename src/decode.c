@@ -1,5 +1,5 @@
 /*
- * decode.c - translation by beam search (DESIGN.md section 2) with
+ * decode.c - translation by beam search (docs/design.md §3) with
  * incremental decoding.
  *
  * A sentence that joins the search runs through the encoder once

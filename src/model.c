@@ -1,6 +1,6 @@
 /*
  * model.c - the encoder-decoder Transformer (Vaswani et al. 2017, section 3;
- * DESIGN.md section 2): parameter layout and initialisation, forward pass
+ * docs/design.md §2): parameter layout and initialisation, forward pass
  * with label-smoothed loss, and backward pass, all through the backend
  * interface (backend.h).
  *

@@ -31,7 +31,7 @@ typedef enum TfActivation
 	TF_GELU
 } TfActivation;
 
-/* Model configuration (DESIGN.md section 2; paper section 3 and table 3). */
+/* Model configuration (docs/design.md §2; paper section 3 and table 3). */
 typedef struct TfConfig
 {
 	int			num_encoder_layers;
@@ -364,7 +364,7 @@ typedef enum TfAttentionKind
 int			tf_model_attention(const TfModel *model, TfAttentionKind kind, int layer, int sentence,
 							   float *out, int *queries, int *keys, char *err, size_t errlen);
 
-/* Beam search settings (DESIGN.md section 2; Wu et al. 2016 for the length penalty). */
+/* Beam search settings (docs/design.md §3; Wu et al. 2016 for the length penalty). */
 typedef struct TfDecodeOptions
 {
 	int			beam_size;		/* 4; 1 = greedy; 1 .. 64 */

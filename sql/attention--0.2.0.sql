@@ -1,0 +1,800 @@
+-- attention: the install script of the current version (the Makefile copies it to
+-- sql/attention--$(EXTVERSION).sql, as pgvector does). Released versions keep their own
+-- install scripts unchanged (attention--0.1.0.sql) and reach this one through the upgrade
+-- scripts attention--A--B.sql; scripts/test checks that an upgraded schema equals a fresh one.
+\echo Use "CREATE EXTENSION attention" to load this file. \quit
+
+
+-- Schema `attention` is created by CREATE EXTENSION (attention.control).
+-- Every table holds user data, so every table and its sequence is registered
+-- with pg_extension_config_dump: pg_dump keeps the rows.
+
+-----------------------------------------------------------------------------
+-- Corpora
+-----------------------------------------------------------------------------
+
+CREATE TABLE corpora (
+    corpus_id   serial PRIMARY KEY,
+    name        text NOT NULL UNIQUE CHECK (name <> ''),
+    source_lang text NOT NULL CHECK (source_lang <> ''),
+    target_lang text NOT NULL CHECK (target_lang <> ''),
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE corpora IS 'Parallel corpora: one row per named source->target corpus.';
+COMMENT ON COLUMN corpora.source_lang IS 'Language code of the source side (e.g. en).';
+COMMENT ON COLUMN corpora.target_lang IS 'Language code of the target side (e.g. de).';
+
+CREATE TABLE corpus_pairs (
+    pair_id   bigserial PRIMARY KEY,
+    corpus_id integer NOT NULL REFERENCES corpora ON DELETE CASCADE,
+    split     text NOT NULL DEFAULT 'train' CHECK (split IN ('train', 'valid', 'test')),
+    source    text NOT NULL,
+    target    text NOT NULL
+);
+CREATE INDEX corpus_pairs_corpus_split_idx ON corpus_pairs (corpus_id, split);
+COMMENT ON TABLE corpus_pairs IS 'Sentence pairs of a corpus; INSERT or COPY into it directly, or use import_corpus/load_corpus.';
+COMMENT ON COLUMN corpus_pairs.split IS 'train, valid or test.';
+COMMENT ON COLUMN corpus_pairs.source IS 'Source-language sentence.';
+COMMENT ON COLUMN corpus_pairs.target IS 'Target-language sentence (reference translation).';
+
+-----------------------------------------------------------------------------
+-- Vocabularies (SentencePiece models)
+-----------------------------------------------------------------------------
+
+CREATE TABLE vocabularies (
+    vocabulary_id      serial PRIMARY KEY,
+    name               text NOT NULL UNIQUE CHECK (name <> ''),
+    corpus_id          integer REFERENCES corpora ON DELETE SET NULL,
+    model_type         text CHECK (model_type IN ('bpe', 'unigram', 'char', 'word')),
+    vocab_size         integer NOT NULL CHECK (vocab_size > 0),
+    pad_id             integer,
+    unk_id             integer NOT NULL,
+    bos_id             integer,
+    eos_id             integer,
+    character_coverage double precision,
+    byte_fallback      boolean,
+    training_sentences bigint,
+    training_seconds   double precision,
+    model              bytea NOT NULL,
+    created_at         timestamptz NOT NULL DEFAULT now(),
+    target_model       bytea,
+    pieces             text[],
+    CONSTRAINT vocabularies_pair_check CHECK ((target_model IS NULL) = (pieces IS NULL)
+        AND (pieces IS NULL OR (array_ndims(pieces) = 1 AND cardinality(pieces) = vocab_size)))
+);
+COMMENT ON TABLE vocabularies IS 'Subword vocabularies: a SentencePiece model shared by source and target, or (imported Marian models) a pair of them with one table of pieces.';
+COMMENT ON COLUMN vocabularies.corpus_id IS 'Corpus the vocabulary was trained on (NULL when imported).';
+COMMENT ON COLUMN vocabularies.model_type IS 'SentencePiece model type (NULL when imported).';
+COMMENT ON COLUMN vocabularies.pad_id IS 'Padding id (0 for vocabularies trained here; NULL when the model has none).';
+COMMENT ON COLUMN vocabularies.unk_id IS 'Unknown-piece id (1 for vocabularies trained here).';
+COMMENT ON COLUMN vocabularies.bos_id IS 'Begin-of-sentence id (2 for vocabularies trained here).';
+COMMENT ON COLUMN vocabularies.eos_id IS 'End-of-sentence id (3 for vocabularies trained here).';
+COMMENT ON COLUMN vocabularies.training_sentences IS 'Sentences (source and target) the model was trained on.';
+COMMENT ON COLUMN vocabularies.training_seconds IS 'Wall-clock seconds SentencePiece training took.';
+COMMENT ON COLUMN vocabularies.model IS 'Serialized SentencePiece ModelProto, as in a .model file (of the source side when target_model is set).';
+COMMENT ON COLUMN vocabularies.target_model IS 'SentencePiece model of the target side (Marian''s target.spm); NULL when model serves both.';
+COMMENT ON COLUMN vocabularies.pieces IS 'The piece of every id (Marian''s vocab.json), with target_model; NULL: the SentencePiece model''s own ids.';
+
+-----------------------------------------------------------------------------
+-- Models, training jobs, checkpoints
+-----------------------------------------------------------------------------
+
+CREATE TABLE models (
+    model_id      serial PRIMARY KEY,
+    name          text NOT NULL UNIQUE CHECK (name <> ''),
+    vocabulary_id integer NOT NULL REFERENCES vocabularies ON DELETE RESTRICT,
+    config        jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(config) = 'object'),
+    owner         regrole NOT NULL DEFAULT current_user::text::regrole,
+    created_at    timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE models IS 'Transformer models: a configuration (DESIGN.md section 2) over a vocabulary.';
+COMMENT ON COLUMN models.config IS 'Model configuration (num_encoder_layers, d_model, num_heads, d_ff, ...).';
+COMMENT ON COLUMN models.owner IS 'Role that owns the model: its members may train, deploy, delete checkpoints and drop it.';
+
+CREATE TABLE jobs (
+    job_id            bigserial PRIMARY KEY,
+    model_id          integer NOT NULL REFERENCES models ON DELETE CASCADE,
+    corpus_id         integer NOT NULL REFERENCES corpora ON DELETE RESTRICT,
+    options           jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(options) = 'object'),
+    submitted_by      name NOT NULL DEFAULT current_user,
+    status            text NOT NULL DEFAULT 'queued'
+                      CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled', 'interrupted')),
+    step              bigint NOT NULL DEFAULT 0 CHECK (step >= 0),
+    epoch             integer NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+    tokens_seen       bigint NOT NULL DEFAULT 0 CHECK (tokens_seen >= 0),
+    train_loss        double precision,
+    valid_loss        double precision,
+    valid_bleu        double precision,
+    learning_rate     double precision,
+    tokens_per_second double precision,
+    worker_pid        integer,
+    cancel_requested  boolean NOT NULL DEFAULT false,
+    restarts          integer NOT NULL DEFAULT 0 CHECK (restarts >= 0),
+    submitted_at      timestamptz NOT NULL DEFAULT now(),
+    started_at        timestamptz,
+    updated_at        timestamptz,
+    finished_at       timestamptz,
+    error             text,
+    CHECK (finished_at IS NULL OR status IN ('succeeded', 'failed', 'cancelled', 'interrupted'))
+);
+CREATE INDEX jobs_model_idx ON jobs (model_id);
+CREATE INDEX jobs_live_idx ON jobs (status) WHERE status IN ('queued', 'running', 'interrupted');
+COMMENT ON TABLE jobs IS 'Training jobs as the worker writes them; read attention.training_jobs, which also shows jobs whose worker died as interrupted.';
+COMMENT ON COLUMN jobs.cancel_requested IS 'Set by cancel_training; the worker reads it once a second and stops with a final checkpoint of its last step, not validated.';
+COMMENT ON COLUMN jobs.restarts IS 'Times the launcher resumed the job after a crash or restart.';
+
+CREATE TABLE checkpoints (
+    checkpoint_id bigserial PRIMARY KEY,
+    model_id      integer NOT NULL REFERENCES models ON DELETE CASCADE,
+    job_id        bigint REFERENCES jobs ON DELETE SET NULL,
+    kind          text NOT NULL DEFAULT 'trained' CHECK (kind IN ('initial', 'trained', 'average', 'imported')),
+    step          bigint NOT NULL CHECK (step >= 0),
+    valid_loss    double precision,
+    valid_bleu    double precision,
+    averaged_from bigint[] CHECK ((kind = 'average') = (averaged_from IS NOT NULL)),
+    deployed      boolean NOT NULL DEFAULT false,
+    created_at    timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX checkpoints_model_step_idx ON checkpoints (model_id, step);
+CREATE INDEX checkpoints_job_idx ON checkpoints (job_id, step);
+CREATE UNIQUE INDEX checkpoints_one_deployed_idx ON checkpoints (model_id) WHERE deployed;
+COMMENT ON TABLE checkpoints IS 'Checkpoints of a model: parameters, optimizer state and data position, one row per snapshot.';
+COMMENT ON COLUMN checkpoints.kind IS 'initial (initialize_checkpoint), trained (a training job), average (average_checkpoints) or imported (import_checkpoint).';
+COMMENT ON COLUMN checkpoints.averaged_from IS 'Checkpoints whose parameters this one averages (kind average only).';
+COMMENT ON COLUMN checkpoints.deployed IS 'True for the checkpoint translate() uses; at most one per model.';
+
+CREATE TABLE checkpoint_tensors (
+    checkpoint_id bigint NOT NULL REFERENCES checkpoints ON DELETE CASCADE,
+    name          text NOT NULL CHECK (name <> ''),
+    chunk         integer NOT NULL DEFAULT 0 CHECK (chunk >= 0),
+    dtype         text NOT NULL CHECK (dtype IN ('float32', 'bfloat16', 'float16', 'int64', 'int32', 'uint8')),
+    shape         bigint[] NOT NULL CHECK (array_ndims(shape) IS NULL OR array_ndims(shape) = 1),
+    bytes         bytea NOT NULL,
+    PRIMARY KEY (checkpoint_id, name, chunk)
+);
+-- Float data does not compress: store it out of line without trying.
+ALTER TABLE checkpoint_tensors ALTER COLUMN bytes SET STORAGE EXTERNAL;
+COMMENT ON TABLE checkpoint_tensors IS 'One row per named tensor of a checkpoint (Hugging Face MarianMT names; optimizer.*, rng.* and data.* hold the training state); tensors over the bytea limit span several chunks.';
+COMMENT ON COLUMN checkpoint_tensors.name IS 'Tensor name, e.g. model.encoder.layers.0.self_attn.q_proj.weight.';
+COMMENT ON COLUMN checkpoint_tensors.chunk IS 'Chunk number (0-based) of a tensor stored in several rows.';
+COMMENT ON COLUMN checkpoint_tensors.shape IS 'Tensor shape, row-major ({} for a scalar).';
+COMMENT ON COLUMN checkpoint_tensors.bytes IS 'Raw little-endian tensor data (this chunk of it).';
+
+-- Whether a training worker process with this pid is alive in this cluster
+-- (it holds a slot in shared memory). Jobs whose worker is gone read as
+-- interrupted, with or without the launcher.
+CREATE FUNCTION worker_alive(pid integer)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'attention_worker_alive'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION worker_alive(integer) IS
+'True while a server process with this pid runs in this cluster (used by the training_jobs view).';
+
+CREATE VIEW training_jobs AS
+SELECT j.job_id, j.model_id, j.corpus_id, j.options, j.submitted_by,
+       CASE WHEN w.dead THEN 'interrupted' ELSE j.status END AS status,
+       j.step, j.epoch, j.tokens_seen, j.train_loss, j.valid_loss, j.valid_bleu, j.learning_rate,
+       j.tokens_per_second, j.worker_pid, j.cancel_requested, j.restarts, j.submitted_at, j.started_at,
+       j.updated_at, j.finished_at,
+       CASE WHEN w.dead THEN 'the training worker exited without finishing (server crash, restart or termination)'
+            ELSE j.error END AS error
+  FROM attention.jobs j,
+       LATERAL (SELECT j.status IN ('queued', 'running')
+                       AND (j.worker_pid IS NULL OR NOT attention.worker_alive(j.worker_pid)) AS dead) w;
+COMMENT ON VIEW training_jobs IS 'Training jobs, kept current by the training worker (at most every few seconds); a job whose worker died shows as interrupted.';
+COMMENT ON COLUMN training_jobs.status IS 'queued, running, succeeded, failed, cancelled or interrupted.';
+COMMENT ON COLUMN training_jobs.submitted_by IS 'Role the worker connects as: the job reads only what it can read.';
+COMMENT ON COLUMN training_jobs.tokens_seen IS 'Target tokens (labels) trained on so far.';
+COMMENT ON COLUMN training_jobs.train_loss IS 'Label-smoothed training loss per target token (nats), mean since the previous update.';
+COMMENT ON COLUMN training_jobs.valid_loss IS 'Validation cross-entropy per target token (nats), no label smoothing.';
+COMMENT ON COLUMN training_jobs.valid_bleu IS 'BLEU of greedy translations of the first validation_bleu_sentences validation pairs.';
+COMMENT ON COLUMN training_jobs.tokens_per_second IS 'Source plus target tokens (no padding) trained per wall-clock second: since the previous update while running, over the whole run (after corpus encoding) once finished.';
+
+-- Privileges: anyone may create a model; the members of a model's owner role
+-- may train it, checkpoint it, deploy it and drop it (row-level security; the
+-- functions also check and raise a clear error).
+CREATE FUNCTION owns_model(model_id integer)
+RETURNS boolean
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (SELECT 1 FROM attention.models m
+                    WHERE m.model_id = owns_model.model_id AND pg_has_role(m.owner, 'MEMBER'))
+$$;
+COMMENT ON FUNCTION owns_model(integer) IS
+'True when the current role is a member of the model''s owner role.';
+
+ALTER TABLE models ENABLE ROW LEVEL SECURITY;
+CREATE POLICY models_read ON models FOR SELECT USING (true);
+CREATE POLICY models_create ON models FOR INSERT WITH CHECK (pg_has_role(owner, 'MEMBER'));
+CREATE POLICY models_drop ON models FOR DELETE USING (pg_has_role(owner, 'MEMBER'));
+ALTER TABLE jobs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY jobs_read ON jobs FOR SELECT USING (true);
+CREATE POLICY jobs_write ON jobs FOR INSERT WITH CHECK (attention.owns_model(model_id));
+CREATE POLICY jobs_update ON jobs FOR UPDATE USING (attention.owns_model(model_id));
+ALTER TABLE checkpoints ENABLE ROW LEVEL SECURITY;
+CREATE POLICY checkpoints_read ON checkpoints FOR SELECT USING (true);
+CREATE POLICY checkpoints_write ON checkpoints FOR INSERT WITH CHECK (attention.owns_model(model_id));
+CREATE POLICY checkpoints_update ON checkpoints FOR UPDATE USING (attention.owns_model(model_id));
+CREATE POLICY checkpoints_delete ON checkpoints FOR DELETE USING (attention.owns_model(model_id));
+ALTER TABLE checkpoint_tensors ENABLE ROW LEVEL SECURITY;
+CREATE POLICY checkpoint_tensors_owner ON checkpoint_tensors
+    USING (attention.owns_model((SELECT c.model_id FROM attention.checkpoints c
+                                  WHERE c.checkpoint_id = checkpoint_tensors.checkpoint_id)));
+
+SELECT pg_catalog.pg_extension_config_dump('corpora', '');
+SELECT pg_catalog.pg_extension_config_dump('corpora_corpus_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('corpus_pairs', '');
+SELECT pg_catalog.pg_extension_config_dump('corpus_pairs_pair_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('vocabularies', '');
+SELECT pg_catalog.pg_extension_config_dump('vocabularies_vocabulary_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('models', '');
+SELECT pg_catalog.pg_extension_config_dump('models_model_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('jobs_job_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('checkpoints', '');
+SELECT pg_catalog.pg_extension_config_dump('checkpoints_checkpoint_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('checkpoint_tensors', '');
+
+-- Everyone may look; corpora and vocabularies take explicit grants from the
+-- DBA to write; models, jobs and checkpoints are written by their owners
+-- (row-level security above).
+GRANT USAGE ON SCHEMA attention TO PUBLIC;
+GRANT SELECT ON corpora, vocabularies, models, jobs, training_jobs, checkpoints TO PUBLIC;
+GRANT INSERT, DELETE ON models TO PUBLIC;
+GRANT INSERT, UPDATE ON jobs TO PUBLIC;
+GRANT INSERT, UPDATE, DELETE ON checkpoints TO PUBLIC;
+GRANT SELECT, INSERT ON checkpoint_tensors TO PUBLIC;
+GRANT USAGE ON SEQUENCE models_model_id_seq, jobs_job_id_seq, checkpoints_checkpoint_id_seq TO PUBLIC;
+
+-----------------------------------------------------------------------------
+-- Corpus functions
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION create_corpus(name text, source_lang text, target_lang text)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    new_id integer;
+BEGIN
+    IF EXISTS (SELECT 1 FROM attention.corpora c WHERE c.name = create_corpus.name) THEN
+        RAISE EXCEPTION 'corpus "%" already exists', create_corpus.name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Choose another name, or add pairs to the existing corpus.';
+    END IF;
+    INSERT INTO attention.corpora (name, source_lang, target_lang)
+    VALUES (create_corpus.name, create_corpus.source_lang, create_corpus.target_lang)
+    RETURNING corpus_id INTO new_id;
+    RETURN new_id;
+END
+$$;
+COMMENT ON FUNCTION create_corpus(text, text, text) IS
+'Creates an empty parallel corpus and returns its id.';
+
+CREATE FUNCTION import_corpus(corpus text, query text, split text DEFAULT 'train')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_import_corpus'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION import_corpus(text, text, text) IS
+'Appends the (source, target) rows of any query to a corpus split, with the caller''s privileges; returns the number of pairs.';
+
+CREATE FUNCTION load_corpus(corpus text, source_path text, target_path text, split text DEFAULT 'train')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_load_corpus'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION load_corpus(text, text, text, text) IS
+'Appends line-aligned UTF-8 files on the server (Moses style) to a corpus split; requires pg_read_server_files; returns the number of pairs.';
+
+-----------------------------------------------------------------------------
+-- Vocabulary functions
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION train_vocabulary(name text, corpus text, vocab_size integer DEFAULT 8000,
+                                 model_type text DEFAULT 'bpe',
+                                 character_coverage double precision DEFAULT 1.0,
+                                 byte_fallback boolean DEFAULT true,
+                                 max_pairs integer DEFAULT 0)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'attention_train_vocabulary'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION train_vocabulary(text, text, integer, text, double precision, boolean, integer) IS
+'Trains one joint source+target SentencePiece model in memory on the corpus''s train split and stores it; returns its id.';
+
+CREATE FUNCTION import_vocabulary(name text, model bytea)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'attention_import_vocabulary'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION import_vocabulary(text, bytea) IS
+'Stores an existing SentencePiece .model (its bytes) as a vocabulary; returns its id.';
+
+CREATE FUNCTION encode(source text, vocabulary text)
+RETURNS integer[]
+AS 'MODULE_PATHNAME', 'attention_encode'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION encode(text, text) IS
+'Subword ids of a text under a vocabulary (no BOS/EOS added).';
+
+CREATE FUNCTION tokenize(source text, vocabulary text)
+RETURNS text[]
+AS 'MODULE_PATHNAME', 'attention_tokenize'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION tokenize(text, text) IS
+'Subword pieces of a text under a vocabulary.';
+
+CREATE FUNCTION decode(ids integer[], vocabulary text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'attention_decode'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION decode(integer[], text) IS
+'Text of a sequence of subword ids under a vocabulary (control ids such as BOS/EOS/pad are dropped).';
+
+CREATE FUNCTION vocabulary_pieces(vocabulary text)
+RETURNS TABLE (id integer, piece text, score real)
+AS 'MODULE_PATHNAME', 'attention_vocabulary_pieces'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION vocabulary_pieces(text) IS
+'Every piece of a vocabulary with its id and SentencePiece score.';
+
+-----------------------------------------------------------------------------
+-- BLEU (sacreBLEU 2.x defaults: 13a tokenization, case-sensitive, exp smoothing)
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION bleu(hypothesis text, reference text)
+RETURNS double precision
+AS 'MODULE_PATHNAME', 'attention_bleu'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION bleu(text, text) IS
+'Sentence BLEU (0-100) as sacrebleu.sentence_bleu computes it by default.';
+
+CREATE FUNCTION bleu_accum(double precision[], text, text)
+RETURNS double precision[]
+AS 'MODULE_PATHNAME', 'attention_bleu_accum'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION bleu_accum(double precision[], text, text) IS
+'Transition function of corpus_bleu: adds one segment''s BLEU statistics.';
+
+CREATE FUNCTION bleu_combine(double precision[], double precision[])
+RETURNS double precision[]
+AS 'MODULE_PATHNAME', 'attention_bleu_combine'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION bleu_combine(double precision[], double precision[]) IS
+'Combine function of corpus_bleu: adds two partial BLEU statistics.';
+
+CREATE FUNCTION bleu_final(double precision[])
+RETURNS double precision
+AS 'MODULE_PATHNAME', 'attention_bleu_final'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION bleu_final(double precision[]) IS
+'Final function of corpus_bleu: BLEU (0-100) from summed statistics.';
+
+CREATE AGGREGATE corpus_bleu(hypothesis text, reference text) (
+    SFUNC = bleu_accum,
+    STYPE = double precision[],
+    FINALFUNC = bleu_final,
+    COMBINEFUNC = bleu_combine,
+    INITCOND = '{0,0,0,0,0,0,0,0,0,0}',
+    PARALLEL = SAFE
+);
+COMMENT ON AGGREGATE corpus_bleu(text, text) IS
+'Corpus BLEU (0-100) as sacrebleu.corpus_bleu computes it by default; rows with a NULL are skipped.';
+
+-----------------------------------------------------------------------------
+-- Models and checkpoints
+-----------------------------------------------------------------------------
+
+-- The id of model `model` when the current role may change it (is a member of
+-- its owner role); ERROR otherwise. Every function that trains, checkpoints,
+-- deploys or drops a model calls it first.
+CREATE FUNCTION require_model_owner(model text, action text)
+RETURNS integer
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    mid integer;
+    owner_role regrole;
+BEGIN
+    SELECT m.model_id, m.owner INTO mid, owner_role FROM attention.models m WHERE m.name = model;
+    IF mid IS NULL THEN
+        RAISE EXCEPTION 'model "%" does not exist', model
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Create it with attention.create_model(name, vocabulary, config).';
+    END IF;
+    IF NOT pg_has_role(owner_role, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to % model "%"', action, model
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('Only members of its owner role %s may.', owner_role);
+    END IF;
+    RETURN mid;
+END
+$$;
+COMMENT ON FUNCTION require_model_owner(text, text) IS
+'Id of a model the current role owns (is a member of its owner role); ERROR naming the model and the action otherwise.';
+
+CREATE FUNCTION create_model(name text, vocabulary text, config jsonb DEFAULT '{}')
+RETURNS integer
+AS 'MODULE_PATHNAME', 'attention_create_model'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION create_model(text, text, jsonb) IS
+'Creates a Transformer model over a vocabulary; config overrides the paper''s base model key by key (or names a preset: base, big, small) and is stored in full; returns the model id.';
+
+CREATE FUNCTION initialize_checkpoint(model text, seed bigint DEFAULT 0)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_initialize_checkpoint'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION initialize_checkpoint(text, bigint) IS
+'Writes a step-0 checkpoint of a model with the paper''s initialisation drawn from seed (one row per tensor); returns its id.';
+
+CREATE FUNCTION deploy(model text, checkpoint bigint DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    mid integer;
+    chosen bigint;
+BEGIN
+    IF model IS NULL THEN
+        RAISE EXCEPTION 'model must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    mid := attention.require_model_owner(deploy.model, 'deploy');
+    IF checkpoint IS NULL THEN
+        SELECT c.checkpoint_id INTO chosen FROM attention.checkpoints c
+         WHERE c.model_id = mid
+         ORDER BY c.kind = 'average' DESC, c.step DESC, c.checkpoint_id DESC LIMIT 1;
+        IF chosen IS NULL THEN
+            RAISE EXCEPTION 'model "%" has no checkpoints', deploy.model
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Train it with attention.train, or create one with attention.initialize_checkpoint.';
+        END IF;
+    ELSE
+        SELECT c.checkpoint_id INTO chosen FROM attention.checkpoints c
+         WHERE c.checkpoint_id = deploy.checkpoint AND c.model_id = mid;
+        IF chosen IS NULL THEN
+            RAISE EXCEPTION 'checkpoint % is not a checkpoint of model "%"', deploy.checkpoint, deploy.model
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    UPDATE attention.checkpoints SET deployed = false WHERE model_id = mid AND deployed AND checkpoint_id <> chosen;
+    UPDATE attention.checkpoints SET deployed = true WHERE checkpoint_id = chosen AND NOT deployed;
+    RETURN chosen;
+END
+$$;
+COMMENT ON FUNCTION deploy(text, bigint) IS
+'Makes a checkpoint the one translation uses for a model (NULL: the newest average, else the newest); returns its id.';
+
+CREATE FUNCTION average_checkpoints(model text, last_n integer DEFAULT 5)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_average_checkpoints'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION average_checkpoints(text, integer) IS
+'Writes a checkpoint whose parameters are the element-wise mean of the model''s last_n newest trained checkpoints (averaged_from lists them); returns its id.';
+
+CREATE FUNCTION delete_checkpoint(checkpoint bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    model_name text;
+BEGIN
+    SELECT m.name INTO model_name FROM attention.checkpoints c JOIN attention.models m USING (model_id)
+     WHERE c.checkpoint_id = checkpoint;
+    IF model_name IS NULL THEN
+        RAISE EXCEPTION 'checkpoint % does not exist', checkpoint USING ERRCODE = 'undefined_object';
+    END IF;
+    PERFORM attention.require_model_owner(model_name, 'delete a checkpoint of');
+    IF EXISTS (SELECT 1 FROM attention.checkpoints c WHERE c.checkpoint_id = checkpoint AND c.deployed) THEN
+        RAISE EXCEPTION 'checkpoint % is deployed', checkpoint
+            USING ERRCODE = 'object_in_use',
+                  HINT = 'Deploy another checkpoint of the model first (attention.deploy).';
+    END IF;
+    DELETE FROM attention.checkpoints c WHERE c.checkpoint_id = checkpoint;
+END
+$$;
+COMMENT ON FUNCTION delete_checkpoint(bigint) IS
+'Deletes a checkpoint and its tensors; refuses the deployed one.';
+
+CREATE FUNCTION drop_model(name text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    mid integer;
+BEGIN
+    mid := attention.require_model_owner(drop_model.name, 'drop');
+    IF EXISTS (SELECT 1 FROM attention.training_jobs j WHERE j.model_id = mid AND j.status IN ('queued', 'running')) THEN
+        RAISE EXCEPTION 'model "%" has a training job queued or running', drop_model.name
+            USING ERRCODE = 'object_in_use',
+                  HINT = 'Cancel it first with attention.cancel_training(job).';
+    END IF;
+    DELETE FROM attention.models m WHERE m.model_id = mid;
+END
+$$;
+COMMENT ON FUNCTION drop_model(text) IS
+'Drops a model with its checkpoints and jobs; refuses while a job is queued or running.';
+
+-----------------------------------------------------------------------------
+-- Training jobs (bgworker/)
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION train(model text, corpus text, options jsonb DEFAULT '{}')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_train'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION train(text, text, jsonb) IS
+'Submits a training job (options: max_steps, max_epochs, max_minutes, batch_tokens, warmup_steps, learning_rate_scale, label_smoothing, dropout, accumulate_batches, batches_per_step, checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, validate_every_steps, validation_bleu_sentences, seed, init_checkpoint (a checkpoint of the model to start from: fine-tuning), device ("cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all": one rank per GPU), precision ("fp32" or "bf16"; bf16 by default on CUDA devices), threads, nodes) and returns its id at once; a background worker connected as the caller trains.';
+
+CREATE FUNCTION resume_training(job bigint, options jsonb DEFAULT '{}')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_resume_training'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION resume_training(bigint, jsonb) IS
+'Continues a stopped job from its newest checkpoint (in the data order an uninterrupted run would see); options may change its limits, checkpoint cadence, devices (a step keeps its batches_per_step batches) and precision; returns the job id.';
+
+CREATE FUNCTION cancel_training(job bigint)
+RETURNS text
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    model_name text;
+    shown text;
+BEGIN
+    SELECT m.name, v.status INTO model_name, shown
+      FROM attention.training_jobs v JOIN attention.models m USING (model_id) WHERE v.job_id = job;
+    IF model_name IS NULL THEN
+        RAISE EXCEPTION 'training job % does not exist', job USING ERRCODE = 'undefined_object';
+    END IF;
+    PERFORM attention.require_model_owner(model_name, 'cancel training of');
+    IF shown IN ('queued', 'running') THEN
+        UPDATE attention.jobs SET cancel_requested = true WHERE job_id = job;
+        RETURN 'cancelling';
+    ELSIF shown = 'interrupted' THEN
+        UPDATE attention.jobs SET status = 'cancelled', finished_at = coalesce(finished_at, now()), error = NULL
+         WHERE job_id = job;
+        RETURN 'cancelled';
+    END IF;
+    RETURN shown;
+END
+$$;
+COMMENT ON FUNCTION cancel_training(bigint) IS
+'Asks a job''s worker to stop: it reads the request once a second, writes a final checkpoint of its last step (not validated) and ends as cancelled; returns cancelling, or the status of a job that has already stopped.';
+
+-- A job whose worker has just committed its final status and exited could
+-- read as interrupted (the view's snapshot predates the commit, its liveness check follows
+-- the exit); a second look, with a snapshot taken after the exit was seen, tells the two apart.
+CREATE FUNCTION wait_training(job bigint, timeout interval DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    deadline timestamptz := clock_timestamp() + timeout;
+    shown text;
+BEGIN
+    IF job IS NULL THEN
+        RAISE EXCEPTION 'job must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    LOOP
+        SELECT v.status INTO shown FROM attention.training_jobs v WHERE v.job_id = job;
+        IF shown IS NULL THEN
+            RAISE EXCEPTION 'training job % does not exist', job USING ERRCODE = 'undefined_object';
+        END IF;
+        IF shown = 'interrupted' THEN
+            SELECT v.status INTO shown FROM attention.training_jobs v WHERE v.job_id = job;
+        END IF;
+        EXIT WHEN shown NOT IN ('queued', 'running') OR clock_timestamp() >= deadline;
+        PERFORM pg_sleep(0.1);
+    END LOOP;
+    RETURN shown;
+END
+$$;
+COMMENT ON FUNCTION wait_training(bigint, interval) IS
+'Waits until a job stops (or the timeout passes; NULL waits without limit) and returns its status.';
+
+CREATE FUNCTION export_checkpoint(checkpoint bigint)
+RETURNS bytea
+AS 'MODULE_PATHNAME', 'attention_export_checkpoint'
+LANGUAGE C STABLE STRICT;
+COMMENT ON FUNCTION export_checkpoint(bigint) IS
+'A checkpoint''s parameters as a safetensors file (Hugging Face MarianMT tensor names; the model configuration and the base64 SentencePiece vocabulary in its metadata); needs the model''s owner.';
+
+CREATE FUNCTION import_checkpoint(model text, data bytea)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_import_checkpoint'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION import_checkpoint(text, bytea) IS
+'Stores a safetensors file holding exactly the model''s parameters (names, shapes, F32) as a new checkpoint of kind imported; returns its id.';
+
+CREATE FUNCTION evaluate(model text, corpus text, split text DEFAULT 'test', checkpoint bigint DEFAULT NULL,
+                         beam_size integer DEFAULT 4)
+RETURNS TABLE (bleu double precision, loss double precision, sentences integer, seconds double precision)
+AS 'MODULE_PATHNAME', 'attention_evaluate'
+LANGUAGE C VOLATILE COST 1000000 ROWS 1;
+COMMENT ON FUNCTION evaluate(text, text, text, bigint, integer) IS
+'Corpus BLEU of beam-search translations of a split and its cross-entropy per target token, for a checkpoint (NULL: the deployed one, else the newest); the corpus is read with the caller''s privileges.';
+
+-- Translation loads deployed parameters through this function, so any role
+-- may translate with a deployed model without reading other checkpoints.
+CREATE FUNCTION deployed_tensors(checkpoint bigint)
+RETURNS TABLE (name text, chunk integer, dtype text, shape bigint[], bytes bytea)
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT t.name, t.chunk, t.dtype, t.shape, t.bytes
+      FROM attention.checkpoint_tensors t
+      JOIN attention.checkpoints c ON c.checkpoint_id = t.checkpoint_id
+     WHERE t.checkpoint_id = deployed_tensors.checkpoint AND c.deployed
+       AND t.name NOT LIKE 'optimizer.%' AND t.name NOT LIKE 'rng.%' AND t.name NOT LIKE 'data.%'
+     ORDER BY t.name, t.chunk
+$$;
+COMMENT ON FUNCTION deployed_tensors(bigint) IS
+'Parameter tensors of a deployed checkpoint (nothing for one that is not deployed); what translation loads.';
+
+-----------------------------------------------------------------------------
+-- Translation
+-----------------------------------------------------------------------------
+
+-- One argument: unqualified translate('...') resolves here (PostgreSQL's own
+-- translate takes three text arguments and is unaffected).
+CREATE FUNCTION translate(source text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'attention_translate_default'
+LANGUAGE C STABLE STRICT PARALLEL SAFE COST 100000;
+COMMENT ON FUNCTION translate(text) IS
+'Translates a text with the default model (attention.default_model, or the only deployed one) and beam attention.beam_size.';
+
+CREATE FUNCTION translate(source text, model text, beam_size integer DEFAULT 4,
+                          length_penalty double precision DEFAULT 0.6,
+                          max_length_offset integer DEFAULT 50)
+RETURNS text
+AS 'MODULE_PATHNAME', 'attention_translate'
+LANGUAGE C STABLE PARALLEL SAFE COST 100000;
+COMMENT ON FUNCTION translate(text, text, integer, double precision, integer) IS
+'Translates a text by beam search (beam_size 1 = greedy; length penalty ((5+len)/6)^alpha; at most source tokens + max_length_offset tokens); a NULL model means the default model.';
+
+CREATE FUNCTION translate(sources text[], model text DEFAULT NULL, beam_size integer DEFAULT 4,
+                          length_penalty double precision DEFAULT 0.6,
+                          max_length_offset integer DEFAULT 50)
+RETURNS text[]
+AS 'MODULE_PATHNAME', 'attention_translate_array'
+LANGUAGE C STABLE PARALLEL SAFE COST 1000000;
+COMMENT ON FUNCTION translate(text[], text, integer, double precision, integer) IS
+'Translates many texts in length-sorted batches; results in input order (NULL stays NULL).';
+
+CREATE FUNCTION translate_nbest(source text, model text DEFAULT NULL, n integer DEFAULT 4,
+                                beam_size integer DEFAULT 4,
+                                length_penalty double precision DEFAULT 0.6,
+                                max_length_offset integer DEFAULT 50)
+RETURNS TABLE (rank integer, translation text, score double precision, tokens text[])
+AS 'MODULE_PATHNAME', 'attention_translate_nbest'
+LANGUAGE C STABLE PARALLEL SAFE COST 100000 ROWS 4;
+COMMENT ON FUNCTION translate_nbest(text, text, integer, integer, double precision, integer) IS
+'The n best translations by beam search, best first; score is the log-probability of the tokens and EOS (as attention.score).';
+
+CREATE FUNCTION score(source text, target text, model text DEFAULT NULL)
+RETURNS double precision
+AS 'MODULE_PATHNAME', 'attention_score'
+LANGUAGE C STABLE PARALLEL SAFE COST 10000;
+COMMENT ON FUNCTION score(text, text, text) IS
+'Natural-log probability of the target''s subword tokens plus EOS given the source (no dropout, no label smoothing).';
+
+CREATE FUNCTION attention_weights(source text, target text DEFAULT NULL, model text DEFAULT NULL)
+RETURNS TABLE (kind text, layer integer, head integer, query_pos integer, query_token text,
+               key_pos integer, key_token text, weight real)
+AS 'MODULE_PATHNAME', 'attention_attention_weights'
+LANGUAGE C STABLE PARALLEL SAFE COST 100000 ROWS 10000;
+COMMENT ON FUNCTION attention_weights(text, text, text) IS
+'Every attention probability (encoder_self, decoder_self, cross) of the model reading source and target (NULL: its own translation); positions from 0.';
+
+CREATE FUNCTION align(source text, target text, model text DEFAULT NULL)
+RETURNS TABLE (target_pos integer, target_token text, source_pos integer, source_token text, weight real)
+AS 'MODULE_PATHNAME', 'attention_align'
+LANGUAGE C STABLE PARALLEL SAFE COST 10000 ROWS 1000;
+COMMENT ON FUNCTION align(text, text, text) IS
+'Word alignment from cross-attention: for each target token (and EOS), the last decoder layer''s attention over source tokens, averaged over heads.';
+
+CREATE PROCEDURE translate_column(relation regclass, source_column name, target_column name,
+                                  model text DEFAULT NULL, batch_size integer DEFAULT 64)
+AS 'MODULE_PATHNAME', 'attention_translate_column'
+LANGUAGE C;
+COMMENT ON PROCEDURE translate_column(regclass, name, name, text, integer) IS
+'Translates rows whose target is NULL and source is not, in length-sorted batches, committing after each batch (resumable); rows are addressed by the primary key.';
+
+-----------------------------------------------------------------------------
+-- Added in 0.2.0 (attention--0.1.0--0.2.0.sql adds the same to a 0.1.0 schema)
+-----------------------------------------------------------------------------
+
+-----------------------------------------------------------------------------
+-- Ranks of a training job across machines (bgworker/ranks.c)
+-----------------------------------------------------------------------------
+
+CREATE TABLE job_ranks (
+    job_id      bigint NOT NULL REFERENCES jobs ON DELETE CASCADE,
+    node        integer NOT NULL CHECK (node >= 0),
+    first_rank  integer NOT NULL CHECK (first_rank >= 0),
+    ranks       integer NOT NULL CHECK (ranks > 0),
+    world_ranks integer NOT NULL CHECK (world_ranks >= first_rank + ranks),
+    unique_id   bytea NOT NULL CHECK (length(unique_id) = 128),
+    state       text NOT NULL DEFAULT 'waiting' CHECK (state IN ('waiting', 'claimed', 'joined', 'failed')),
+    worker_pid  integer,
+    claimed_at  timestamptz,
+    error       text,
+    PRIMARY KEY (job_id, node)
+);
+COMMENT ON TABLE job_ranks IS
+'The nodes of a training job that spans machines ("nodes" > 1): each node''s rank range and the NCCL communicator id the coordinator made; a node''s worker claims a waiting row, joins, or fails.';
+COMMENT ON COLUMN job_ranks.unique_id IS 'ncclUniqueId (128 bytes): whoever reads it can join the communicator, so only the model''s owners see it.';
+COMMENT ON COLUMN job_ranks.state IS 'waiting (published), claimed (a worker has it), joined (its ranks are joining the communicator), failed (error says why).';
+
+ALTER TABLE job_ranks ENABLE ROW LEVEL SECURITY;
+CREATE POLICY job_ranks_owner ON job_ranks
+    USING (attention.owns_model((SELECT j.model_id FROM attention.jobs j WHERE j.job_id = job_ranks.job_id)));
+GRANT SELECT, INSERT, UPDATE, DELETE ON job_ranks TO PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('job_ranks', '');
+
+-----------------------------------------------------------------------------
+-- Training functions
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION join_training(job bigint)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'attention_join_training'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION join_training(bigint) IS
+'Starts a worker on this server that claims the next waiting node of a job that spans machines (attention.job_ranks) and joins its communicator; returns the worker''s pid.';
+
+-----------------------------------------------------------------------------
+-- Translation services (src/pg/service.c, service_worker.c)
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION start_service(model text, device text DEFAULT 'cpu')
+RETURNS integer
+AS 'MODULE_PATHNAME', 'attention_start_service'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION start_service(text, text) IS
+'Starts the translation service of a model in this database (one process that loads the deployed checkpoint once, on device cpu or cuda, and decodes the sentences of every session in one continuously batched beam search: sentences join it between steps and leave when done), or finds the running one; returns its pid. Needs shared_preload_libraries = ''attention''; only the model''s owners may.';
+
+CREATE FUNCTION stop_service(model text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'attention_stop_service'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION stop_service(text) IS
+'Stops the translation service of a model in this database after it answered the requests it has; false when none ran. Only the model''s owners may.';
+
+CREATE FUNCTION service_status()
+RETURNS TABLE (database text, model text, checkpoint bigint, device text, pid integer, state text,
+               queue_depth integer, requests bigint, sentences bigint, tokens bigint, batches bigint)
+AS 'MODULE_PATHNAME', 'attention_service_status'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION service_status() IS
+'Every translation service of the server, as the view attention.services shows them.';
+
+CREATE VIEW services AS SELECT * FROM service_status();
+COMMENT ON VIEW services IS
+'Translation services: database, model, the checkpoint loaded last, device, pid, state (starting, running, stopping), queue depth (requests waiting or being served), and requests, sentences, output tokens and batches served.';
+GRANT SELECT ON services TO PUBLIC;
+
+-- Checkpoints carry the format of their tensors; a library refuses a format it does not know.
+ALTER TABLE checkpoints ADD COLUMN format integer NOT NULL DEFAULT 1 CHECK (format >= 1);
+COMMENT ON COLUMN checkpoints.format IS
+'Layout of the checkpoint''s tensors (names, meanings, the data.* counters): 1. A library refuses to load a format it does not know.';
+
+CREATE FUNCTION import_huggingface(model text, config jsonb, safetensors bytea, vocab jsonb,
+                                   source_spm bytea, target_spm bytea)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_import_huggingface'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION import_huggingface(text, jsonb, bytea, jsonb, bytea, bytea) IS
+'Imports a Hugging Face MarianMT model (OPUS-MT layout: config.json, model.safetensors, vocab.json, source.spm, target.spm) as a new model and vocabulary, both named model, with its parameters as a checkpoint of kind imported (not deployed); returns the checkpoint id. scripts/import-hf reads a directory.';
+
+CREATE FUNCTION export_huggingface(checkpoint bigint)
+RETURNS TABLE (file text, data bytea)
+AS 'MODULE_PATHNAME', 'attention_export_huggingface'
+LANGUAGE C STABLE STRICT ROWS 7;
+COMMENT ON FUNCTION export_huggingface(bigint) IS
+'A checkpoint as the files of a Hugging Face MarianMT model (config.json, model.safetensors, source.spm, target.spm, vocab.json, tokenizer_config.json, generation_config.json) that MarianMTModel and MarianTokenizer load; needs the model''s owner. scripts/export-hf writes them to a directory.';
