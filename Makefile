@@ -9,16 +9,22 @@ MODULE_big = attention
 # the SQL glue lives in src/pg/.
 ENGINE_C = src/bleu.c src/safetensors.c
 ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tensors.c src/score.c \
-	src/decode.c src/backend.c src/backend_cpu.c src/parallel.c src/marian.c
+	src/decode.c src/backend.c src/backend_cpu.c src/parallel.c src/marian.c src/signals.c
 ENGINE_CXX = src/spm.cc
-# src/pg/: leaves (settings, catalogue, training options, datasets) that call
-# nothing else of the glue, then the SQL-callable functions; bgworker/ (the
-# launcher, the job loop, rank hand-over) builds on the leaves only.
-GLUE_LEAVES = src/pg/settings.c src/pg/catalog.c src/pg/train_options.c src/pg/dataset.c
-GLUE_C = $(GLUE_LEAVES) src/pg/attention.c src/pg/bleu.c src/pg/corpus.c src/pg/vocabulary.c src/pg/model.c \
-	src/pg/checkpoint.c src/pg/translate.c src/pg/inspect.c src/pg/translate_column.c src/pg/batch_translate.c src/pg/service.c \
-	src/pg/service_worker.c src/pg/safetensors.c src/pg/huggingface.c src/pg/evaluate.c src/pg/jobs.c
-WORKER_C = bgworker/worker.c bgworker/launcher.c bgworker/ranks.c
+# src/pg/common/: the leaves of the SQL glue (settings, catalogue, the model
+# cache, translation, the services' registry, training options, the dataset
+# feed, tensor files, starting workers), which include nothing of src/pg/ or
+# bgworker/; then the SQL-callable functions (src/pg/) and the background
+# workers (bgworker/), which build on the leaves and the engine only
+# (scripts/check-structure).
+GLUE_LEAVES = src/pg/common/settings.c src/pg/common/catalog.c src/pg/common/model_cache.c \
+	src/pg/common/translation.c src/pg/common/service_registry.c src/pg/common/train_options.c \
+	src/pg/common/dataset.c src/pg/common/tensor_file.c src/pg/common/workers.c
+GLUE_C = $(GLUE_LEAVES) src/pg/attention.c src/pg/bleu_functions.c src/pg/corpus.c src/pg/vocabulary.c \
+	src/pg/models.c src/pg/checkpoint.c src/pg/translate.c src/pg/inspect.c src/pg/translate_column.c \
+	src/pg/batch_translate.c src/pg/service.c src/pg/checkpoint_file.c src/pg/huggingface.c src/pg/evaluate.c \
+	src/pg/jobs.c
+WORKER_C = bgworker/worker.c bgworker/launcher.c bgworker/ranks.c bgworker/service_worker.c
 OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o) $(WORKER_C:.c=.o)
 
 # sql/attention.sql is the current version's install script (copied to
@@ -32,7 +38,7 @@ ISOLATION = batch_translate_epq
 ISOLATION_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 
 WARNINGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
-PG_CFLAGS = $(WARNINGS) -Isrc -Isrc/pg -Ibgworker
+PG_CFLAGS = $(WARNINGS) -Isrc -Isrc/pg/common -Isrc/pg -Ibgworker
 PG_CXXFLAGS = $(WARNINGS) -std=c++17 -Isrc
 # As pgvector does: tuned for the machine that builds it (the extension is built
 # where it is installed); OPTFLAGS= builds a generic binary.
@@ -43,7 +49,15 @@ OPTFLAGS ?= -march=native
 OPENBLAS_DIR = /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp
 OPENBLAS_INC = /usr/include/$(shell gcc -print-multiarch)/openblas-openmp
 ENGINE_LIBS = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -fopenmp -lm
-SHLIB_LINK = -lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl
+# Only the entry points PostgreSQL calls are exported (scripts/check-structure
+# checks the result): the magic block, _PG_init, every SQL function with its
+# pg_finfo_ record, and the background workers' entry points. Everything else,
+# SentencePiece's template instantiations included, stays local to the library;
+# PostgreSQL 15 builds without -fvisibility=hidden, so a version script does it
+# on every major.
+EXPORTS_MAP = src/pg/exports.map
+SHLIB_LINK = -lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl -Wl,--version-script=$(EXPORTS_MAP)
+EXTRA_CLEAN += $(EXPORTS_MAP)
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -53,6 +67,13 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 override with_llvm = no
 
 include $(PGXS)
+
+$(EXPORTS_MAP): $(GLUE_C) $(WORKER_C) bgworker/entry_points.h
+	{ echo '{ global: Pg_magic_func; _PG_init;'; \
+	  sed -n 's/^PG_FUNCTION_INFO_V1(\(attention_[a-z0-9_]*\));$$/\1; pg_finfo_\1;/p' $(GLUE_C) $(WORKER_C); \
+	  sed -n 's/^PGDLLEXPORT void \(attention_[a-z0-9_]*\)(Datum arg);$$/\1;/p' bgworker/entry_points.h; \
+	  echo 'local: *; };'; } > $@
+$(shlib): $(EXPORTS_MAP)
 
 sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
 	cp $< $@

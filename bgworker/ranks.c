@@ -14,7 +14,9 @@
 #include "utils/builtins.h"
 #include "utils/wait_event.h"
 
+#include "compat.h"
 #include "ranks.h"
+#include "workers.h"
 
 /* How long the coordinator waits for the nodes, and a node for the coordinator's rows. */
 #define RANKS_WAIT_SECONDS 600

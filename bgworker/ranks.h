@@ -1,6 +1,6 @@
 /*
- * ranks.h - the training worker's transactions, and the hand-over of a
- * job's ranks between machines through attention.job_ranks (ranks.c).
+ * ranks.h - the hand-over of a job's ranks between machines through
+ * attention.job_ranks (ranks.c).
  *
  * A job with "nodes": K > 1 has K workers, one per machine: the coordinator
  * (the worker attention.train started) publishes K rows, one per node, with
@@ -14,33 +14,8 @@
 
 #include "postgres.h"
 
-#include "access/xact.h"
-#include "executor/spi.h"
-#include "pgstat.h"
-#include "utils/snapmgr.h"
-
 #include "compat.h"
 #include "parallel.h"
-
-/* Starts a transaction with SPI and a snapshot (workers run outside any between them). */
-static inline void
-worker_begin(void)
-{
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
-}
-
-/* Commits what worker_begin() started. */
-static inline void
-worker_commit(void)
-{
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_stat(false);
-}
 
 /*
  * Coordinator: makes a communicator id, publishes the rank ranges of

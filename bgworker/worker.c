@@ -42,8 +42,9 @@
 #include "parallel.h"
 #include "ranks.h"
 #include "settings.h"
+#include "entry_points.h"
 #include "train_options.h"
-#include "worker.h"
+#include "workers.h"
 
 /* Seconds between progress updates of attention.jobs. */
 #define PROGRESS_SECONDS 2.0
@@ -836,16 +837,12 @@ require_known_schema(int64 job_id)
 	char	   *version = NULL;
 	size_t		i;
 
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	SPI_connect();
+	worker_begin();
 	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'attention'", true, 1) ==
 		SPI_OK_SELECT && SPI_processed == 1)
 		version = MemoryContextStrdup(TopMemoryContext,
 									  SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
+	worker_commit();
 	for (i = 0; version != NULL && i < lengthof(known); i++)
 		if (strcmp(version, known[i]) == 0)
 			return;

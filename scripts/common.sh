@@ -80,3 +80,26 @@ cluster_destroy() {
   rm -rf "$(work_dir)/$1"
 }
 export PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning"
+
+# require_python PYTHON MODULE...: exits with a message naming what is missing
+# unless interpreter PYTHON imports every MODULE (benchmarks check before a long run).
+require_python() {
+  local python=$1 missing=() m
+  shift
+  command -v "$python" >/dev/null 2>&1 || { echo "$python not found; it must have: $*" >&2; exit 1; }
+  for m in "$@"; do
+    "$python" -c "import $m" >/dev/null 2>&1 || missing+=("$m")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "$python cannot import: ${missing[*]} (pip install ${missing[*]}, or Debian's python3-torch for torch)" >&2
+    exit 1
+  fi
+}
+
+# require_commands COMMAND...: exits with a message unless every COMMAND is on PATH.
+require_commands() {
+  local c
+  for c in "$@"; do
+    command -v "$c" >/dev/null 2>&1 || { echo "$c not found on PATH" >&2; exit 1; }
+  done
+}

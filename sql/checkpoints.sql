@@ -1,6 +1,15 @@
 -- Checkpoint lifecycle: averaging, deployment of the average, deletion, dropping a model.
--- (Runs after translate.sql, whose vocabulary tr_vocab and model tiny it reuses.)
-SELECT attention.create_model('avg', 'tr_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 8,
+-- Its own corpus and vocabulary (the pairs of translate.sql's), so the file runs alone.
+-- Its jobs and checkpoints are numbered from 1000, so messages naming them read the same alone.
+SELECT setval('attention.jobs_job_id_seq', 1000, false) AS first_job,
+       setval('attention.checkpoints_checkpoint_id_seq', 1000, false) AS first_checkpoint \gset
+SELECT attention.create_corpus('ck_corpus', 'en', 'de') > 0 AS created;
+SELECT attention.import_corpus('ck_corpus', $$
+  SELECT 'the package provides ' || w || ' files for ' || v, 'das Paket enthält ' || w || ' Dateien für ' || v
+    FROM unnest(ARRAY['data', 'library', 'documentation', 'development', 'example']) AS w,
+         unnest(ARRAY['python', 'perl', 'ruby', 'java', 'debian', 'gnome']) AS v$$);
+SELECT attention.train_vocabulary('ck_vocab', 'ck_corpus', vocab_size => 80, byte_fallback => false) > 0 AS trained;
+SELECT attention.create_model('avg', 'ck_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 8,
   "num_heads": 2, "d_ff": 16, "max_positions": 64}') > 0 AS created;
 SELECT attention.average_checkpoints('avg');
 SELECT attention.initialize_checkpoint('avg', 3) AS a \gset
@@ -48,9 +57,10 @@ SELECT attention.translate('the package', 'avg') IS NOT NULL AS format_1_loads;
 -- dropping
 INSERT INTO attention.jobs (model_id, corpus_id, status, worker_pid)
 SELECT m.model_id, c.corpus_id, 'running', pg_backend_pid() FROM attention.models m, attention.corpora c
- WHERE m.name = 'avg' AND c.name = 'tr_regress';
+ WHERE m.name = 'avg' AND c.name = 'ck_corpus';
 SELECT attention.drop_model('avg');
-UPDATE attention.jobs SET status = 'failed', finished_at = now();
+UPDATE attention.jobs SET status = 'failed', finished_at = now()
+ WHERE model_id = (SELECT model_id FROM attention.models WHERE name = 'avg');
 SELECT attention.drop_model('avg');
 SELECT count(*) AS checkpoints_left FROM attention.checkpoints c
  WHERE NOT EXISTS (SELECT 1 FROM attention.models m WHERE m.model_id = c.model_id);

@@ -2,15 +2,28 @@
 -- device can be used (before any job is queued), and a job on the emulated
 -- CUDA library (the same kernel sources run on the CPU) that trains,
 -- checkpoints and resumes with the losses of the same job on the CPU.
--- (Runs after training.sql; reuses corpus tr_regress and vocabulary tr_vocab.)
-SELECT attention.create_model('gpu_job', 'tr_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 16,
+-- Its own corpus and vocabulary (the pairs of translate.sql's), so the file runs alone.
+-- Its jobs and checkpoints are numbered from 3000, so messages naming them read the same alone.
+SELECT setval('attention.jobs_job_id_seq', 3000, false) AS first_job,
+       setval('attention.checkpoints_checkpoint_id_seq', 3000, false) AS first_checkpoint \gset
+SELECT attention.create_corpus('gpu_corpus', 'en', 'de') > 0 AS created;
+SELECT attention.import_corpus('gpu_corpus', $$
+  SELECT 'the package provides ' || w || ' files for ' || v, 'das Paket enthält ' || w || ' Dateien für ' || v
+    FROM unnest(ARRAY['data', 'library', 'documentation', 'development', 'example']) AS w,
+         unnest(ARRAY['python', 'perl', 'ruby', 'java', 'debian', 'gnome']) AS v$$);
+SELECT attention.import_corpus('gpu_corpus', $$
+  SELECT 'the package provides ' || w || ' files for python', 'das Paket enthält ' || w || ' Dateien für python'
+    FROM unnest(ARRAY['data', 'example']) AS w$$, split) AS pairs
+  FROM unnest(ARRAY['valid', 'test']) AS split;
+SELECT attention.train_vocabulary('gpu_vocab', 'gpu_corpus', vocab_size => 80, byte_fallback => false) > 0 AS trained;
+SELECT attention.create_model('gpu_job', 'gpu_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 16,
   "num_heads": 2, "d_ff": 32, "max_positions": 64}') > 0 AS created;
 SELECT count(*) AS jobs_before FROM attention.training_jobs \gset
 
 -- names that are no device
-SELECT attention.train('gpu_job', 'tr_regress', '{"device": "gpu"}');
-SELECT attention.train('gpu_job', 'tr_regress', '{"device": "cuda:x"}');
-SELECT attention.train('gpu_job', 'tr_regress', '{"device": 0}');
+SELECT attention.train('gpu_job', 'gpu_corpus', '{"device": "gpu"}');
+SELECT attention.train('gpu_job', 'gpu_corpus', '{"device": "cuda:x"}');
+SELECT attention.train('gpu_job', 'gpu_corpus', '{"device": 0}');
 
 -- the real CUDA library without a usable GPU (here: no driver): the driver's reason in the detail
 CREATE FUNCTION pg_temp.train_error(options jsonb)
@@ -18,7 +31,7 @@ RETURNS TABLE (error_state text, error_message text, error_hint text, detail_nam
 DECLARE
   detail text;
 BEGIN
-  PERFORM attention.train('gpu_job', 'tr_regress', options);
+  PERFORM attention.train('gpu_job', 'gpu_corpus', options);
 EXCEPTION WHEN OTHERS THEN
   GET STACKED DIAGNOSTICS error_state = RETURNED_SQLSTATE, error_message = MESSAGE_TEXT,
     detail = PG_EXCEPTION_DETAIL, error_hint = PG_EXCEPTION_HINT;
@@ -40,18 +53,18 @@ DROP ROLE cuda_regress_user;
 
 -- the emulated library: 8 devices in the test cluster (scripts/test), so device 9 does not exist
 SET attention.cuda_library = '$libdir/attention_cuda_emu.so';
-SELECT attention.train('gpu_job', 'tr_regress', '{"device": "cuda:9"}');
+SELECT attention.train('gpu_job', 'gpu_corpus', '{"device": "cuda:9"}');
 -- workers read the setting at connection: give it to this database's new sessions
 SELECT current_database() AS db \gset
 ALTER DATABASE :"db" SET attention.cuda_library = '$libdir/attention_cuda_emu.so';
 
 -- the same 16 steps on the CPU and on the emulated GPU (dropout on, checkpoints at 8 and 16) ...
 \set options '"batch_tokens": 120, "warmup_steps": 8, "learning_rate_scale": 0.5, "checkpoint_every_steps": 8, "keep_checkpoints": 2, "seed": 5, "dropout": 0.1, "threads": 1, "validation_bleu_sentences": 2, "precision": "fp32"'
-SELECT attention.train('gpu_job', 'tr_regress', format('{"max_steps": 16, "device": "cpu", %s}', :'options')::jsonb)
+SELECT attention.train('gpu_job', 'gpu_corpus', format('{"max_steps": 16, "device": "cpu", %s}', :'options')::jsonb)
   AS cpu_job \gset
 SELECT attention.wait_training(:cpu_job);
 -- ... the GPU run stopped at step 8 and resumed to 16
-SELECT attention.train('gpu_job', 'tr_regress', format('{"max_steps": 8, "device": "cuda", %s}', :'options')::jsonb)
+SELECT attention.train('gpu_job', 'gpu_corpus', format('{"max_steps": 8, "device": "cuda", %s}', :'options')::jsonb)
   AS cuda_job \gset
 SELECT attention.wait_training(:cuda_job);
 SELECT status, step, options->>'device' AS device, error FROM attention.training_jobs WHERE job_id = :cuda_job;
@@ -63,19 +76,19 @@ SELECT c.step, abs(g.valid_loss - c.valid_loss) / c.valid_loss < 1e-5 AS same_va
   FROM attention.checkpoints c JOIN attention.checkpoints g USING (step)
  WHERE c.job_id = :cpu_job AND g.job_id = :cuda_job ORDER BY step;
 SELECT abs(g.loss - c.loss) / c.loss < 1e-5 AS same_test_loss, g.sentences
-  FROM attention.evaluate('gpu_job', 'tr_regress', 'test',
+  FROM attention.evaluate('gpu_job', 'gpu_corpus', 'test',
          (SELECT checkpoint_id FROM attention.checkpoints WHERE job_id = :cpu_job AND step = 16)) c,
-       attention.evaluate('gpu_job', 'tr_regress', 'test',
+       attention.evaluate('gpu_job', 'gpu_corpus', 'test',
          (SELECT checkpoint_id FROM attention.checkpoints WHERE job_id = :cuda_job AND step = 16)) g;
 
 -- bf16 mixed precision: refused on the CPU, a bad name refused, both before any job is queued
 SELECT count(*) AS jobs_before FROM attention.training_jobs \gset
-SELECT attention.train('gpu_job', 'tr_regress', '{"device": "cpu", "precision": "bf16"}');
-SELECT attention.train('gpu_job', 'tr_regress', '{"device": "cuda", "precision": "fp16"}');
+SELECT attention.train('gpu_job', 'gpu_corpus', '{"device": "cpu", "precision": "bf16"}');
+SELECT attention.train('gpu_job', 'gpu_corpus', '{"device": "cuda", "precision": "fp16"}');
 SELECT count(*) = :jobs_before AS no_job_queued FROM attention.training_jobs;
 -- the default on a CUDA device: the same 16 steps in bf16 (8, then resumed on the CPU, which means fp32, to 16)
 \set options_bf16 '"batch_tokens": 120, "warmup_steps": 8, "learning_rate_scale": 0.5, "checkpoint_every_steps": 8, "keep_checkpoints": 2, "seed": 5, "dropout": 0.1, "threads": 1, "validation_bleu_sentences": 2'
-SELECT attention.train('gpu_job', 'tr_regress', format('{"max_steps": 8, "device": "cuda", %s}', :'options_bf16')::jsonb)
+SELECT attention.train('gpu_job', 'gpu_corpus', format('{"max_steps": 8, "device": "cuda", %s}', :'options_bf16')::jsonb)
   AS bf16_job \gset
 SELECT attention.wait_training(:bf16_job);
 SELECT status, step, options->>'precision' AS precision, error FROM attention.training_jobs WHERE job_id = :bf16_job;

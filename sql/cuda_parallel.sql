@@ -5,26 +5,39 @@
 -- cancel_training and SIGTERM stop every rank.
 -- The test cluster emulates 8 devices, and device 6 faults after a number of host
 -- synchronisations (CUEMU_DEVICES, CUEMU_FAULT_DEVICE, CUEMU_FAULT_AFTER in scripts/test).
--- (Runs after cuda.sql; reuses corpus tr_regress and vocabulary tr_vocab.)
+-- Its own corpus and vocabulary (the pairs of translate.sql's), so the file runs alone.
+-- Its jobs and checkpoints are numbered from 4000, so messages naming them read the same alone.
+SELECT setval('attention.jobs_job_id_seq', 4000, false) AS first_job,
+       setval('attention.checkpoints_checkpoint_id_seq', 4000, false) AS first_checkpoint \gset
+SELECT attention.create_corpus('dp_corpus', 'en', 'de') > 0 AS created;
+SELECT attention.import_corpus('dp_corpus', $$
+  SELECT 'the package provides ' || w || ' files for ' || v, 'das Paket enthält ' || w || ' Dateien für ' || v
+    FROM unnest(ARRAY['data', 'library', 'documentation', 'development', 'example']) AS w,
+         unnest(ARRAY['python', 'perl', 'ruby', 'java', 'debian', 'gnome']) AS v$$);
+SELECT attention.import_corpus('dp_corpus', $$
+  SELECT 'the package provides ' || w || ' files for python', 'das Paket enthält ' || w || ' Dateien für python'
+    FROM unnest(ARRAY['data', 'example']) AS w$$, split) AS pairs
+  FROM unnest(ARRAY['valid', 'test']) AS split;
+SELECT attention.train_vocabulary('dp_vocab', 'dp_corpus', vocab_size => 80, byte_fallback => false) > 0 AS trained;
 SELECT current_database() AS db \gset
 ALTER DATABASE :"db" SET attention.cuda_library = '$libdir/attention_cuda_emu.so';
 SET attention.cuda_library = '$libdir/attention_cuda_emu.so';
-SELECT attention.create_model('dp_job', 'tr_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 16,
+SELECT attention.create_model('dp_job', 'dp_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 16,
   "num_heads": 2, "d_ff": 32, "max_positions": 64}') > 0 AS created;
 
 -- device lists that cannot train
-SELECT attention.train('dp_job', 'tr_regress', '{"device": "cuda:0,0"}');
-SELECT attention.train('dp_job', 'tr_regress', '{"device": "cuda:0,9"}');
-SELECT attention.train('dp_job', 'tr_regress', '{"device": "cuda:0,"}');
-SELECT attention.train('dp_job', 'tr_regress', '{"device": "cuda:0,1,2", "batches_per_step": 2}');
-SELECT attention.train('dp_job', 'tr_regress', '{"device": "cuda:0,1", "batch_tokens": 120, "batches_per_step": 4}')
+SELECT attention.train('dp_job', 'dp_corpus', '{"device": "cuda:0,0"}');
+SELECT attention.train('dp_job', 'dp_corpus', '{"device": "cuda:0,9"}');
+SELECT attention.train('dp_job', 'dp_corpus', '{"device": "cuda:0,"}');
+SELECT attention.train('dp_job', 'dp_corpus', '{"device": "cuda:0,1,2", "batches_per_step": 2}');
+SELECT attention.train('dp_job', 'dp_corpus', '{"device": "cuda:0,1", "batch_tokens": 120, "batches_per_step": 4}')
   AS job \gset
 SELECT attention.cancel_training(:job);
 SELECT attention.wait_training(:job);
 SELECT attention.resume_training(:job, '{"device": "cuda:0,1,2,3,4"}');
 SELECT attention.resume_training(:job, '{"batches_per_step": 8}');
 -- the step's batches are spread over the ranks: "cuda:all" and "accumulate_batches" give batches_per_step
-SELECT attention.train('dp_job', 'tr_regress', '{"device": "cuda:all", "accumulate_batches": 2, "max_steps": 1}')
+SELECT attention.train('dp_job', 'dp_corpus', '{"device": "cuda:all", "accumulate_batches": 2, "max_steps": 1}')
   AS job_all \gset
 SELECT attention.cancel_training(:job_all) IS NOT NULL AS asked;
 SELECT attention.wait_training(:job_all) IN ('cancelled', 'succeeded') AS stopped;
@@ -33,13 +46,13 @@ SELECT options->>'device' AS device, options->'batches_per_step' AS batches_per_
 
 -- the same 20 steps of 4 batches on 1, 2 and 4 ranks (checkpoints, with validation, every 5)
 \set options '"batch_tokens": 120, "warmup_steps": 100, "batches_per_step": 4, "checkpoint_every_steps": 5, "keep_checkpoints": 0, "seed": 5, "dropout": 0.1, "threads": 1, "precision": "fp32"'
-SELECT attention.train('dp_job', 'tr_regress', format('{"max_steps": 20, "device": "cuda:0", %s}', :'options')::jsonb)
+SELECT attention.train('dp_job', 'dp_corpus', format('{"max_steps": 20, "device": "cuda:0", %s}', :'options')::jsonb)
   AS one \gset
 SELECT attention.wait_training(:one);
-SELECT attention.train('dp_job', 'tr_regress', format('{"max_steps": 20, "device": "cuda:0,1", %s}', :'options')::jsonb)
+SELECT attention.train('dp_job', 'dp_corpus', format('{"max_steps": 20, "device": "cuda:0,1", %s}', :'options')::jsonb)
   AS two \gset
 SELECT attention.wait_training(:two);
-SELECT attention.train('dp_job', 'tr_regress', format('{"max_steps": 20, "device": "cuda:0,1,2,3", %s}', :'options')::jsonb)
+SELECT attention.train('dp_job', 'dp_corpus', format('{"max_steps": 20, "device": "cuda:0,1,2,3", %s}', :'options')::jsonb)
   AS four \gset
 SELECT attention.wait_training(:four);
 SELECT j.job_id = :one AS one_rank, j.status, j.step, j.error
@@ -51,7 +64,7 @@ SELECT c.step, bool_and(abs(o.valid_loss - c.valid_loss) / c.valid_loss < 1e-5) 
 -- (not train_loss: the mean over the steps since the last progress update, whose window is wall-clock time)
 
 -- 4 ranks stopped at step 10, resumed on 3 ranks (each accumulating up to 2 of the 4 batches)
-SELECT attention.train('dp_job', 'tr_regress', format('{"max_steps": 10, "device": "cuda:0,1,2,3", %s}', :'options')::jsonb)
+SELECT attention.train('dp_job', 'dp_corpus', format('{"max_steps": 10, "device": "cuda:0,1,2,3", %s}', :'options')::jsonb)
   AS fewer \gset
 SELECT attention.wait_training(:fewer);
 SELECT attention.resume_training(:fewer, '{"max_steps": 20, "device": "cuda:1,2,3"}') = :fewer AS resumed;
@@ -62,7 +75,7 @@ SELECT c.step, abs(o.valid_loss - c.valid_loss) / c.valid_loss < 1e-5 AS same_va
  WHERE c.job_id = :fewer ORDER BY c.step;
 
 -- a rank that fails: rank 2 runs on device 6, which faults in step 7
-SELECT attention.train('dp_job', 'tr_regress', format('{"max_steps": 20, "device": "cuda:4,5,6,7", %s}', :'options')::jsonb)
+SELECT attention.train('dp_job', 'dp_corpus', format('{"max_steps": 20, "device": "cuda:4,5,6,7", %s}', :'options')::jsonb)
   AS failing \gset
 SELECT attention.wait_training(:failing);
 SELECT status, error ~ '^training job \d+: step 7: rank 2 \(cuda:6\): CUDA device 6: ' AS rank_2_step_7,
@@ -92,7 +105,7 @@ BEGIN
   RETURN false;
 END
 $$;
-SELECT attention.train('dp_job', 'tr_regress', format('{"max_steps": 100000, "device": "cuda:0,1,2,3", %s}',
+SELECT attention.train('dp_job', 'dp_corpus', format('{"max_steps": 100000, "device": "cuda:0,1,2,3", %s}',
   :'options')::jsonb) AS long_job \gset
 SELECT pg_temp.wait_for_step(:long_job::bigint, 2) AS training;
 SELECT attention.cancel_training(:long_job);
@@ -108,7 +121,7 @@ SELECT status FROM attention.training_jobs WHERE job_id = :long_job;
 -- communicator id in attention.job_ranks; a second worker process (join_training) claims
 -- node 1 and joins with the id it read there. The emulated NCCL has no transport between
 -- processes, so that join fails, naming the process that made the id, and so does the job.
-SELECT attention.train('dp_job', 'tr_regress', format('{"max_steps": 20, "device": "cuda:0,1", "nodes": 2, %s}',
+SELECT attention.train('dp_job', 'dp_corpus', format('{"max_steps": 20, "device": "cuda:0,1", "nodes": 2, %s}',
   :'options')::jsonb) AS nodes_job \gset
 SELECT attention.join_training(:nodes_job) > 0 AS node_started;
 SELECT attention.wait_training(:nodes_job);
@@ -121,7 +134,7 @@ SELECT n1.worker_pid <> n0.worker_pid AS two_processes, n0.worker_pid = j.worker
 SELECT status, error ~ '^training job \d+: node 1 could not join: training job \d+: ranks 2 \.\. 3 could not join' AS node_1_named
   FROM attention.training_jobs WHERE job_id = :nodes_job;
 -- nodes need CUDA devices and a job across machines; only owners see the communicator id
-SELECT attention.train('dp_job', 'tr_regress', '{"nodes": 2}');
+SELECT attention.train('dp_job', 'dp_corpus', '{"nodes": 2}');
 SELECT attention.join_training(:one);
 CREATE ROLE ranks_reader;
 SET ROLE ranks_reader;

@@ -1,28 +1,37 @@
 -- Training jobs: options, the job lifecycle, cancel, resume equality (bit for
 -- bit), averaging trained checkpoints, export/import and evaluate.
--- (Runs after translate.sql and checkpoints.sql; reuses corpus tr_regress and vocabulary tr_vocab.)
-SELECT attention.import_corpus('tr_regress', $$
+-- Its own corpus and vocabulary (the pairs of translate.sql's), so the file runs alone.
+-- Its jobs and checkpoints are numbered from 2000, so messages naming them read the same alone.
+SELECT setval('attention.jobs_job_id_seq', 2000, false) AS first_job,
+       setval('attention.checkpoints_checkpoint_id_seq', 2000, false) AS first_checkpoint \gset
+SELECT attention.create_corpus('tj_corpus', 'en', 'de') > 0 AS created;
+SELECT attention.import_corpus('tj_corpus', $$
+  SELECT 'the package provides ' || w || ' files for ' || v, 'das Paket enthält ' || w || ' Dateien für ' || v
+    FROM unnest(ARRAY['data', 'library', 'documentation', 'development', 'example']) AS w,
+         unnest(ARRAY['python', 'perl', 'ruby', 'java', 'debian', 'gnome']) AS v$$);
+SELECT attention.import_corpus('tj_corpus', $$
   SELECT 'the package provides ' || w || ' files for python', 'das Paket enthält ' || w || ' Dateien für python'
     FROM unnest(ARRAY['data', 'example']) AS w$$, split) AS pairs
   FROM unnest(ARRAY['valid', 'test']) AS split;
-SELECT attention.create_model('job', 'tr_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 16,
+SELECT attention.train_vocabulary('tj_vocab', 'tj_corpus', vocab_size => 80, byte_fallback => false) > 0 AS trained;
+SELECT attention.create_model('job', 'tj_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 16,
   "num_heads": 2, "d_ff": 32, "max_positions": 64}') > 0 AS created;
 
 -- bad options and arguments: an ERROR naming the key or value, and no job
-SELECT attention.train('job', 'tr_regress', '{"max_step": 5}');
-SELECT attention.train('job', 'tr_regress', '{"max_steps": -1}');
-SELECT attention.train('job', 'tr_regress', '{"max_steps": 1.5}');
-SELECT attention.train('job', 'tr_regress', '{"batch_tokens": "many"}');
-SELECT attention.train('job', 'tr_regress', '{"device": "tpu"}');
-SELECT attention.train('job', 'tr_regress', '[1]');
-SELECT attention.train('nope', 'tr_regress');
+SELECT attention.train('job', 'tj_corpus', '{"max_step": 5}');
+SELECT attention.train('job', 'tj_corpus', '{"max_steps": -1}');
+SELECT attention.train('job', 'tj_corpus', '{"max_steps": 1.5}');
+SELECT attention.train('job', 'tj_corpus', '{"batch_tokens": "many"}');
+SELECT attention.train('job', 'tj_corpus', '{"device": "tpu"}');
+SELECT attention.train('job', 'tj_corpus', '[1]');
+SELECT attention.train('nope', 'tj_corpus');
 SELECT attention.train('job', 'nope');
 SELECT count(*) AS jobs FROM attention.training_jobs;
 
 -- lifecycle: a long job runs as a worker, reports progress, and stops on cancel with a final checkpoint
-SELECT attention.train('job', 'tr_regress', '{"max_steps": 1000000, "batch_tokens": 120, "warmup_steps": 20,
+SELECT attention.train('job', 'tj_corpus', '{"max_steps": 1000000, "batch_tokens": 120, "warmup_steps": 20,
   "checkpoint_every_steps": 0, "checkpoint_every_minutes": 0}') AS long_job \gset
-SELECT attention.train('job', 'tr_regress');
+SELECT attention.train('job', 'tj_corpus');
 DO $$
 BEGIN
   FOR i IN 1..3000 LOOP
@@ -45,7 +54,7 @@ SELECT attention.wait_training(999999);
 
 -- an uninterrupted run of 24 steps (checkpoints every 8, 2 kept)...
 \set options '"batch_tokens": 120, "warmup_steps": 8, "learning_rate_scale": 0.5, "checkpoint_every_steps": 8, "keep_checkpoints": 2, "seed": 3, "threads": 1, "validation_bleu_sentences": 2'
-SELECT attention.train('job', 'tr_regress', format('{"max_steps": 24, %s}', :'options')::jsonb) AS full_job \gset
+SELECT attention.train('job', 'tj_corpus', format('{"max_steps": 24, %s}', :'options')::jsonb) AS full_job \gset
 SELECT attention.wait_training(:full_job);
 SELECT status, step, epoch > 1 AS epochs, tokens_seen > 0 AS tokens, valid_loss > 0 AS valid_loss,
        valid_bleu >= 0 AS valid_bleu, error FROM attention.training_jobs WHERE job_id = :full_job;
@@ -53,7 +62,7 @@ SELECT array_agg(step ORDER BY step) AS kept_steps FROM attention.checkpoints WH
 SELECT checkpoint_id AS full_24 FROM attention.checkpoints WHERE job_id = :full_job AND step = 24 \gset
 -- ... equals a run stopped at step 10 and resumed to 24, bit for bit: parameters,
 -- Adam moments, step, dropout RNG and data position (all but the elapsed time)
-SELECT attention.train('job', 'tr_regress', format('{"max_steps": 10, %s}', :'options')::jsonb) AS part_job \gset
+SELECT attention.train('job', 'tj_corpus', format('{"max_steps": 10, %s}', :'options')::jsonb) AS part_job \gset
 SELECT attention.wait_training(:part_job);
 SELECT attention.resume_training(:part_job, '{"seed": 4}');
 SELECT attention.resume_training(:part_job, '{"max_steps": 24}') = :part_job AS resumed;
@@ -67,16 +76,16 @@ SELECT (SELECT count(*) FROM attention.checkpoint_tensors WHERE checkpoint_id = 
 
 -- training lowered the validation loss below the initial model's (same seed, same initialisation)
 SELECT attention.initialize_checkpoint('job', 3) AS initial \gset
-SELECT (SELECT loss FROM attention.evaluate('job', 'tr_regress', 'valid', :full_24, 1))
-     < (SELECT loss FROM attention.evaluate('job', 'tr_regress', 'valid', :initial, 1)) AS loss_fell;
+SELECT (SELECT loss FROM attention.evaluate('job', 'tj_corpus', 'valid', :full_24, 1))
+     < (SELECT loss FROM attention.evaluate('job', 'tj_corpus', 'valid', :initial, 1)) AS loss_fell;
 -- evaluate reports what the worker measured for the same checkpoint
 SELECT abs(e.loss - c.valid_loss) < 1e-5 AS same_loss, abs(e.bleu - c.valid_bleu) < 1e-6 AS same_bleu, e.sentences
-  FROM attention.evaluate('job', 'tr_regress', 'valid', :full_24, 1) e, attention.checkpoints c
+  FROM attention.evaluate('job', 'tj_corpus', 'valid', :full_24, 1) e, attention.checkpoints c
  WHERE c.checkpoint_id = :full_24;
 SELECT bleu >= 0 AS bleu, loss > 0 AS loss, sentences, seconds > 0 AS timed
-  FROM attention.evaluate('job', 'tr_regress', 'test', :full_24);
-SELECT * FROM attention.evaluate('job', 'tr_regress', 'dev');
-SELECT * FROM attention.evaluate('job', 'tr_regress', 'test', 999999);
+  FROM attention.evaluate('job', 'tj_corpus', 'test', :full_24);
+SELECT * FROM attention.evaluate('job', 'tj_corpus', 'dev');
+SELECT * FROM attention.evaluate('job', 'tj_corpus', 'test', 999999);
 
 -- averaging trained checkpoints (the two newest: both step 24, identical), deploying the average, translating with it
 SELECT attention.delete_checkpoint(checkpoint_id) FROM attention.checkpoints WHERE job_id = :long_job;
@@ -88,7 +97,7 @@ SELECT count(*) AS parameters, bool_and(a.bytes = b.bytes) AS average_of_equals_
  WHERE a.checkpoint_id = :average AND b.checkpoint_id = :full_24;
 SELECT attention.deploy('job') = :average AS deployed_average;
 SELECT attention.translate('the package provides data files for python', 'job', 1) IS NOT NULL AS translates;
-SELECT sentences FROM attention.evaluate('job', 'tr_regress', 'test');
+SELECT sentences FROM attention.evaluate('job', 'tj_corpus', 'test');
 
 -- export to safetensors and import back: the same bytes
 SELECT attention.export_checkpoint(:full_24) AS file \gset
@@ -105,7 +114,7 @@ SELECT count(*) AS parameters, bool_and(a.bytes = b.bytes AND a.shape = b.shape)
  WHERE a.checkpoint_id = :imported AND b.checkpoint_id = :full_24;
 SELECT substring(attention.export_checkpoint(:imported) FROM 9 + :header_bytes)
      = substring(:'file'::bytea FROM 9 + :header_bytes) AS same_data;
-SELECT attention.create_model('job_wide', 'tr_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1,
+SELECT attention.create_model('job_wide', 'tj_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1,
   "d_model": 32, "num_heads": 2, "d_ff": 32, "max_positions": 64}') > 0 AS created;
 SELECT attention.import_checkpoint('job_wide', :'file');
 SELECT attention.import_checkpoint('job', substring(:'file'::bytea FROM 1 FOR 100));

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "signals.h"
 #include "transformer.h"
 
 #define DEFAULT_CUDA_LIBRARY "attention_cuda.so"

@@ -6,7 +6,7 @@
  * reference per segment. Sentence BLEU uses the effective order
  * (sacrebleu.sentence_bleu), corpus BLEU does not (sacrebleu.corpus_bleu).
  *
- * Pure C11, no PostgreSQL headers: the SQL glue is src/pg/bleu.c.
+ * Pure C11, no PostgreSQL headers: the SQL glue is src/pg/bleu_functions.c.
  */
 #ifndef ATTENTION_BLEU_H
 #define ATTENTION_BLEU_H

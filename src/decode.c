@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "signals.h"
 
 #define MAX_BEAM 64
 #define MAX_DECODER_LAYERS 64
@@ -34,10 +35,10 @@ void
 tf_decode_options_default(TfDecodeOptions *opt)
 {
 	memset(opt, 0, sizeof(*opt));
-	opt->beam_size = 4;
+	opt->beam_size = TF_DEFAULT_BEAM_SIZE;
 	opt->nbest = 1;
-	opt->length_penalty = 0.6f;
-	opt->max_length_offset = 50;
+	opt->length_penalty = (float) TF_DEFAULT_LENGTH_PENALTY;
+	opt->max_length_offset = TF_DEFAULT_MAX_LENGTH_OFFSET;
 	opt->bos_id = 2;
 	opt->eos_id = 3;
 }

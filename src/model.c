@@ -13,12 +13,12 @@
 #include "model.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rng.h"
+#include "signals.h"
 
 /* Dropout sites (the low 32 bits of a dropout stream). */
 #define SITE_ENC_EMBED 1u
@@ -418,15 +418,22 @@ tf_model_num_parameters(const TfModel *m)
 	return m->num_params;
 }
 
-/* Bump allocation from the arena during a sizing or an assigning pass. */
-static float *
-take(float *base, size_t *used, size_t n)
+/*
+ * Bump allocation of n elements of elem_size bytes from an arena during a
+ * sizing (base NULL: returns NULL) or an assigning pass; *used counts the
+ * arena's elements. take() carves floats, take_mask() dropout-mask bytes.
+ */
+static void *
+take_elements(void *base, size_t *used, size_t n, size_t elem_size)
 {
-	float	   *p = base != NULL ? base + *used : NULL;
+	char	   *p = base != NULL ? (char *) base + *used * elem_size : NULL;
 
 	*used += n;
 	return p;
 }
+
+#define take(base, used, n) ((float *) take_elements((base), (used), (n), sizeof(float)))
+#define take_mask(base, used, n) ((uint8_t *) take_elements((base), (used), (n), 1))
 
 /*
  * Carves the activations of the current batch layout out of `base` (NULL:
@@ -498,16 +505,6 @@ layout_activations(TfModel *m, float *base)
 	m->g_kv = take(base, &used, Ns * 2 * d);
 	m->g_enc = take(base, &used, Ns * d);
 	return used;
-}
-
-/* Bump allocation of dropout masks (bytes), as take(). */
-static uint8_t *
-take_mask(uint8_t *base, size_t *used, size_t n)
-{
-	uint8_t    *p = base != NULL ? base + *used : NULL;
-
-	*used += n;
-	return p;
 }
 
 /*
@@ -751,21 +748,6 @@ layer_forward(TfModel *m, int l)
 		residual_norm(m, a->out, a->mean_ffn, a->rstd_ffn, a->r_ffn, ffn_in, m->tmp,
 					  o->ln_ffn_g, o->ln_ffn_b, rows, site + SITE_FFN_OUT, a->keep_ffn);
 	}
-}
-
-void
-tf_block_signals(sigset_t *old)
-{
-	sigset_t	all;
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, old);
-}
-
-void
-tf_restore_signals(const sigset_t *old)
-{
-	pthread_sigmask(SIG_SETMASK, old, NULL);
 }
 
 static int	forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *tokens,

@@ -5,19 +5,8 @@
 #ifndef ATTENTION_MODEL_H
 #define ATTENTION_MODEL_H
 
-#include <signal.h>
-
 #include "backend.h"
 #include "transformer.h"
-
-/*
- * Blocks every signal in the calling thread while the engine computes, so
- * threads started meanwhile (OpenMP, OpenBLAS) inherit the blocked mask and
- * PostgreSQL's handlers only ever run on the backend's own thread; restores
- * the old mask after. The public compute entry points use them.
- */
-void		tf_block_signals(sigset_t *old);
-void		tf_restore_signals(const sigset_t *old);
 
 /* One named parameter: offset and size in the parameter allocation. */
 typedef struct ParamEntry

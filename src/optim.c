@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "model.h"
+#include "signals.h"
 
 void
 tf_optimizer_default(TfOptimizer *opt)

@@ -16,6 +16,7 @@
 
 #include "backend.h"
 #include "model.h"
+#include "signals.h"
 
 typedef enum Work
 {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "signals.h"
 
 int
 tf_model_score(TfModel *m, const TfBatch *b, double *log_prob, char *err, size_t errlen)

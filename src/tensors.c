@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "signals.h"
 
 /* Names of the non-parameter tensors. */
 #define STEP_TENSOR "optimizer.step"

@@ -364,6 +364,15 @@ typedef enum TfAttentionKind
 int			tf_model_attention(const TfModel *model, TfAttentionKind kind, int layer, int sentence,
 							   float *out, int *queries, int *keys, char *err, size_t errlen);
 
+/*
+ * The decoding defaults (docs/design.md §3): beam 4, length penalty alpha
+ * 0.6, at most source tokens + 50 output tokens. The SQL functions'
+ * DEFAULTs equal them (scripts/check-structure compares them).
+ */
+#define TF_DEFAULT_BEAM_SIZE 4
+#define TF_DEFAULT_LENGTH_PENALTY 0.6
+#define TF_DEFAULT_MAX_LENGTH_OFFSET 50
+
 /* Beam search settings (docs/design.md §3; Wu et al. 2016 for the length penalty). */
 typedef struct TfDecodeOptions
 {

@@ -12,9 +12,9 @@
 #include "miscadmin.h"
 
 #include "batch_translate.h"
-#include "service.h"
+#include "service_registry.h"
 #include "settings.h"
-#include "worker.h"
+#include "workers.h"
 
 PG_MODULE_MAGIC;
 

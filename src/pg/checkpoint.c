@@ -12,7 +12,8 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 
-#include "attention.h"
+#include "catalog.h"
+#include "transformer.h"
 
 PG_FUNCTION_INFO_V1(attention_average_checkpoints);
 

@@ -18,7 +18,7 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
-#include "attention.h"
+#include "catalog.h"
 
 PG_FUNCTION_INFO_V1(attention_import_corpus);
 PG_FUNCTION_INFO_V1(attention_load_corpus);

@@ -15,8 +15,11 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
-#include "attention.h"
+#include "catalog.h"
 #include "dataset.h"
+#include "settings.h"
+#include "spm.h"
+#include "transformer.h"
 #include "translation.h"
 
 PG_FUNCTION_INFO_V1(attention_evaluate);

@@ -25,9 +25,11 @@
 #include "utils/jsonb.h"
 #include "utils/tuplestore.h"
 
-#include "attention.h"
+#include "catalog.h"
 #include "marian.h"
+#include "spm.h"
 #include "tensor_file.h"
+#include "transformer.h"
 
 PG_FUNCTION_INFO_V1(attention_import_huggingface);
 PG_FUNCTION_INFO_V1(attention_export_huggingface);

@@ -10,7 +10,10 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 
-#include "attention.h"
+#include "catalog.h"
+#include "model_cache.h"
+#include "settings.h"
+#include "transformer.h"
 #include "translation.h"
 
 PG_FUNCTION_INFO_V1(attention_attention_weights);
@@ -30,7 +33,7 @@ inspection_target(AttentionModel *am, const Encoded *source, text *target)
 	t.n = 0;
 	if (source->n == 0)
 		return t;
-	opt = decode_options(am, attention_beam_size, 1, 0.6, 50);
+	opt = decode_options(am, attention_beam_size, 1, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET);
 	translate_batch(am, (Encoded *) source, 1, &opt, &h);
 	t.ids = h.tokens;
 	t.n = h.length;

@@ -18,9 +18,9 @@
 #include "utils/jsonb.h"
 #include "utils/syscache.h"
 
-#include "attention.h"
+#include "catalog.h"
 #include "train_options.h"
-#include "worker.h"
+#include "workers.h"
 
 PG_FUNCTION_INFO_V1(attention_train);
 PG_FUNCTION_INFO_V1(attention_resume_training);

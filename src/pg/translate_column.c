@@ -17,7 +17,10 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
-#include "attention.h"
+#include "catalog.h"
+#include "model_cache.h"
+#include "settings.h"
+#include "transformer.h"
 #include "translation.h"
 
 PG_FUNCTION_INFO_V1(attention_translate_column);
@@ -148,7 +151,7 @@ attention_translate_column(PG_FUNCTION_ARGS)
 		elog(ERROR, "could not prepare \"%s\": %s", update.data, SPI_result_code_string(SPI_result));
 
 	am = attention_model_get(PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3));
-	opt = decode_options(am, attention_beam_size, 1, 0.6, 50);
+	opt = decode_options(am, attention_beam_size, 1, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET);
 	INSTR_TIME_SET_CURRENT(start);
 	last_notice = start;
 	for (;;)

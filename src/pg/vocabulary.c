@@ -33,8 +33,9 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
-#include "attention.h"
+#include "catalog.h"
 #include "compat.h"
+#include "settings.h"
 #include "spm.h"
 
 PG_FUNCTION_INFO_V1(attention_train_vocabulary);

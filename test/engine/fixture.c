@@ -177,3 +177,10 @@ fixture_synthetic_batch(int32_t *src, int32_t *tgt, int32_t *lab, TfBatch *b)
 	b->labels = lab;
 	b->index = 0;
 }
+
+float
+fixture_uniform(unsigned *state)
+{
+	*state = *state * 1664525u + 1013904223u;
+	return (float) ((*state >> 8) & 0xFFFFFF) / 8388608.0f - 1.0f;
+}

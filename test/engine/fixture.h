@@ -38,6 +38,13 @@ void		fixture_free(Fixture *fx);
 double		rel_error(const float *a, const float *b, size_t n);
 
 /*
+ * Uniform in [-1, 1): the tests' linear congruential generator, advancing
+ * *state (each suite keeps its own seed, so its values do not depend on the
+ * others').
+ */
+float		fixture_uniform(unsigned *state);
+
+/*
  * The configuration of a fixture's "config" record (vocab, d_model, heads,
  * d_ff, encoder layers, decoder layers, pad): the base model with those,
  * max_positions 64.

@@ -16,6 +16,7 @@
 #include "check.h"
 #include "fixture.h"
 #include "model.h"
+#include "signals.h"
 
 #define TOL 1e-5
 
@@ -25,8 +26,7 @@ static unsigned seed_state = 2024;
 static float
 rnd(void)
 {
-	seed_state = seed_state * 1664525u + 1013904223u;
-	return (float) ((seed_state >> 8) & 0xFFFFFF) / 8388608.0f - 1.0f;
+	return fixture_uniform(&seed_state);
 }
 
 /* n random floats (malloc'd). */

@@ -12,7 +12,8 @@
 #include "backend.h"
 #include "rng.h"
 #include "check.h"
-#include "model.h"
+#include "fixture.h"
+#include "signals.h"
 
 #define FD_H 1e-3f
 #define FD_TOL 2e-2
@@ -23,8 +24,7 @@ static unsigned rng_state = 12345;
 static float
 rnd(void)
 {
-	rng_state = rng_state * 1664525u + 1013904223u;
-	return (float) ((rng_state >> 8) & 0xFFFFFF) / 8388608.0f - 1.0f;
+	return fixture_uniform(&rng_state);
 }
 
 static void

@@ -47,8 +47,7 @@ static unsigned seed_state = 77;
 static float
 rnd(void)
 {
-	seed_state = seed_state * 1664525u + 1013904223u;
-	return (float) ((seed_state >> 8) & 0xFFFFFF) / 8388608.0f - 1.0f;
+	return fixture_uniform(&seed_state);
 }
 
 /* The CPU model itself, on cases whose answers are known. */

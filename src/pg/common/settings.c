@@ -16,7 +16,7 @@
 
 int			attention_num_threads = 0;
 char	   *attention_default_model = NULL;
-int			attention_beam_size = 4;
+int			attention_beam_size = TF_DEFAULT_BEAM_SIZE;
 int			attention_max_input_tokens = 512;
 int			attention_batch_rows = 64;
 char	   *attention_cuda_library = NULL;
@@ -52,7 +52,7 @@ attention_define_settings(void)
 							"Beam size of translate(text) (1 = greedy).",
 							NULL,
 							&attention_beam_size,
-							4, 1, 64,
+							TF_DEFAULT_BEAM_SIZE, 1, 64,
 							PGC_USERSET, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("attention.max_input_tokens",

@@ -222,7 +222,6 @@ attention_config_to_jsonb(const TfConfig *c)
 	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf));
 }
 
-
 void
 read_model_row(const char *name)
 {
@@ -378,7 +377,6 @@ write_tensors(int64 checkpoint_id, const TfTensor *tensors, int count)
 	SPI_freeplan(plan);
 }
 
-
 TfTensor *
 read_tensors(int64 checkpoint_id, TensorSet set, int *count)
 {
@@ -462,4 +460,27 @@ read_tensors(int64 checkpoint_id, TensorSet set, int *count)
 	}
 	*count = n + 1;
 	return t;
+}
+
+VocabInfo
+catalog_vocab_info(int first, const char *vocabulary)
+{
+	VocabInfo	info;
+	bool		isnull[5];
+	Datum		d[5];
+	int			i;
+
+	for (i = 0; i < 5; i++)
+		d[i] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, first + i, &isnull[i]);
+	if (isnull[2] || isnull[3] || isnull[4])
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("vocabulary \"%s\" has no %s id", vocabulary,
+							   isnull[2] ? "padding" : isnull[3] ? "BOS" : "EOS"),
+						errhint("Translation models need pad, BOS and EOS pieces; train_vocabulary adds them.")));
+	info.vocabulary_id = DatumGetInt32(d[0]);
+	info.vocab_size = DatumGetInt32(d[1]);
+	info.pad_id = DatumGetInt32(d[2]);
+	info.bos_id = DatumGetInt32(d[3]);
+	info.eos_id = DatumGetInt32(d[4]);
+	return info;
 }

@@ -1,6 +1,6 @@
 /*
  * tensor_file.h - safetensors files of parameter tensors, in and out of
- * bytea (src/pg/safetensors.c): what export_checkpoint, import_checkpoint
+ * bytea (tensor_file.c): what export_checkpoint, import_checkpoint
  * and the Hugging Face import and export (src/pg/huggingface.c) share.
  */
 #ifndef ATTENTION_TENSOR_FILE_H

@@ -1,5 +1,5 @@
 /*
- * bleu.c - SQL glue of BLEU: attention.bleu() and the corpus_bleu aggregate
+ * bleu_functions.c - SQL glue of BLEU: attention.bleu() and the corpus_bleu aggregate
  * (state: float8[BLEU_STATS_LEN] of summed statistics, see src/bleu.h).
  */
 #include "postgres.h"

@@ -1,18 +1,19 @@
 /*
- * service.h - the translation service: one background worker per
- * (database, model) that holds the model once and decodes the sentences of
- * every session in shared batches.
+ * service_registry.h - the translation services' registry and request
+ * protocol (service_registry.c). A translation service is one background
+ * worker per (database, model) that holds the model once and decodes the
+ * sentences of every session in shared batches (bgworker/service_worker.c).
  *
  * Its rendezvous is a registry of slots in shared memory reserved at
- * start-up (service.c, so shared_preload_libraries = 'attention'). A
+ * start-up (so shared_preload_libraries = 'attention'). A
  * request travels in a DSM segment the requesting backend creates: two
  * shm_mq queues, the request (backend -> service) and the answer (service
  * -> backend). The backend posts the segment's handle in the service's
  * slot, sets its latch and waits on its own; the service gathers requests
  * (service_worker.c), decodes them in batches and answers each.
  */
-#ifndef ATTENTION_SERVICE_H
-#define ATTENTION_SERVICE_H
+#ifndef ATTENTION_SERVICE_REGISTRY_H
+#define ATTENTION_SERVICE_REGISTRY_H
 
 #include "postgres.h"
 
@@ -22,7 +23,7 @@
 #include "storage/proc.h"
 #include "storage/spin.h"
 
-#include "attention.h"
+#include "model_cache.h"
 
 #define SERVICE_SLOTS 32		/* services per cluster */
 #define SERVICE_QUEUE 1024		/* requests waiting for one service */
@@ -99,6 +100,29 @@ extern ServiceSlot *service_slots;
 /* Reserves and attaches the registry's shared memory (from _PG_init under preloading). */
 void		service_shmem_init(void);
 
+/* ERROR (object_not_in_prerequisite_state, with a hint) unless the registry exists. */
+void		service_require_registry(void);
+
+/*
+ * The slot of model_id's service in this database (any state but FREE) with
+ * its generation and state, or NULL when none runs.
+ */
+ServiceSlot *service_find(int32 model_id, uint64 *generation, ServiceState *state);
+
+/*
+ * Starts the service of model (model_id, name) on `device` ("cpu" or
+ * "cuda") in this database, or finds the one that runs; waits until it
+ * takes requests. Returns its slot and generation; *pid receives its pid.
+ * ERROR on a hot standby, when every slot or every worker slot is taken,
+ * or when the service fails to start (its reason).
+ */
+ServiceSlot *service_start(int32 model_id, const char *name, const char *device, uint64 *generation,
+						   int *pid);
+
+/* A request of `kind` to model d's service with the session's settings; texts as given. */
+ServiceRequest service_request(ServiceKind kind, const DeployedModel *d, int beam_size, int nbest,
+							   double length_penalty, int max_length_offset, text **texts, int n);
+
 /*
  * The slot of the running service of model_id in this database, with its
  * generation in *generation; NULL when there is none. Starts one (on the
@@ -140,8 +164,5 @@ typedef struct ServiceSegment
 				answer_offset,
 				answer_size;
 } ServiceSegment;
-
-/* Entry point of the service process (bgw_function_name). */
-PGDLLEXPORT void attention_service_main(Datum arg);
 
 #endif

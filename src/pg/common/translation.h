@@ -1,9 +1,9 @@
 /*
- * translation.h - what the translation functions share (translate.c): text
- * to subword ids and back, decoding options from SQL arguments, and
- * translation in engine batches; used by the inspection functions
- * (inspect.c), translate_column (translate_column.c) and the batched-rows
- * node (batch_translate.c).
+ * translation.h - translation for the SQL functions and the service
+ * (translation.c): text to subword ids and back, decoding options from SQL
+ * arguments, and translation in engine batches; used by translate.c,
+ * inspect.c, translate_column.c, evaluate.c, batch_translate.c and the
+ * translation service's worker.
  */
 #ifndef ATTENTION_TRANSLATION_H
 #define ATTENTION_TRANSLATION_H
@@ -13,7 +13,7 @@
 #include "fmgr.h"
 #include "utils/array.h"
 
-#include "attention.h"
+#include "model_cache.h"
 
 /* Sentences per engine call of translate(text[]) and translate_column. */
 #define BATCH_SENTENCES 32
@@ -37,6 +37,9 @@ text	   *decode_ids(AttentionModel *am, const int32_t *ids, int n);
 
 /* The piece of id as text. */
 text	   *piece_text(AttentionModel *am, int id);
+
+/* The names of the decoding arguments of translate(): beam_size, length_penalty, max_length_offset. */
+extern const char *const decode_option_names[3];
 
 /* ERROR naming a decoding option out of range (beam_size, n, length_penalty, max_length_offset). */
 void		check_decode_options(int beam_size, int nbest, double length_penalty, int max_length_offset);
@@ -85,6 +88,17 @@ void		nbest_hypotheses(AttentionModel *am, text *source, TfDecodeOptions *opt, N
 
 /* log P(target tokens + EOS | source) in nats under am (attention.score). */
 double		score_text(AttentionModel *am, text *source, text *target);
+
+/*
+ * Translations of texts[0 .. n) with the deployed checkpoint of `model`
+ * (NULL: the default model) into results: through the model's translation
+ * service when attention.use_service lets it (one request), else loaded in
+ * this backend (engine calls of at most max_batch distinct sentences).
+ * Returns the number of engine calls or service requests. ERROR as
+ * translate() does.
+ */
+int			translate_texts(text *model, int beam_size, double length_penalty, int max_length_offset,
+							text **texts, int n, int max_batch, text **results);
 
 /*
  * What translate(source) (one_arg) or translate(source, model, beam_size,

@@ -14,6 +14,23 @@
 #include "spm.h"
 #include "transformer.h"
 
+/* Vocabulary facts a model needs. */
+typedef struct VocabInfo
+{
+	int32		vocabulary_id;
+	int			vocab_size;
+	int			pad_id,
+				bos_id,
+				eos_id;
+} VocabInfo;
+
+/*
+ * Reads the vocabulary of row 0 of SPI_tuptable from columns first ..
+ * first + 4 (id, size, pad, bos, eos). ERROR (invalid_parameter_value)
+ * naming `vocabulary` when it has no pad, BOS or EOS id. Inside SPI.
+ */
+VocabInfo	catalog_vocab_info(int first, const char *vocabulary);
+
 /*
  * Id of the corpus named `name`; ERROR (undefined_object) when there is none.
  * Must be called between SPI_connect and SPI_finish.

@@ -1,6 +1,7 @@
 /*
  * service_worker.c - the translation service process: one background
- * worker per (database, model), started by start_service (service.c).
+ * worker per (database, model), started by service_start
+ * (src/pg/common/service_registry.c).
  *
  * It connects as the bootstrap superuser and reads the model's rows as the
  * model's owner (SetUserIdAndSecContext), the read path only. It loads the
@@ -49,8 +50,11 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
-#include "service.h"
+#include "entry_points.h"
+#include "service_registry.h"
+#include "settings.h"
 #include "translation.h"
+#include "workers.h"
 
 #define IDLE_CHECK_MS 1000		/* how often an idle service checks that its model exists */
 
@@ -220,9 +224,7 @@ service_model(int64 checkpoint_id)
 	AttentionModel *am;
 	Jsonb	   *config;
 
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	SPI_connect();
+	worker_begin();
 	if (SPI_execute_with_args("SELECT m.name, m.config, m.vocabulary_id, m.owner::oid FROM attention.models m "
 							  "JOIN attention.checkpoints c ON c.model_id = m.model_id "
 							  "WHERE m.model_id = $1 AND c.checkpoint_id = $2", 2, (Oid[]) {INT4OID, INT8OID},
@@ -687,16 +689,12 @@ model_exists(void)
 {
 	bool		exists;
 
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	SPI_connect();
+	worker_begin();
 	if (SPI_execute_with_args("SELECT 1 FROM attention.models WHERE model_id = $1", 1, (Oid[]) {INT4OID},
 							  (Datum[]) {Int32GetDatum(model_id)}, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read attention.models");
 	exists = SPI_processed > 0;
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
+	worker_commit();
 	return exists;
 }
 
@@ -714,9 +712,7 @@ load_deployed(const char *model)
 		int64		checkpoint_id;
 		bool		isnull;
 
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		SPI_connect();
+		worker_begin();
 		if (SPI_execute_with_args("SELECT checkpoint_id FROM attention.checkpoints WHERE model_id = $1 AND deployed",
 								  1, (Oid[]) {INT4OID}, (Datum[]) {Int32GetDatum(model_id)}, NULL, true, 1) !=
 			SPI_OK_SELECT)
@@ -725,9 +721,7 @@ load_deployed(const char *model)
 			ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 							errmsg("model \"%s\" has no deployed checkpoint", model)));
 		checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		SPI_finish();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
+		worker_commit();
 		service_model(checkpoint_id);
 		SpinLockAcquire(&slot->mutex);
 		slot->checkpoint_id = checkpoint_id;

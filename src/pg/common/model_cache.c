@@ -1,8 +1,6 @@
 /*
- * model.c - models and checkpoints in tables: the configuration as jsonb,
- * create_model, initialize_checkpoint (the engine's serializer writing a
- * checkpoint as one row per tensor), and the per-backend cache of deployed
- * models that translation uses.
+ * model_cache.c - the per-backend cache of deployed models that translation
+ * uses (model_cache.h).
  *
  * A cached model is engine (malloc) and SentencePiece (C++) memory owned by
  * the cache in TopMemoryContext. Every call looks up the deployed checkpoint
@@ -11,161 +9,17 @@
  */
 #include "postgres.h"
 
-#include <math.h>
-
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
-#include "fmgr.h"
 #include "miscadmin.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 
-#include "attention.h"
+#include "catalog.h"
+#include "model_cache.h"
+#include "settings.h"
 #include "spm.h"
-
-PG_FUNCTION_INFO_V1(attention_create_model);
-PG_FUNCTION_INFO_V1(attention_initialize_checkpoint);
-
-
-/* Vocabulary facts a model needs. */
-typedef struct VocabInfo
-{
-	int32		vocabulary_id;
-	int			vocab_size;
-	int			pad_id,
-				bos_id,
-				eos_id;
-} VocabInfo;
-
-/* Reads the vocabulary of row 0 of SPI_tuptable from columns first .. first + 4 (id, size, pad, bos, eos). */
-static VocabInfo
-vocab_info(int first, const char *vocabulary)
-{
-	VocabInfo	info;
-	bool		isnull[5];
-	Datum		d[5];
-	int			i;
-
-	for (i = 0; i < 5; i++)
-		d[i] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, first + i, &isnull[i]);
-	if (isnull[2] || isnull[3] || isnull[4])
-		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						errmsg("vocabulary \"%s\" has no %s id", vocabulary,
-							   isnull[2] ? "padding" : isnull[3] ? "BOS" : "EOS"),
-						errhint("Translation models need pad, BOS and EOS pieces; train_vocabulary adds them.")));
-	info.vocabulary_id = DatumGetInt32(d[0]);
-	info.vocab_size = DatumGetInt32(d[1]);
-	info.pad_id = DatumGetInt32(d[2]);
-	info.bos_id = DatumGetInt32(d[3]);
-	info.eos_id = DatumGetInt32(d[4]);
-	return info;
-}
-
-/*
- * create_model(name text, vocabulary text, config jsonb) returns integer:
- * validates the configuration over the vocabulary and stores it in full.
- */
-Datum
-attention_create_model(PG_FUNCTION_ARGS)
-{
-	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	char	   *vocabulary = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	Jsonb	   *config = PG_GETARG_JSONB_P(2);
-	Oid			types[3] = {TEXTOID, INT4OID, JSONBOID};
-	Datum		values[3];
-	VocabInfo	info;
-	TfConfig	c;
-	bool		isnull;
-	int32		id;
-
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT vocabulary_id, vocab_size, pad_id, bos_id, eos_id "
-							  "FROM attention.vocabularies WHERE name = $1",
-							  1, types, (Datum[]) {CStringGetTextDatum(vocabulary)}, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read attention.vocabularies");
-	if (SPI_processed == 0)
-		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-						errmsg("vocabulary \"%s\" does not exist", vocabulary)));
-	info = vocab_info(1, vocabulary);
-	attention_config_from_jsonb(config, info.vocab_size, info.pad_id, &c);
-	if (SPI_execute_with_args("SELECT 1 FROM attention.models WHERE name = $1", 1, types,
-							  (Datum[]) {CStringGetTextDatum(name)}, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read attention.models");
-	if (SPI_processed > 0)
-		ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
-						errmsg("model \"%s\" already exists", name)));
-	values[0] = CStringGetTextDatum(name);
-	values[1] = Int32GetDatum(info.vocabulary_id);
-	values[2] = attention_config_to_jsonb(&c);
-	if (SPI_execute_with_args("INSERT INTO attention.models (name, vocabulary_id, config) VALUES ($1, $2, $3) "
-							  "RETURNING model_id", 3, types, values, NULL, false, 1) != SPI_OK_INSERT_RETURNING)
-		elog(ERROR, "could not insert model \"%s\"", name);
-	id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_finish();
-	PG_RETURN_INT32(id);
-}
-
-/*
- * initialize_checkpoint(model text, seed bigint) returns bigint: a step-0
- * checkpoint with the paper's initialisation drawn from seed (parameters,
- * zero Adam moments, counters), written by the engine's serializer.
- */
-Datum
-attention_initialize_checkpoint(PG_FUNCTION_ARGS)
-{
-	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	int64		seed = PG_GETARG_INT64(1);
-	Oid			types[1] = {INT4OID};
-	VocabInfo	info;
-	TfConfig	c;
-	TfModel    *m;
-	TfTensor   *tensors;
-	int			count;
-	int32		model_id;
-	int64		checkpoint_id;
-	bool		isnull;
-	char		err[TF_ERRLEN];
-
-	SPI_connect();
-	require_model_owner(name, "checkpoint");
-	read_model_row(name);
-	model_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	info = vocab_info(3, name);
-	attention_config_from_jsonb(DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)),
-								info.vocab_size, info.pad_id, &c);
-	if (SPI_execute_with_args("INSERT INTO attention.checkpoints (model_id, kind, step) VALUES ($1, 'initial', 0) "
-							  "RETURNING checkpoint_id", 1, types, (Datum[]) {Int32GetDatum(model_id)}, NULL,
-							  false, 1) != SPI_OK_INSERT_RETURNING)
-		elog(ERROR, "could not insert a checkpoint of model \"%s\"", name);
-	checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-
-	m = tf_model_create(&c, (uint64_t) seed, "cpu", attention_thread_count(), err, sizeof(err));
-	if (m == NULL)
-		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("could not create model \"%s\": %s", name, err)));
-	if (tf_model_tensors(m, &tensors, &count, err, sizeof(err)) != TF_OK)
-	{
-		tf_model_free(m);
-		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("%s", err)));
-	}
-	PG_TRY();
-	{
-		write_tensors(checkpoint_id, tensors, count);
-	}
-	PG_FINALLY();
-	{
-		tf_tensors_free(tensors);
-		tf_model_free(m);
-	}
-	PG_END_TRY();
-	SPI_finish();
-	PG_RETURN_INT64(checkpoint_id);
-}
-
-/* ------------------------------------------------------------------------
- * The per-backend cache of deployed models
- * ------------------------------------------------------------------------ */
 
 static AttentionModel *model_cache = NULL;
 static SPIPlanPtr lookup_plan = NULL;
@@ -221,7 +75,7 @@ model_load(const DeployedModel *d, const char *device, bool owner)
 							  (Datum[]) {Int32GetDatum(d->vocabulary_id)}, NULL, true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not read the vocabulary of model \"%s\"", d->name);
-	info = vocab_info(1, d->name);
+	info = catalog_vocab_info(1, d->name);
 	/* copies (in SPI's procedure context) that outlive the next query */
 	vocab_row = heap_copytuple(SPI_tuptable->vals[0]);
 	vocab_desc = CreateTupleDescCopy(SPI_tuptable->tupdesc);

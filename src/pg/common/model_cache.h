@@ -1,21 +1,19 @@
 /*
- * attention.h - declarations shared by the SQL functions (src/pg/): the
- * cache of deployed models, and the leaves they build on (settings.h,
- * catalog.h).
+ * model_cache.h - the deployed models a backend has loaded (model_cache.c):
+ * looked up once per call, loaded once per backend, reloaded when the
+ * deployment or the checkpoint row changes.
  */
-#ifndef ATTENTION_PG_H
-#define ATTENTION_PG_H
+#ifndef ATTENTION_MODEL_CACHE_H
+#define ATTENTION_MODEL_CACHE_H
 
 #include "postgres.h"
 
 #include "utils/jsonb.h"
 
-#include "catalog.h"
-#include "settings.h"
 #include "spm.h"
 #include "transformer.h"
 
-/* A deployed model loaded in this backend (model.c); owned by the cache. */
+/* A deployed model loaded in this backend; owned by the cache. */
 typedef struct AttentionModel
 {
 	struct AttentionModel *next;

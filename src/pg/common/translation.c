@@ -1,0 +1,417 @@
+/*
+ * translation.c - what the translation functions, the batched-rows node,
+ * the inspection functions, translate_column and the translation service
+ * share (translation.h): text to subword ids and back, decoding options
+ * from SQL arguments, and translation in engine batches, through the
+ * model's service when attention.use_service lets it.
+ *
+ * The engine runs with its own threads (all signals blocked); between
+ * decoding steps it polls InterruptPending, so a cancel or
+ * statement_timeout stops a long batch within a step, and the interrupt is
+ * then serviced here with CHECK_FOR_INTERRUPTS().
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "libpq/pqformat.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+
+#include "model_cache.h"
+#include "service_registry.h"
+#include "settings.h"
+#include "translation.h"
+
+const char *const decode_option_names[3] = {"beam_size", "length_penalty", "max_length_offset"};
+
+/* Encodes text of a side under the model's vocabulary; with add_eos an EOS follows (space is always reserved). */
+Encoded
+encode_text(AttentionModel *am, text *t, bool add_eos, SpmSide side)
+{
+	Encoded		e;
+	int		   *ids;
+	size_t		n;
+	char		err[512];
+	const char *what = side == SPM_TARGET ? "target" : "source";
+
+	if (spm_encode(am->vocabulary, side, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &ids, &n, err, sizeof(err)) != 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("could not encode the %s: %s", what, err)));
+	if ((int64) n > attention_max_input_tokens || (int64) n + 1 > am->max_positions)
+	{
+		spm_free_buffer(ids);
+		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+						errmsg("the %s has %zu tokens, over the limit of %d", what, n,
+							   Min(attention_max_input_tokens, am->max_positions - 1)),
+						errhint("Split the text into sentences, or raise attention.max_input_tokens "
+								"(the model takes at most %d).", am->max_positions - 1)));
+	}
+	e.ids = palloc((n + 1) * sizeof(int32_t));
+	memcpy(e.ids, ids, n * sizeof(int32_t));
+	spm_free_buffer(ids);
+	e.n = (int) n;
+	if (add_eos)
+		e.ids[n] = am->eos_id;
+	return e;
+}
+
+/* Text of ids under the model's vocabulary (palloc'd text). */
+text *
+decode_ids(AttentionModel *am, const int32_t *ids, int n)
+{
+	char	   *out;
+	size_t		len;
+	char		err[512];
+	text	   *t;
+
+	if (spm_decode(am->vocabulary, ids, n, &out, &len, err, sizeof(err)) != 0)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("could not decode a translation: %s", err)));
+	t = cstring_to_text_with_len(out, len);
+	spm_free_buffer(out);
+	return t;
+}
+
+/* The piece of id as text. */
+text *
+piece_text(AttentionModel *am, int id)
+{
+	size_t		len;
+	const char *p = spm_piece(am->vocabulary, id, &len);
+
+	return cstring_to_text_with_len(p, len);
+}
+
+void
+check_decode_options(int beam_size, int nbest, double length_penalty, int max_length_offset)
+{
+	if (beam_size < 1 || beam_size > 64)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("beam_size %d is out of range", beam_size),
+						errhint("beam_size must be between 1 (greedy) and 64.")));
+	if (nbest < 1 || nbest > beam_size)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("n %d is out of range", nbest),
+						errhint("n must be between 1 and beam_size (%d).", beam_size)));
+	if (!(length_penalty >= 0.0 && length_penalty <= 100.0))
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("length_penalty %g is out of range", length_penalty),
+						errhint("length_penalty (alpha) must be between 0 (none) and 100; 0.6 is usual.")));
+	if (max_length_offset < 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("max_length_offset %d must not be negative", max_length_offset)));
+}
+
+void
+check_beam_fits(int beam_size, int vocab_size, const char *model)
+{
+	if (beam_size > vocab_size - 1)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("beam_size %d is out of range for model \"%s\"", beam_size, model),
+						errhint("Its vocabulary has %d pieces, the pad id not among the candidates: "
+								"beam_size must be below %d.", vocab_size, vocab_size)));
+}
+
+/* Decoding options from SQL arguments; ERROR naming a bad one. */
+TfDecodeOptions
+decode_options(AttentionModel *am, int beam_size, int nbest, double length_penalty, int max_length_offset)
+{
+	TfDecodeOptions opt;
+
+	check_decode_options(beam_size, nbest, length_penalty, max_length_offset);
+	check_beam_fits(beam_size, spm_size(am->vocabulary), am->name);
+	tf_decode_options_default(&opt);
+	opt.beam_size = beam_size;
+	opt.nbest = nbest;
+	opt.length_penalty = (float) length_penalty;
+	opt.max_length_offset = max_length_offset;
+	opt.bos_id = am->bos_id;
+	opt.eos_id = am->eos_id;
+	return opt;
+}
+
+/*
+ * Engine interrupt poll: a pending cancel, timeout or termination that
+ * CHECK_FOR_INTERRUPTS can service now (not while interrupts are held off,
+ * which would retry the batch forever).
+ */
+static bool
+interrupt_pending(void *arg)
+{
+	bool		pending = InterruptPending && INTERRUPTS_CAN_BE_PROCESSED();
+
+	*(bool *) arg = pending;
+	return pending;
+}
+
+/*
+ * Translates n encoded non-empty sources (at most BATCH_SENTENCES) into
+ * out [n, opt->nbest], whose tokens are then palloc'd (the engine's copies
+ * are freed at once, so an ERROR later leaks nothing). Services interrupts
+ * (an ERROR for a cancel) and retries the batch after one that was not.
+ */
+void
+translate_batch(AttentionModel *am, Encoded *src, int n, TfDecodeOptions *opt, TfHypothesis *out)
+{
+	int			len = 0,
+				i;
+	int32_t    *ids;
+	char		err[TF_ERRLEN];
+	bool		interrupted;
+
+	for (i = 0; i < n; i++)
+		len = Max(len, src[i].n + 1);
+	ids = palloc0((size_t) n * len * sizeof(int32_t));
+	for (i = 0; i < n; i++)
+	{
+		int			t;
+
+		memcpy(ids + (size_t) i * len, src[i].ids, (src[i].n + 1) * sizeof(int32_t));
+		for (t = src[i].n + 1; t < len; t++)
+			ids[(size_t) i * len + t] = am->pad_id;
+	}
+	opt->interrupted = interrupt_pending;
+	opt->interrupt_arg = &interrupted;
+	for (;;)
+	{
+		interrupted = false;
+		if (tf_model_translate(am->engine, ids, n, len, opt, out, err, sizeof(err)) == TF_OK)
+			break;
+		if (!interrupted)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+							errmsg("translation with model \"%s\" failed: %s", am->name, err)));
+		CHECK_FOR_INTERRUPTS();
+	}
+	pfree(ids);
+	for (i = 0; i < n * opt->nbest; i++)
+	{
+		int32_t    *tokens = palloc((out[i].length + 1) * sizeof(int32_t));
+
+		memcpy(tokens, out[i].tokens, out[i].length * sizeof(int32_t));
+		free(out[i].tokens);
+		out[i].tokens = tokens;
+	}
+}
+
+/*
+ * Translations of texts[0 .. n) with the deployed checkpoint of `model`
+ * (NULL: the default model) into results: through the model's translation
+ * service when attention.use_service lets it (one request), else loaded in
+ * this backend (engine calls of at most max_batch distinct sentences).
+ * Returns the number of engine calls or service requests.
+ */
+int
+translate_texts(text *model, int beam_size, double length_penalty, int max_length_offset, text **texts, int n,
+				int max_batch, text **results)
+{
+	DeployedModel d;
+	ServiceSlot *slot;
+	uint64		generation;
+	AttentionModel *am;
+	TfDecodeOptions opt;
+
+	attention_model_lookup(model, &d);
+	check_decode_options(beam_size, 1, length_penalty, max_length_offset);
+	if ((slot = service_for(&d, &generation)) != NULL)
+	{
+		ServiceRequest req = service_request(SERVICE_TRANSLATE, &d, beam_size, 1, length_penalty,
+											 max_length_offset, texts, n);
+		StringInfoData answer;
+		int			i;
+
+		if (service_call(slot, generation, &d, &req, &answer))
+		{
+			service_raise(&answer);
+			for (i = 0; i < n; i++)
+				results[i] = service_get_text(&answer);
+			return 1;
+		}
+	}
+	am = attention_model_load(&d, "cpu", false);
+	opt = decode_options(am, beam_size, 1, length_penalty, max_length_offset);
+	return translate_many(am, texts, n, &opt, max_batch, results);
+}
+
+/* Orders sentence indexes by source length, then ids (identical sources side by side), then index. */
+static int
+source_cmp(const void *a, const void *b, void *arg)
+{
+	const Encoded *e = arg;
+	int			x = *(const int *) a,
+				y = *(const int *) b;
+	int			c;
+
+	if (e[x].n != e[y].n)
+		return e[x].n < e[y].n ? -1 : 1;
+	c = memcmp(e[x].ids, e[y].ids, e[x].n * sizeof(int32_t));
+	if (c != 0)
+		return c;
+	return x < y ? -1 : x > y;
+}
+
+int
+translate_encoded(AttentionModel *am, const Encoded *e, int n, TfDecodeOptions *opt, int max_batch,
+				  text **results, int64 *tokens)
+{
+	int		   *order = palloc(Max(n, 1) * sizeof(int));
+	int		   *first = palloc(Max(n, 1) * sizeof(int));	/* distinct sources, as indexes */
+	int			m = 0,
+				distinct = 0,
+				calls = 0,
+				i;
+	TfHypothesis *h = palloc0(max_batch * sizeof(TfHypothesis));
+	Encoded    *batch = palloc(max_batch * sizeof(Encoded));
+
+	for (i = 0; i < n; i++)
+	{
+		results[i] = NULL;
+		if (e[i].ids == NULL)
+			continue;
+		if (e[i].n == 0)
+			results[i] = cstring_to_text("");
+		else
+			order[m++] = i;
+	}
+	qsort_arg(order, m, sizeof(int), source_cmp, (void *) e);
+	for (i = 0; i < m; i++)
+		if (i == 0 || e[order[i]].n != e[order[i - 1]].n ||
+			memcmp(e[order[i]].ids, e[order[i - 1]].ids, e[order[i]].n * sizeof(int32_t)) != 0)
+			first[distinct++] = order[i];
+	for (i = 0; i < distinct; i += max_batch)
+	{
+		int			b = Min(max_batch, distinct - i);
+		int			j;
+
+		CHECK_FOR_INTERRUPTS();
+		for (j = 0; j < b; j++)
+			batch[j] = e[first[i + j]];
+		translate_batch(am, batch, b, opt, h);
+		calls++;
+		for (j = 0; j < b; j++)
+		{
+			results[first[i + j]] = decode_ids(am, h[j].tokens, h[j].length);
+			if (tokens != NULL)
+				*tokens += h[j].length;
+			pfree(h[j].tokens);
+		}
+	}
+	/* the duplicates share their first occurrence's translation */
+	for (i = 1; i < m; i++)
+		if (results[order[i]] == NULL)
+			results[order[i]] = results[order[i - 1]];
+	pfree(order);
+	pfree(first);
+	pfree(h);
+	pfree(batch);
+	return calls;
+}
+
+int
+translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *opt, int max_batch, text **results)
+{
+	Encoded    *e = palloc0(Max(n, 1) * sizeof(Encoded));
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (texts[i] != NULL)
+			e[i] = encode_text(am, texts[i], true, SPM_SOURCE);
+	return translate_encoded(am, e, n, opt, max_batch, results, NULL);
+}
+
+int
+translate_rows(bool one_arg, const NullableDatum *options, text **texts, int n, int max_batch, text **results)
+{
+	int			i;
+
+	for (i = 0; i < n && texts[i] == NULL; i++)
+		results[i] = NULL;
+	if (i == n)
+		return 0;
+	if (one_arg)
+		return translate_texts(NULL, attention_beam_size, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET, texts, n, max_batch, results);
+	for (i = 0; i < 3; i++)
+		if (options[i + 1].isnull)
+			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+							errmsg("%s must not be NULL", decode_option_names[i])));
+	return translate_texts(options[0].isnull ? NULL : DatumGetTextPP(options[0].value),
+						   DatumGetInt32(options[1].value), DatumGetFloat8(options[2].value),
+						   DatumGetInt32(options[3].value), texts, n, max_batch, results);
+}
+
+/* The pieces of ids as a text[]. */
+static ArrayType *
+pieces_array(AttentionModel *am, const int32_t *ids, int n)
+{
+	Datum	   *d = palloc(Max(n, 1) * sizeof(Datum));
+	int			i;
+
+	if (n == 0)
+		return construct_empty_array(TEXTOID);
+	for (i = 0; i < n; i++)
+		d[i] = PointerGetDatum(piece_text(am, ids[i]));
+	return construct_array(d, n, TEXTOID, -1, false, TYPALIGN_INT);
+}
+
+void
+nbest_hypotheses(AttentionModel *am, text *source, TfDecodeOptions *opt, NbestFn emit, void *arg)
+{
+	Encoded		e = encode_text(am, source, true, SPM_SOURCE);
+	TfHypothesis *h;
+	int			i;
+
+	if (e.n == 0)
+	{
+		emit(arg, cstring_to_text(""), 0.0, construct_empty_array(TEXTOID));
+		return;
+	}
+	h = palloc0(opt->nbest * sizeof(TfHypothesis));
+	translate_batch(am, &e, 1, opt, h);
+	for (i = 0; i < opt->nbest; i++)
+		emit(arg, decode_ids(am, h[i].tokens, h[i].length), h[i].log_prob,
+			 pieces_array(am, h[i].tokens, h[i].length));
+}
+
+/*
+ * Runs one teacher-forced pass of source -> target ids (no EOS in
+ * target->ids): afterwards the engine holds the attention probabilities.
+ * Returns the log-probability of the target's tokens and EOS.
+ */
+double
+teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target)
+{
+	int			n = target->n + 1;
+	int32_t    *tgt = palloc(2 * (size_t) n * sizeof(int32_t));
+	TfBatch		b = {0};
+	double		log_prob;
+	char		err[TF_ERRLEN];
+
+	if (n > am->max_positions)
+		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+						errmsg("the target has %d tokens, over the model's limit of %d", target->n,
+							   am->max_positions - 1)));
+	tgt[0] = am->bos_id;
+	memcpy(tgt + 1, target->ids, target->n * sizeof(int32_t));
+	memcpy(tgt + n, target->ids, target->n * sizeof(int32_t));
+	tgt[2 * n - 1] = am->eos_id;
+	b.batch_size = 1;
+	b.src_len = source->n + 1;
+	b.tgt_len = n;
+	b.src = source->ids;
+	b.tgt_in = tgt;
+	b.labels = tgt + n;
+	if (tf_model_score(am->engine, &b, &log_prob, err, sizeof(err)) != TF_OK)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+						errmsg("scoring with model \"%s\" failed: %s", am->name, err)));
+	pfree(tgt);
+	return log_prob;
+}
+
+double
+score_text(AttentionModel *am, text *source, text *target)
+{
+	Encoded		s = encode_text(am, source, true, SPM_SOURCE),
+				t = encode_text(am, target, false, SPM_TARGET);
+
+	return teacher_forced(am, &s, &t);
+}

@@ -1,0 +1,96 @@
+/*
+ * workers.c - starting this library's background workers (workers.h): one
+ * way to fill in a BackgroundWorker, the training job's worker
+ * (launch_training_worker: a dynamic BGW_NEVER_RESTART worker per job that
+ * connects as the role that submitted it, pg_cron's model) and the
+ * launcher's registration.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/latch.h"
+#include "storage/procarray.h"
+#include "utils/wait_event.h"
+
+#include "workers.h"
+
+void
+attention_worker_init(BackgroundWorker *worker, const char *function, const char *type, int restart_time,
+					  Datum arg, bool notify)
+{
+	memset(worker, 0, sizeof(*worker));
+	worker->bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker->bgw_restart_time = restart_time;
+	strlcpy(worker->bgw_library_name, "attention", BGW_MAXLEN);
+	strlcpy(worker->bgw_function_name, function, BGW_MAXLEN);
+	strlcpy(worker->bgw_name, type, BGW_MAXLEN);
+	strlcpy(worker->bgw_type, type, BGW_MAXLEN);
+	worker->bgw_main_arg = arg;
+	if (notify)
+		worker->bgw_notify_pid = MyProcPid;
+}
+
+StaticAssertDecl(sizeof(WorkerArgs) <= BGW_EXTRALEN, "WorkerArgs must fit in bgw_extra");
+
+int
+launch_training_worker(int64 job_id, Oid role, bool node)
+{
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+	WorkerArgs	args;
+	pid_t		pid;
+	BgwHandleStatus status;
+
+	memset(&args, 0, sizeof(args));
+	args.job_id = job_id;
+	args.database = MyDatabaseId;
+	args.role = role;
+	args.submitter_xid = GetTopTransactionId();
+	args.node = node;
+	attention_worker_init(&worker, "attention_training_worker_main", "attention training", BGW_NEVER_RESTART,
+						  Int64GetDatum(job_id), true);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "attention training job %lld", (long long) job_id);
+	memcpy(worker.bgw_extra, &args, sizeof(args));
+
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+		ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+						errmsg("could not start a training worker for job %lld: no background worker slot is free",
+							   (long long) job_id),
+						errhint("Raise max_worker_processes (now %d) or wait for a job to finish.",
+								max_worker_processes)));
+	status = WaitForBackgroundWorkerStartup(handle, &pid);
+	if (status != BGWH_STARTED)
+		ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+						errmsg("the training worker for job %lld did not start", (long long) job_id),
+						errhint("See the server log.")));
+	/* wait until it is a server process with a slot, so training_jobs shows it alive */
+	while (BackendPidGetProc(pid) == NULL)
+	{
+		if (GetBackgroundWorkerPid(handle, &pid) != BGWH_STARTED)
+			ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+							errmsg("the training worker for job %lld exited while connecting", (long long) job_id),
+							errhint("See the server log.")));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (!node &&
+		SPI_execute_with_args("UPDATE attention.jobs SET worker_pid = $2 WHERE job_id = $1", 2,
+							  (Oid[]) {INT8OID, INT4OID}, (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(pid)},
+							  NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record the worker of job %lld", (long long) job_id);
+	return (int) pid;
+}
+
+void
+register_launcher(void)
+{
+	BackgroundWorker worker;
+
+	attention_worker_init(&worker, "attention_launcher_main", "attention launcher", 10, (Datum) 0, false);
+	RegisterBackgroundWorker(&worker);
+}
