@@ -322,6 +322,88 @@ spm_train(const char *const *sentences, const size_t *lengths, size_t n,
 namespace
 {
 
+// Length in bytes of the whitespace character (Python's str.isspace: the
+// ASCII controls 9-13 and 28-31, space, U+0085, U+00A0, U+1680, U+2000-U+200A,
+// U+2028, U+2029, U+202F, U+205F, U+3000) that s[i..] begins with, or 0.
+size_t
+space_at(const std::string &s, size_t i)
+{
+	const unsigned char *c = reinterpret_cast<const unsigned char *>(s.data()) + i;
+	size_t		left = s.size() - i;
+	unsigned	cp;
+	size_t		n;
+
+	if (left == 0)
+		return 0;
+	if (c[0] < 0x80)
+		return (c[0] >= 9 && c[0] <= 13) || (c[0] >= 28 && c[0] <= 32) ? 1 : 0;
+	if ((c[0] & 0xE0) == 0xC0 && left >= 2)
+		cp = ((c[0] & 0x1Fu) << 6) | (c[1] & 0x3Fu), n = 2;
+	else if ((c[0] & 0xF0) == 0xE0 && left >= 3)
+		cp = ((c[0] & 0x0Fu) << 12) | ((c[1] & 0x3Fu) << 6) | (c[2] & 0x3Fu), n = 3;
+	else
+		return 0;
+	return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+		cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000 ? n : 0;
+}
+
+// Replaces every occurrence of from in s by to, left to right, as Python's str.replace.
+void
+replace_all(std::string *s, const std::string &from, const std::string &to)
+{
+	std::string out;
+	size_t		at = 0,
+				hit;
+
+	while ((hit = s->find(from, at)) != std::string::npos)
+	{
+		out.append(*s, at, hit - at);
+		out += to;
+		at = hit + from.size();
+	}
+	out.append(*s, at, std::string::npos);
+	*s = std::move(out);
+}
+
+// A vocabulary pair's text, as transformers 4.40's MarianTokenizer.decode
+// (skip_special_tokens, clean_up_tokenization_spaces: both its defaults for
+// OPUS-MT tokenizers) makes it from the text the target model decoded: pieces
+// it does not know (source-side pieces of the joint table) come out of
+// SentencePiece verbatim, so every remaining U+2581 becomes a space; the
+// result is stripped of whitespace (Python's str.strip) and then cleaned up
+// (PreTrainedTokenizerBase.clean_up_tokenization: " ." -> "." and the like).
+void
+marian_text(std::string *text)
+{
+	static const char *const cleanup[][2] = {
+		{" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
+		{" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+	size_t		begin = 0,
+				end,
+				n;
+
+	replace_all(text, "\xE2\x96\x81", " ");
+	while ((n = space_at(*text, begin)) > 0)
+		begin += n;
+	end = begin;
+	// the end of the last character that is not whitespace
+	for (size_t i = begin; i < text->size();)
+	{
+		n = space_at(*text, i);
+		if (n == 0)
+		{
+			n = 1;
+			while (i + n < text->size() && ((*text)[i + n] & 0xC0) == 0x80)
+				n++;
+			end = i + n;
+		}
+		i += n;
+	}
+	*text = text->substr(begin, end - begin);
+	for (const auto &rule : cleanup)
+		replace_all(text, rule[0], rule[1]);
+}
+
 // Loads a serialized model into p after checking its character maps.
 int
 load_processor(const char *bytes, size_t len, sentencepiece::SentencePieceProcessor *p, char *err, size_t errlen)
@@ -581,6 +663,8 @@ spm_decode(const SpmModel *model, const int *ids, size_t n,
 			: model->processor.Decode(v, &out);
 		if (!status.ok())
 			return fail(err, errlen, status.ToString());
+		if (model->pair())
+			marian_text(&out);
 		*text = dup_buffer(out);
 		if (*text == nullptr)
 			return fail(err, errlen, "out of memory");

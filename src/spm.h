@@ -109,9 +109,14 @@ int			spm_encode_pieces(const SpmModel *model, SpmSide side, const char *text, s
 
 /*
  * Decodes n ids into target text (*text, *len bytes, NUL-terminated). Every
- * id must be in [0, spm_size); control ids (pad, bos, eos) produce no text,
- * nor, in a vocabulary pair, the unknown id (as Hugging Face's tokenizer
- * skips its special tokens).
+ * id must be in [0, spm_size); control ids (pad, bos, eos) produce no text.
+ * A vocabulary pair's text is transformers 4.40's MarianTokenizer.decode(ids,
+ * skip_special_tokens=True) with its default clean-up: the special ids
+ * (pad, unk, bos, eos) skipped, the other pieces decoded by the target
+ * model (pieces it lacks come out verbatim), every remaining U+2581 a space,
+ * surrounding whitespace stripped, and clean_up_tokenization's rules
+ * (" ." -> ".", " ?", " !", " ,", " ' " -> "'", " n't", " 'm", " 's", " 've",
+ * " 're") applied in that order (docs/pretrained-models.md).
  */
 int			spm_decode(const SpmModel *model, const int *ids, size_t n,
 					   char **text, size_t *len, char *err, size_t errlen);

@@ -32,8 +32,8 @@ train(char **sentences, size_t *lengths, size_t n, int vocab_size, char **model,
 static void
 pair_vocabulary(const SpmModel *model, const char *bytes, size_t len, const char *text, const int *ids, size_t n)
 {
-	const char *table[65];
-	size_t		lengths[65];
+	const char *table[68];
+	size_t		lengths[68];
 	int			special[4] = {63 - SPM_PAD_ID, 63 - SPM_UNK_ID, 63 - SPM_PAD_ID, 63 - SPM_EOS_ID};
 	SpmModel   *pair = NULL;
 	char		err[256],
@@ -71,6 +71,39 @@ pair_vocabulary(const SpmModel *model, const char *bytes, size_t len, const char
 	spm_free_buffer(out);
 	spm_free(pair);
 	pair = NULL;
+
+	/*
+	 * MarianTokenizer.decode's text: pieces the target model lacks (a
+	 * source-only word, punctuation it never saw) verbatim with every U+2581
+	 * a space, special ids skipped, stripped, " ." and " 's" cleaned up.
+	 */
+	table[65] = "\xE2\x96\x81" "Foo" "\xE2\x96\x81" "Bar";
+	table[66] = "\xE2\x96\x81.";
+	table[67] = "\xE2\x96\x81's";
+	for (id = 65; id < 68; id++)
+		lengths[id] = strlen(table[id]);
+	CHECK(spm_load_pair(bytes, len, bytes, len, table, lengths, 68, special, &pair, err, sizeof(err)) == 0,
+		  "pair: %s", err);
+	if (pair != NULL)
+	{
+		int			marked[66];
+		char		want[300];
+
+		marked[0] = spm_pad_id(pair);
+		marked[1] = 65;
+		marked[2] = spm_unk_id(pair);
+		for (i = 0; i < n && i < 60; i++)
+			marked[i + 3] = 63 - ids[i];
+		marked[i + 3] = 67;
+		marked[i + 4] = 66;
+		marked[i + 5] = spm_eos_id(pair);
+		snprintf(want, sizeof(want), "Foo Bar %s's.", text);
+		CHECK(spm_decode(pair, marked, i + 6, &out, &out_len, err, sizeof(err)) == 0 && strcmp(out, want) == 0,
+			  "pair: decoded \"%s\", not \"%s\" (%s)", out ? out : "", want, err);
+		spm_free_buffer(out);
+		spm_free(pair);
+		pair = NULL;
+	}
 	table[64] = table[3];
 	lengths[64] = lengths[3];
 	CHECK(spm_load_pair(bytes, len, bytes, len, table, lengths, 65, special, &pair, err, sizeof(err)) != 0 &&
