@@ -5,3 +5,150 @@
 
 -- The design document the comments cite is docs/design.md in the repository.
 COMMENT ON TABLE models IS 'Transformer models: a configuration (docs/design.md section 2) over a vocabulary.';
+
+-- Owners for corpora and vocabularies: existing rows belong to the extension's owner.
+ALTER TABLE corpora ADD COLUMN owner regrole;
+ALTER TABLE vocabularies ADD COLUMN owner regrole;
+UPDATE corpora SET owner = (SELECT e.extowner::regrole FROM pg_catalog.pg_extension e WHERE e.extname = 'attention');
+UPDATE vocabularies SET owner = (SELECT e.extowner::regrole FROM pg_catalog.pg_extension e WHERE e.extname = 'attention');
+ALTER TABLE corpora ALTER COLUMN owner SET DEFAULT current_user::text::regrole, ALTER COLUMN owner SET NOT NULL;
+ALTER TABLE vocabularies ALTER COLUMN owner SET DEFAULT current_user::text::regrole, ALTER COLUMN owner SET NOT NULL;
+COMMENT ON COLUMN corpora.owner IS 'Role that owns the corpus: its members may add pairs to it and drop it.';
+COMMENT ON COLUMN vocabularies.owner IS 'Role that owns the vocabulary: its members may drop it.';
+
+-- Corpora and vocabularies have owners as models do (0.3.0): writing them still
+-- takes the DBA's grants (INSERT on the tables), and row-level security keeps
+-- each row to the members of its owner role: nobody creates a row owned by a
+-- role they are not a member of, and only the owners change, drop or add
+-- pairs to a corpus.
+CREATE FUNCTION owns_corpus(corpus_id integer)
+RETURNS boolean
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (SELECT 1 FROM attention.corpora c
+                    WHERE c.corpus_id = owns_corpus.corpus_id AND pg_has_role(c.owner, 'MEMBER'))
+$$;
+COMMENT ON FUNCTION owns_corpus(integer) IS
+'True when the current role is a member of the corpus''s owner role.';
+
+ALTER TABLE corpora ENABLE ROW LEVEL SECURITY;
+CREATE POLICY corpora_read ON corpora FOR SELECT USING (true);
+CREATE POLICY corpora_create ON corpora FOR INSERT WITH CHECK (pg_has_role(owner, 'MEMBER'));
+CREATE POLICY corpora_update ON corpora FOR UPDATE USING (pg_has_role(owner, 'MEMBER'))
+    WITH CHECK (pg_has_role(owner, 'MEMBER'));
+CREATE POLICY corpora_drop ON corpora FOR DELETE USING (pg_has_role(owner, 'MEMBER'));
+ALTER TABLE corpus_pairs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY corpus_pairs_read ON corpus_pairs FOR SELECT USING (true);
+CREATE POLICY corpus_pairs_add ON corpus_pairs FOR INSERT WITH CHECK (attention.owns_corpus(corpus_id));
+CREATE POLICY corpus_pairs_update ON corpus_pairs FOR UPDATE USING (attention.owns_corpus(corpus_id))
+    WITH CHECK (attention.owns_corpus(corpus_id));
+CREATE POLICY corpus_pairs_delete ON corpus_pairs FOR DELETE USING (attention.owns_corpus(corpus_id));
+ALTER TABLE vocabularies ENABLE ROW LEVEL SECURITY;
+CREATE POLICY vocabularies_read ON vocabularies FOR SELECT USING (true);
+CREATE POLICY vocabularies_create ON vocabularies FOR INSERT WITH CHECK (pg_has_role(owner, 'MEMBER'));
+CREATE POLICY vocabularies_update ON vocabularies FOR UPDATE USING (pg_has_role(owner, 'MEMBER'))
+    WITH CHECK (pg_has_role(owner, 'MEMBER'));
+CREATE POLICY vocabularies_drop ON vocabularies FOR DELETE USING (pg_has_role(owner, 'MEMBER'));
+CREATE POLICY jobs_delete ON jobs FOR DELETE USING (attention.owns_model(model_id));
+-- the owners drop what they own (drop_corpus, drop_vocabulary, their cascades)
+GRANT DELETE ON corpora, vocabularies, jobs TO PUBLIC;
+
+-----------------------------------------------------------------------------
+-- Dropping corpora and vocabularies (0.3.0)
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION drop_corpus(name text, "cascade" boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cid integer;
+    owner_role regrole;
+    j record;
+BEGIN
+    SELECT c.corpus_id, c.owner INTO cid, owner_role FROM attention.corpora c WHERE c.name = drop_corpus.name;
+    IF cid IS NULL THEN
+        RAISE EXCEPTION 'corpus "%" does not exist', drop_corpus.name USING ERRCODE = 'undefined_object';
+    END IF;
+    IF NOT pg_has_role(owner_role, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to drop corpus "%"', drop_corpus.name
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('Only members of its owner role %s may.', owner_role);
+    END IF;
+    FOR j IN SELECT t.job_id, t.status, m.name AS model, m.owner
+               FROM attention.training_jobs t JOIN attention.models m USING (model_id)
+              WHERE t.corpus_id = cid ORDER BY t.job_id LOOP
+        IF NOT "cascade" THEN
+            RAISE EXCEPTION 'corpus "%" is used by training job % of model "%"', drop_corpus.name, j.job_id, j.model
+                USING ERRCODE = 'dependent_objects_still_exist',
+                      HINT = 'attention.drop_corpus(name, cascade => true) drops the corpus with its jobs (their checkpoints stay).';
+        END IF;
+        IF NOT pg_has_role(j.owner, 'MEMBER') THEN
+            RAISE EXCEPTION 'cannot drop corpus "%": its training job % belongs to model "%" of role %',
+                            drop_corpus.name, j.job_id, j.model, j.owner
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'A cascade drops only what the caller owns; ask the model''s owner to drop the model or its job.';
+        END IF;
+        IF j.status IN ('queued', 'running') THEN
+            RAISE EXCEPTION 'corpus "%" is used by training job %, which is %', drop_corpus.name, j.job_id, j.status
+                USING ERRCODE = 'object_in_use',
+                      HINT = 'Cancel it first with attention.cancel_training(job).';
+        END IF;
+    END LOOP;
+    DELETE FROM attention.jobs t WHERE t.corpus_id = cid;
+    DELETE FROM attention.corpora c WHERE c.corpus_id = cid;
+END
+$$;
+COMMENT ON FUNCTION drop_corpus(text, boolean) IS
+'Drops a corpus and its pairs (its owners only); refuses while training jobs used it, unless cascade, which also deletes those jobs when the caller owns their models (checkpoints stay; vocabularies trained on it stay, corpus_id NULL).';
+
+CREATE FUNCTION drop_vocabulary(name text, "cascade" boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    vid integer;
+    owner_role regrole;
+    m record;
+BEGIN
+    SELECT v.vocabulary_id, v.owner INTO vid, owner_role FROM attention.vocabularies v
+     WHERE v.name = drop_vocabulary.name;
+    IF vid IS NULL THEN
+        RAISE EXCEPTION 'vocabulary "%" does not exist', drop_vocabulary.name USING ERRCODE = 'undefined_object';
+    END IF;
+    IF NOT pg_has_role(owner_role, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to drop vocabulary "%"', drop_vocabulary.name
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('Only members of its owner role %s may.', owner_role);
+    END IF;
+    FOR m IN SELECT mm.name, mm.owner FROM attention.models mm WHERE mm.vocabulary_id = vid ORDER BY mm.model_id LOOP
+        IF NOT "cascade" THEN
+            RAISE EXCEPTION 'vocabulary "%" is used by model "%"', drop_vocabulary.name, m.name
+                USING ERRCODE = 'dependent_objects_still_exist',
+                      HINT = 'attention.drop_vocabulary(name, cascade => true) drops the vocabulary with its models.';
+        END IF;
+        IF NOT pg_has_role(m.owner, 'MEMBER') THEN
+            RAISE EXCEPTION 'cannot drop vocabulary "%": its model "%" belongs to role %', drop_vocabulary.name, m.name, m.owner
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'A cascade drops only what the caller owns; ask the model''s owner to drop it.';
+        END IF;
+    END LOOP;
+    PERFORM attention.drop_model(mm.name) FROM attention.models mm WHERE mm.vocabulary_id = vid;
+    DELETE FROM attention.vocabularies v WHERE v.vocabulary_id = vid;
+END
+$$;
+COMMENT ON FUNCTION drop_vocabulary(text, boolean) IS
+'Drops a vocabulary (its owners only); refuses while models use it, unless cascade, which drops those models (drop_model: their checkpoints and jobs) when the caller owns every one.';
+
+-- import_huggingface gains replace
+DROP FUNCTION import_huggingface(text, jsonb, bytea, jsonb, bytea, bytea);
+CREATE FUNCTION import_huggingface(model text, config jsonb, safetensors bytea, vocab jsonb,
+                                   source_spm bytea, target_spm bytea, replace boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_import_huggingface'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION import_huggingface(text, jsonb, bytea, jsonb, bytea, bytea, boolean) IS
+'Imports a Hugging Face MarianMT model (OPUS-MT layout: config.json, model.safetensors, vocab.json, source.spm, target.spm) as a new model and vocabulary, both named model, with its parameters as a checkpoint of kind imported (not deployed); returns the checkpoint id. replace first drops a model and a vocabulary of that name (drop_model, drop_vocabulary: the caller''s own only, and a vocabulary no other model uses). scripts/import-hf reads a directory.';

@@ -102,6 +102,30 @@ batch_add(PairBatch *batch, const char *source, int source_len, const char *targ
 }
 
 /*
+ * Id of the corpus name when the current role may add pairs to it (is a
+ * member of its owner role, as row-level security on corpus_pairs demands);
+ * ERROR naming the corpus otherwise. Needs an SPI connection.
+ */
+static int32
+owned_corpus_id(const char *name)
+{
+	int32		id = attention_corpus_id(name);
+	bool		isnull;
+
+	if (SPI_execute_with_args("SELECT owner::text, attention.owns_corpus($1) FROM attention.corpora WHERE corpus_id = $1",
+							  1, (Oid[]) {INT4OID}, (Datum[]) {Int32GetDatum(id)}, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not read the owner of corpus \"%s\"", name);
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to add pairs to corpus \"%s\"", name),
+				 errhint("Only members of its owner role %s may.",
+						 SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1))));
+	return id;
+}
+
+/*
  * import_corpus(corpus text, query text, split text) -> bigint
  * Runs the query with the caller's privileges; its two columns (any types,
  * taken in their text form) become source and target.
@@ -119,7 +143,7 @@ attention_import_corpus(PG_FUNCTION_ARGS)
 
 	check_split(text_to_cstring(split));
 	SPI_connect();
-	batch_init(&batch, attention_corpus_id(corpus), split);
+	batch_init(&batch, owned_corpus_id(corpus), split);
 
 	plan = SPI_prepare(query, 0, NULL);
 	if (plan == NULL)
@@ -240,7 +264,7 @@ attention_load_corpus(PG_FUNCTION_ARGS)
 	check_split(text_to_cstring(split));
 
 	SPI_connect();
-	batch_init(&batch, attention_corpus_id(corpus), split);
+	batch_init(&batch, owned_corpus_id(corpus), split);
 	source_file = open_corpus_file(source_path);
 	target_file = open_corpus_file(target_path);
 	initStringInfo(&source_line);

@@ -380,10 +380,44 @@ engine_tensors(TfTensor *in, int n, const TfConfig *c, int *count)
 }
 
 /*
+ * ERROR unless no vocabulary and no model is named name; with replace, drops
+ * them first (drop_model, then drop_vocabulary: both refuse what the caller
+ * does not own, a model whose job is queued or running, and a vocabulary that
+ * another model still uses).
+ */
+static void
+free_import_name(const char *name, bool replace)
+{
+	static const char *const kinds[2] = {"model", "vocabulary"};
+	static const char *const lookups[2] = {"SELECT 1 FROM attention.models WHERE name = $1",
+	"SELECT 1 FROM attention.vocabularies WHERE name = $1"};
+	static const char *const drops[2] = {"SELECT attention.drop_model($1)",
+	"SELECT attention.drop_vocabulary($1)"};
+	Datum		arg = CStringGetTextDatum(name);
+
+	for (int i = 0; i < 2; i++)
+	{
+		if (SPI_execute_with_args(lookups[i], 1, (Oid[]) {TEXTOID}, &arg, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the %s of name \"%s\"", kinds[i], name);
+		if (SPI_processed == 0)
+			continue;
+		if (!replace)
+			ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
+							errmsg("%s \"%s\" already exists", kinds[i], name),
+							errhint("The import creates a vocabulary and a model of the name it is given; choose another, "
+									"or replace them with replace => true (scripts/import-hf --replace).")));
+		if (SPI_execute_with_args(drops[i], 1, (Oid[]) {TEXTOID}, &arg, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not drop the %s \"%s\"", kinds[i], name);
+	}
+}
+
+/*
  * import_huggingface(model, config, safetensors, vocab, source_spm,
- * target_spm) returns bigint: a new vocabulary and model, both named model,
- * and the file's parameters as their first checkpoint (kind imported, step
- * 0, not deployed).
+ * target_spm, replace DEFAULT false) returns bigint: a new vocabulary and
+ * model, both named model, and the file's parameters as their first
+ * checkpoint (kind imported, step 0, not deployed). With replace, a model
+ * and a vocabulary of that name are dropped first (free_import_name). The
+ * 0.2.0 definition passes six arguments (no replace).
  */
 Datum
 attention_import_huggingface(PG_FUNCTION_ARGS)
@@ -424,13 +458,7 @@ attention_import_huggingface(PG_FUNCTION_ARGS)
 					 MARIAN_LAYER_NORM_EPS, mc.activation);
 
 	SPI_connect();
-	if (SPI_execute_with_args("SELECT 1 FROM attention.vocabularies WHERE name = $1", 1, (Oid[]) {TEXTOID},
-							  (Datum[]) {CStringGetTextDatum(model)}, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read attention.vocabularies");
-	if (SPI_processed > 0)
-		ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
-						errmsg("vocabulary \"%s\" already exists", model),
-						errhint("The import creates a vocabulary and a model of the name it is given; choose another.")));
+	free_import_name(model, PG_NARGS() > 6 && PG_GETARG_BOOL(6));
 	if (SPI_execute_with_args("INSERT INTO attention.vocabularies (name, vocab_size, pad_id, unk_id, bos_id, eos_id, "
 							  "model, target_model, pieces) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)", 9,
 							  (Oid[]) {TEXTOID, INT4OID, INT4OID, INT4OID, INT4OID, INT4OID, BYTEAOID, BYTEAOID,

@@ -165,7 +165,7 @@ check_vocabulary_name_free(const char *name)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("vocabulary \"%s\" already exists", name),
-				 errhint("Choose another name, or delete the existing row from attention.vocabularies.")));
+				 errhint("Choose another name, or drop it with attention.drop_vocabulary(name).")));
 }
 
 /*
