@@ -104,19 +104,25 @@ batch_add(PairBatch *batch, const char *source, int source_len, const char *targ
 /*
  * Id of the corpus name when the current role may add pairs to it (is a
  * member of its owner role, as row-level security on corpus_pairs demands);
- * ERROR naming the corpus otherwise. Needs an SPI connection.
+ * ERROR naming the corpus otherwise. Schemas before 0.3.0 have no owners
+ * (the row has no owner field): any role with the table grants may. Needs an
+ * SPI connection.
  */
 static int32
 owned_corpus_id(const char *name)
 {
 	int32		id = attention_corpus_id(name);
 	bool		isnull;
+	Datum		member;
 
-	if (SPI_execute_with_args("SELECT owner::text, attention.owns_corpus($1) FROM attention.corpora WHERE corpus_id = $1",
+	if (SPI_execute_with_args("SELECT o, pg_catalog.pg_has_role(o::pg_catalog.regrole, 'MEMBER') "
+							  "FROM attention.corpora c, LATERAL (SELECT pg_catalog.to_jsonb(c) ->> 'owner') r(o) "
+							  "WHERE c.corpus_id = $1",
 							  1, (Oid[]) {INT4OID}, (Datum[]) {Int32GetDatum(id)}, NULL, true, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not read the owner of corpus \"%s\"", name);
-	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
+	member = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	if (!isnull && !DatumGetBool(member))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied to add pairs to corpus \"%s\"", name),
