@@ -3,7 +3,7 @@
 -- with cascade drop only what the caller owns. Two roles (and a member of
 -- the first); everything, the roles included, rolls back.
 BEGIN;
-SELECT plan(28);
+SELECT plan(29);
 
 CREATE ROLE attention_lc_owner;
 CREATE ROLE attention_lc_other;
@@ -77,6 +77,15 @@ SELECT is((SELECT count(*)::int FROM attention.models WHERE name IN ('lc_model',
 
 SET LOCAL ROLE attention_lc_other;
 SELECT lives_ok($$SELECT attention.drop_model('lc_theirs')$$, 'the other role drops its model (and its job)');
+
+RESET ROLE;
+-- a job the launcher has started (a superuser's: the worker connects as its submitter)
+SELECT attention.train('lc_model', 'lc_corpus', '{"max_steps": 1}') AS lc_job \gset
+SELECT throws_ok($$SELECT attention.drop_corpus('lc_corpus', cascade => true)$$, '55006',
+                 format('corpus "lc_corpus" is used by training job %s, which is queued', :lc_job),
+                 'cascade refuses a job that is queued or running');
+SELECT attention.cancel_training(:lc_job);
+UPDATE attention.jobs SET status = 'cancelled' WHERE job_id = :lc_job;
 
 SET LOCAL ROLE attention_lc_member;
 SELECT lives_ok($$SELECT attention.drop_corpus('lc_corpus', cascade => true)$$,
