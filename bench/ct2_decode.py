@@ -10,6 +10,7 @@ the engine's interleaved sinusoidal positions from 0, LayerNorm eps 1e-5), trans
 prints one line in the engine's format with the median time. OUT_IDS receives the output
 ids, one sentence per line (without EOS).
 """
+import os
 import struct
 import sys
 import tempfile
@@ -18,6 +19,9 @@ import time
 import ctranslate2
 import numpy as np
 from ctranslate2.specs import common_spec, transformer_spec
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from ct2_convert import fill_layers  # noqa: E402  (the MarianMT-named layers into a spec)
 
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]  # ids 0..3: the engine's pad, -, bos, eos
 
@@ -59,39 +63,14 @@ def build_spec(w):
     spec = transformer_spec.TransformerSpec.from_config(
         (enc_layers, dec_layers), heads, pre_norm=False, activation=common_spec.Activation.RELU)
 
-    def linear(s, *names):  # nn.Linear weights are [out, in], as CTranslate2's; q,k,v are fused by rows
-        s.weight = np.concatenate([w[n + ".weight"] for n in names])
-        s.bias = np.concatenate([w[n + ".bias"] for n in names])
-
-    def norm(s, name):
-        s.gamma, s.beta = w[name + ".weight"], w[name + ".bias"]
-
-    def attention(s, p, cross):
-        q, k, v = (f"{p}.{x}_proj" for x in "qkv")
-        if cross:  # queries from the decoder, keys and values from the encoder output
-            linear(s.linear[0], q)
-            linear(s.linear[1], k, v)
-        else:
-            linear(s.linear[0], q, k, v)
-        linear(s.linear[-1], p + ".out_proj")
-
     emb, pe = w["model.shared.weight"], positions(max_positions, d)
     spec.encoder.embeddings[0].weight = emb
     spec.decoder.embeddings.weight = emb
     spec.decoder.projection.weight = emb  # logits = h E^T, no bias
-    for stack, name in ((spec.encoder, "encoder"), (spec.decoder, "decoder")):
+    for stack in (spec.encoder, spec.decoder):
         stack.scale_embeddings = True  # x sqrt(d_model)
         stack.position_encodings.encodings = pe
-        for i, layer in enumerate(stack.layer):
-            p = f"model.{name}.layers.{i}"
-            attention(layer.self_attention, p + ".self_attn", False)
-            norm(layer.self_attention.layer_norm, p + ".self_attn_layer_norm")
-            if name == "decoder":
-                attention(layer.attention, p + ".encoder_attn", True)
-                norm(layer.attention.layer_norm, p + ".encoder_attn_layer_norm")
-            linear(layer.ffn.linear_0, p + ".fc1")
-            linear(layer.ffn.linear_1, p + ".fc2")
-            norm(layer.ffn.layer_norm, p + ".final_layer_norm")
+    fill_layers(spec, w.__getitem__)
 
     tokens = SPECIALS + [f"t{i}" for i in range(len(SPECIALS), vocab)]  # token i <-> id i
     spec.register_source_vocabulary(tokens)

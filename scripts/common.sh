@@ -96,6 +96,24 @@ require_python() {
   fi
 }
 
+# ct2_python: prints an interpreter that imports ctranslate2 (4.4.0), numpy and
+# sentencepiece: a virtual environment in $(work_dir)/ct2-venv, made from PyPI on
+# first use (test tools, as sacreBLEU; the extension never needs Python); prints
+# nothing when none can be made (no venv module, no network).
+ct2_python() {
+  local venv
+  venv=$(work_dir)/ct2-venv
+  if ! "$venv/bin/python" -c "import ctranslate2, numpy, sentencepiece" >/dev/null 2>&1; then
+    rm -rf "$venv"
+    if ! { python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check \
+             ctranslate2==4.4.0 sentencepiece; } >"$(work_dir)/ct2-venv.log" 2>&1; then
+      rm -rf "$venv"
+      return 0
+    fi
+  fi
+  echo "$venv/bin/python"
+}
+
 # require_commands COMMAND...: exits with a message unless every COMMAND is on PATH.
 require_commands() {
   local c
