@@ -80,22 +80,27 @@ def read_safetensors(path):
         header = json.loads(data[8:8 + n])
     except ValueError as e:
         fail(f"{path}: bad header: {e}")
+    if not isinstance(header, dict):
+        fail(f"{path}: bad header: not a JSON object")
     body = memoryview(data)[8 + n:]
     tensors = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        begin, end = info["data_offsets"]
-        raw = body[begin:end]
-        if info["dtype"] == "F32":
-            a = np.frombuffer(raw, "<f4")
-        elif info["dtype"] == "F16":
-            a = np.frombuffer(raw, "<f2").astype(np.float32)
-        elif info["dtype"] == "BF16":
-            a = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
-        else:
-            fail(f"{path}: tensor {name} has dtype {info['dtype']} (F32, F16 or BF16 only)")
-        tensors[name] = np.ascontiguousarray(a.reshape(info["shape"]), dtype=np.float32)
+        try:
+            begin, end = info["data_offsets"]
+            raw = body[begin:end]
+            if info["dtype"] == "F32":
+                a = np.frombuffer(raw, "<f4")
+            elif info["dtype"] == "F16":
+                a = np.frombuffer(raw, "<f2").astype(np.float32)
+            elif info["dtype"] == "BF16":
+                a = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+            else:
+                fail(f"{path}: tensor {name} has dtype {info['dtype']} (F32, F16 or BF16 only)")
+            tensors[name] = np.ascontiguousarray(a.reshape(info["shape"]), dtype=np.float32)
+        except (KeyError, TypeError, ValueError) as e:
+            fail(f"{path}: tensor {name}: bad entry {json.dumps(info)[:200]} ({e})")
     return tensors
 
 

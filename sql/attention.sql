@@ -19,7 +19,7 @@ CREATE TABLE corpora (
     source_lang text NOT NULL CHECK (source_lang <> ''),
     target_lang text NOT NULL CHECK (target_lang <> ''),
     created_at  timestamptz NOT NULL DEFAULT now(),
-    owner       regrole NOT NULL DEFAULT current_user::text::regrole
+    owner       regrole NOT NULL DEFAULT quote_ident(current_user)::regrole
 );
 COMMENT ON TABLE corpora IS 'Parallel corpora: one row per named source->target corpus.';
 COMMENT ON COLUMN corpora.source_lang IS 'Language code of the source side (e.g. en).';
@@ -61,7 +61,7 @@ CREATE TABLE vocabularies (
     created_at         timestamptz NOT NULL DEFAULT now(),
     target_model       bytea,
     pieces             text[],
-    owner              regrole NOT NULL DEFAULT current_user::text::regrole,
+    owner              regrole NOT NULL DEFAULT quote_ident(current_user)::regrole,
     CONSTRAINT vocabularies_pair_check CHECK ((target_model IS NULL) = (pieces IS NULL)
         AND (pieces IS NULL OR (array_ndims(pieces) = 1 AND cardinality(pieces) = vocab_size)))
 );
@@ -88,7 +88,7 @@ CREATE TABLE models (
     name          text NOT NULL UNIQUE CHECK (name <> ''),
     vocabulary_id integer NOT NULL REFERENCES vocabularies ON DELETE RESTRICT,
     config        jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(config) = 'object'),
-    owner         regrole NOT NULL DEFAULT current_user::text::regrole,
+    owner         regrole NOT NULL DEFAULT quote_ident(current_user)::regrole,
     created_at    timestamptz NOT NULL DEFAULT now()
 );
 COMMENT ON TABLE models IS 'Transformer models: a configuration (docs/design.md section 2) over a vocabulary.';
@@ -229,25 +229,13 @@ CREATE POLICY checkpoint_tensors_owner ON checkpoint_tensors
 -- Corpora and vocabularies have owners as models do (0.3.0): writing them still
 -- takes the DBA's grants (INSERT on the tables), and row-level security keeps
 -- each row to the members of its owner role: nobody creates a row owned by a
--- role they are not a member of, and only the owners change, drop or add
--- pairs to a corpus. (The pairs' policies read the owned corpora in an
--- uncorrelated subquery: one lookup per statement, not a function call per
--- row of a large import.)
+-- role they are not a member of, and only the owners change or drop them.
 ALTER TABLE corpora ENABLE ROW LEVEL SECURITY;
 CREATE POLICY corpora_read ON corpora FOR SELECT USING (true);
 CREATE POLICY corpora_create ON corpora FOR INSERT WITH CHECK (pg_has_role(owner, 'MEMBER'));
 CREATE POLICY corpora_update ON corpora FOR UPDATE USING (pg_has_role(owner, 'MEMBER'))
     WITH CHECK (pg_has_role(owner, 'MEMBER'));
 CREATE POLICY corpora_drop ON corpora FOR DELETE USING (pg_has_role(owner, 'MEMBER'));
-ALTER TABLE corpus_pairs ENABLE ROW LEVEL SECURITY;
-CREATE POLICY corpus_pairs_read ON corpus_pairs FOR SELECT USING (true);
-CREATE POLICY corpus_pairs_add ON corpus_pairs FOR INSERT
-    WITH CHECK (corpus_id IN (SELECT c.corpus_id FROM attention.corpora c WHERE pg_has_role(c.owner, 'MEMBER')));
-CREATE POLICY corpus_pairs_update ON corpus_pairs FOR UPDATE
-    USING (corpus_id IN (SELECT c.corpus_id FROM attention.corpora c WHERE pg_has_role(c.owner, 'MEMBER')))
-    WITH CHECK (corpus_id IN (SELECT c.corpus_id FROM attention.corpora c WHERE pg_has_role(c.owner, 'MEMBER')));
-CREATE POLICY corpus_pairs_delete ON corpus_pairs FOR DELETE
-    USING (corpus_id IN (SELECT c.corpus_id FROM attention.corpora c WHERE pg_has_role(c.owner, 'MEMBER')));
 ALTER TABLE vocabularies ENABLE ROW LEVEL SECURITY;
 CREATE POLICY vocabularies_read ON vocabularies FOR SELECT USING (true);
 CREATE POLICY vocabularies_create ON vocabularies FOR INSERT WITH CHECK (pg_has_role(owner, 'MEMBER'));
@@ -257,6 +245,46 @@ CREATE POLICY vocabularies_drop ON vocabularies FOR DELETE USING (pg_has_role(ow
 CREATE POLICY jobs_delete ON jobs FOR DELETE USING (attention.owns_model(model_id));
 -- the owners drop what they own (drop_corpus, drop_vocabulary, their cascades)
 GRANT DELETE ON corpora, vocabularies, jobs TO PUBLIC;
+
+-- Only a corpus's owners add, change or remove its pairs: statement-level
+-- triggers that look at the statement's rows once (row-level security on
+-- corpus_pairs would refuse COPY into the table for every role it applies to).
+CREATE FUNCTION check_corpus_pairs_owner()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad record;
+BEGIN
+    -- the transition tables of the statement's operation (old_pairs, new_pairs)
+    IF TG_OP = 'INSERT' THEN
+        SELECT c.name, c.owner INTO bad FROM attention.corpora c
+         WHERE c.corpus_id IN (SELECT p.corpus_id FROM new_pairs p) AND NOT pg_has_role(c.owner, 'MEMBER') LIMIT 1;
+    ELSIF TG_OP = 'DELETE' THEN
+        SELECT c.name, c.owner INTO bad FROM attention.corpora c
+         WHERE c.corpus_id IN (SELECT p.corpus_id FROM old_pairs p) AND NOT pg_has_role(c.owner, 'MEMBER') LIMIT 1;
+    ELSE
+        SELECT c.name, c.owner INTO bad FROM attention.corpora c
+         WHERE c.corpus_id IN (SELECT p.corpus_id FROM old_pairs p UNION SELECT p.corpus_id FROM new_pairs p)
+           AND NOT pg_has_role(c.owner, 'MEMBER') LIMIT 1;
+    END IF;
+    IF bad.name IS NOT NULL THEN
+        RAISE EXCEPTION 'permission denied to change the pairs of corpus "%"', bad.name
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('Only members of its owner role %s may.', bad.owner);
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION check_corpus_pairs_owner() IS
+'Trigger of corpus_pairs: ERROR unless the current role owns the corpus of every pair a statement adds, changes or removes.';
+CREATE TRIGGER corpus_pairs_added AFTER INSERT ON corpus_pairs REFERENCING NEW TABLE AS new_pairs
+    FOR EACH STATEMENT EXECUTE FUNCTION check_corpus_pairs_owner();
+CREATE TRIGGER corpus_pairs_changed AFTER UPDATE ON corpus_pairs REFERENCING OLD TABLE AS old_pairs NEW TABLE AS new_pairs
+    FOR EACH STATEMENT EXECUTE FUNCTION check_corpus_pairs_owner();
+CREATE TRIGGER corpus_pairs_removed AFTER DELETE ON corpus_pairs REFERENCING OLD TABLE AS old_pairs
+    FOR EACH STATEMENT EXECUTE FUNCTION check_corpus_pairs_owner();
 
 SELECT pg_catalog.pg_extension_config_dump('corpora', '');
 SELECT pg_catalog.pg_extension_config_dump('corpora_corpus_id_seq', '');
@@ -577,6 +605,8 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   HINT = format('Only members of its owner role %s may.', owner_role);
     END IF;
+    -- the jobs stay as read until the drop commits (the launcher resumes none of them meanwhile)
+    PERFORM 1 FROM attention.jobs t WHERE t.corpus_id = cid FOR UPDATE;
     FOR j IN SELECT t.job_id, t.status, m.name AS model, m.owner
                FROM attention.training_jobs t JOIN attention.models m USING (model_id)
               WHERE t.corpus_id = cid ORDER BY t.job_id LOOP

@@ -3,7 +3,7 @@
 -- with cascade drop only what the caller owns. Two roles (and a member of
 -- the first); everything, the roles included, rolls back.
 BEGIN;
-SELECT plan(29);
+SELECT plan(31);
 
 CREATE ROLE attention_lc_owner;
 CREATE ROLE attention_lc_other;
@@ -109,6 +109,13 @@ SELECT throws_ok($$SELECT attention.drop_vocabulary('lc_missing')$$, '42704', 'v
 
 SET LOCAL ROLE attention_lc_other;
 SELECT attention.create_corpus('lc_theirs', 'en', 'de');
+RESET ROLE;
+CREATE ROLE "Attention LC.Quoted" IN ROLE attention_lc_owner;
+GRANT INSERT ON attention.corpora TO "Attention LC.Quoted";
+SET LOCAL ROLE "Attention LC.Quoted";
+SELECT lives_ok($$SELECT attention.create_corpus('lc_quoted', 'en', 'de')$$,
+                'a role whose name needs quotes creates a corpus');
+SELECT is((SELECT owner::text FROM attention.corpora WHERE name = 'lc_quoted'), '"Attention LC.Quoted"', '... and owns it');
 RESET ROLE;
 SELECT lives_ok($$SELECT attention.drop_corpus('lc_theirs')$$, 'a superuser may drop any corpus');
 
