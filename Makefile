@@ -17,7 +17,7 @@ ENGINE_CXX = src/spm.cc
 # bgworker/; then the SQL-callable functions (src/pg/) and the background
 # workers (bgworker/), which build on the leaves and the engine only
 # (scripts/check-structure).
-GLUE_LEAVES = src/pg/common/settings.c src/pg/common/catalog.c src/pg/common/model_cache.c \
+GLUE_LEAVES = src/pg/common/settings.c src/pg/common/cpu_budget.c src/pg/common/catalog.c src/pg/common/model_cache.c \
 	src/pg/common/translation.c src/pg/common/service_registry.c src/pg/common/train_options.c \
 	src/pg/common/dataset.c src/pg/common/tensor_file.c src/pg/common/workers.c
 GLUE_C = $(GLUE_LEAVES) src/pg/attention.c src/pg/bleu_functions.c src/pg/corpus.c src/pg/vocabulary.c \

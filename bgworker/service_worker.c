@@ -32,6 +32,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_database.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "libpq/pqformat.h"
@@ -41,6 +42,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lock.h"
 #include "storage/shm_mq.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
@@ -50,6 +52,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "cpu_budget.h"
 #include "entry_points.h"
 #include "service_registry.h"
 #include "settings.h"
@@ -79,6 +82,7 @@ static int32 model_id;
 static char device[16];
 static MemoryContext calls_cxt;	/* parent of the calls' contexts */
 static AttentionModel *loaded;	/* the checkpoint loaded last (NULL while loading) */
+static TimestampTz started_at;
 
 /* The stream of translations and the decoding options it was created with. */
 static TfStream *stream;
@@ -89,10 +93,15 @@ static int	places,
 			places_room;
 static int	n_streamed;			/* calls in the stream */
 
-/* Frees the slot when the process exits (whatever the reason). */
+/*
+ * Frees the slot when the process exits (whatever the reason), and records
+ * the exit for the back-off of automatic restarts (an exit code other
+ * than 0 is an ERROR, FATAL or a start that failed).
+ */
 static void
 service_exit(int code, Datum arg)
 {
+	service_note_exit(MyDatabaseId, model_id, code != 0, started_at);
 	SpinLockAcquire(&slot->mutex);
 	if (slot->generation == my_generation)
 	{
@@ -639,7 +648,11 @@ stream_join(Call **join, int n, MemoryContext cxt)
 	}
 	if (added > 0)
 	{
-		if (tf_stream_add(stream, ids, added, len, tags, err, sizeof(err)) != TF_OK)
+		int			threads = cpu_budget_take_for(loaded->engine, 0);
+		int			rc = tf_stream_add(stream, ids, added, len, tags, err, sizeof(err));
+
+		cpu_budget_give(threads);
+		if (rc != TF_OK)
 			stream_fail(err);
 		else
 			count_served(0, 0, 0, 1);
@@ -659,8 +672,11 @@ stream_step(void)
 	char		err[TF_ERRLEN];
 	TfHypothesis h;
 	int64		tag;
+	int			threads = cpu_budget_take_for(stream_model->engine, 0);
+	int			rc = tf_stream_step(stream, err, sizeof(err));
 
-	if (tf_stream_step(stream, err, sizeof(err)) != TF_OK)
+	cpu_budget_give(threads);
+	if (rc != TF_OK)
 	{
 		stream_fail(err);
 		return;
@@ -683,19 +699,59 @@ stream_step(void)
 	}
 }
 
-/* Does the served model still exist? */
+/*
+ * Does the served model still exist, and may the service stay connected to
+ * its database? DROP DATABASE (and ALTER DATABASE ... RENAME) hold the
+ * database's lock exclusively while they wait for its other sessions to
+ * leave: an idle service leaves then rather than fail the command.
+ */
 static bool
 model_exists(void)
 {
 	bool		exists;
+	LOCKTAG		tag;
 
 	worker_begin();
+	SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, MyDatabaseId, 0);
+	if (LockAcquire(&tag, AccessShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		worker_commit();
+		elog(LOG, "attention: the database of the translation service for model \"%s\" is being dropped or renamed",
+			 slot->model);
+		return false;
+	}
 	if (SPI_execute_with_args("SELECT 1 FROM attention.models WHERE model_id = $1", 1, (Oid[]) {INT4OID},
 							  (Datum[]) {Int32GetDatum(model_id)}, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read attention.models");
 	exists = SPI_processed > 0;
 	worker_commit();
 	return exists;
+}
+
+/*
+ * Has a service that a translation started (not start_service) been idle
+ * for attention.service_idle_timeout? Then it stops taking requests (any
+ * posted meanwhile are answered first) and true is returned.
+ */
+static bool
+idle_timeout_reached(TimestampTz idle_since)
+{
+	bool		stop = false;
+
+	if (attention_service_idle_timeout <= 0 || idle_since == 0 ||
+		!TimestampDifferenceExceeds(idle_since, GetCurrentTimestamp(), attention_service_idle_timeout * 1000))
+		return false;
+	SpinLockAcquire(&slot->mutex);
+	if (slot->automatic && slot->state == SERVICE_RUNNING && slot->head == slot->tail)
+	{
+		slot->state = SERVICE_STOPPING;
+		stop = true;
+	}
+	SpinLockRelease(&slot->mutex);
+	if (stop)
+		elog(LOG, "attention: the translation service for model \"%s\" was idle for %d s; it exits",
+			 slot->model, attention_service_idle_timeout);
+	return stop;
 }
 
 /*
@@ -754,9 +810,11 @@ attention_service_main(Datum arg)
 				n_held = 0;
 	Call	  **waiting;		/* requests waiting for the stream to drain, oldest first */
 	Call	  **held;			/* translations waiting for room in the stream, oldest first */
+	TimestampTz idle_since;		/* when it last had nothing to do */
 
 	slot = &service_slots[DatumGetInt32(arg)];
 	memcpy(&my_generation, MyBgworkerEntry->bgw_extra, sizeof(uint64));
+	started_at = GetCurrentTimestamp();
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
@@ -788,6 +846,7 @@ attention_service_main(Datum arg)
 	calls_cxt = AllocSetContextCreate(TopMemoryContext, "attention service requests", ALLOCSET_DEFAULT_SIZES);
 	waiting = MemoryContextAlloc(calls_cxt, waiting_room * sizeof(Call *));
 	held = MemoryContextAlloc(calls_cxt, held_room * sizeof(Call *));
+	idle_since = GetCurrentTimestamp();
 	for (;;)
 	{
 		Call	  **calls;
@@ -839,9 +898,12 @@ attention_service_main(Datum arg)
 				elog(LOG, "attention: model \"%s\" was dropped; its translation service exits", model);
 				proc_exit(0);
 			}
+			if (n == 0 && idle_timeout_reached(idle_since))
+				break;
 		}
 		if (n == 0 && n_streamed == 0 && n_waiting == 0 && n_held == 0)
 			break;				/* stopping with nothing queued */
+		idle_since = 0;
 
 		/*
 		 * Translations join the stream in arrival order, unless an older
@@ -890,6 +952,8 @@ attention_service_main(Datum arg)
 			pgstat_report_activity(STATE_RUNNING, psprintf("translating %d requests", n_streamed));
 			stream_step();
 		}
+		if (n_streamed == 0 && n_held == 0 && n_waiting == 0)
+			idle_since = GetCurrentTimestamp();
 		if (n_streamed == 0 && n_waiting > 0)
 		{
 			/* the stream drained: the waiting requests in batches, the model they ask for loaded */

@@ -38,6 +38,7 @@
 #include "utils/snapmgr.h"
 
 #include "catalog.h"
+#include "cpu_budget.h"
 #include "dataset.h"
 #include "parallel.h"
 #include "ranks.h"
@@ -271,7 +272,6 @@ claim_job(Job *j, MemoryContext ctx)
 	bool		isnull;
 	char	   *status;
 	char		err[TF_ERRLEN];
-	int			threads;
 
 	worker_begin();
 	if (SPI_execute_with_args(psprintf(JOB_QUERY, vocabulary_columns(), " FOR UPDATE OF j"), 1, (Oid[]) {INT8OID},
@@ -307,9 +307,9 @@ claim_job(Job *j, MemoryContext ctx)
 		MemoryContextSwitchTo(ctx);
 		return true;
 	}
-	threads = j->o.threads > 0 ? j->o.threads : attention_thread_count();
 	attention_use_cuda_library();
-	j->engine = tf_parallel_create(&j->config, (uint64) j->o.seed, j->o.device, threads, NULL, err, sizeof(err));
+	/* one thread until a step takes its share of the CPU budget */
+	j->engine = tf_parallel_create(&j->config, (uint64) j->o.seed, j->o.device, 1, NULL, err, sizeof(err));
 	if (j->engine == NULL)
 		engine_error(j, "could not create the model", err);
 	if (tf_parallel_set_precision(j->engine, train_options_precision(&j->o), err, sizeof(err)) != TF_OK)
@@ -616,6 +616,8 @@ train_step(Job *j, int *skipped)
 				n = j->o.batches_per_step;
 	int64		ids = j->train.max_batch_ids;
 	char		err[TF_ERRLEN];
+	int			threads,
+				rc;
 
 	for (a = 0; a < n; a++)
 	{
@@ -635,9 +637,15 @@ train_step(Job *j, int *skipped)
 		ConfigReloadPending = false;
 		ProcessConfigFile(PGC_SIGHUP);
 	}
-	/* every rank's batches, the all-reduce and the Adam step; one download per rank */
-	if (tf_parallel_step(j->engine, batches, n, (float) (1.0 / labels), &j->opt, &stats, err, sizeof(err)) != TF_OK &&
-		!stats.skipped)
+	/*
+	 * every rank's batches, the all-reduce and the Adam step; one download
+	 * per rank. On the CPU the step runs on what the budget has free (the
+	 * job's "threads" at most): translations beside it keep their threads.
+	 */
+	threads = cpu_budget_take_for(model(j), j->o.threads);
+	rc = tf_parallel_step(j->engine, batches, n, (float) (1.0 / labels), &j->opt, &stats, err, sizeof(err));
+	cpu_budget_give(threads);
+	if (rc != TF_OK && !stats.skipped)
 		engine_error(j, psprintf("step %lld", (long long) steps(j) + 1), err);
 	j->loss_sum += stats.loss_sum;
 	j->loss_tokens += stats.tokens;
@@ -666,7 +674,7 @@ static void
 join_nodes(Job *j, TfWorld *world)
 {
 	char		err[TF_ERRLEN];
-	int			threads = j->o.threads > 0 ? j->o.threads : attention_thread_count();
+	int			threads = j->o.threads > 0 ? j->o.threads : cpu_budget_server_cores();
 	RanksWatch	watch = {.job_id = j->job_id, .node = Max(j->node, 0)};
 
 	attention_use_cuda_library();

@@ -178,3 +178,37 @@ AS 'MODULE_PATHNAME', 'attention_import_huggingface'
 LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION import_huggingface(text, jsonb, bytea, jsonb, bytea, bytea, boolean) IS
 'Imports a Hugging Face MarianMT model (OPUS-MT layout: config.json, model.safetensors, vocab.json, source.spm, target.spm) as a new model and vocabulary, both named model, with its parameters as a checkpoint of kind imported (not deployed); returns the checkpoint id. replace first drops a model and a vocabulary of that name (drop_model, drop_vocabulary: the caller''s own only, and a vocabulary no other model uses). scripts/import-hf reads a directory.';
+
+-- attention.services shows which services a translation started (they exit when idle)
+DROP VIEW services;
+DROP FUNCTION service_status();
+CREATE FUNCTION service_status()
+RETURNS TABLE (database text, model text, checkpoint bigint, device text, pid integer, state text,
+               queue_depth integer, requests bigint, sentences bigint, tokens bigint, batches bigint,
+               automatic boolean)
+AS 'MODULE_PATHNAME', 'attention_service_status'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION service_status() IS
+'Every translation service of the server, as the view attention.services shows them.';
+
+CREATE VIEW services AS SELECT * FROM service_status();
+COMMENT ON VIEW services IS
+'Translation services: database, model, the checkpoint loaded last, device, pid, state (starting, running, stopping), queue depth (requests waiting or being served), requests, sentences, output tokens and batches served, and automatic (started by a translation: exits after attention.service_idle_timeout without requests; false: started by start_service, runs until stopped).';
+GRANT SELECT ON services TO PUBLIC;
+
+-----------------------------------------------------------------------------
+-- The server-wide CPU budget (src/pg/common/cpu_budget.c)
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION cpu_budget_status()
+RETURNS TABLE (max_threads integer, server_cores integer, threads_in_use integer, engine_calls bigint,
+               calls_given_fewer bigint, shared boolean)
+AS 'MODULE_PATHNAME', 'attention_cpu_budget_status'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION cpu_budget_status() IS
+'The server-wide CPU budget, as the view attention.cpu_budget shows it.';
+
+CREATE VIEW cpu_budget AS SELECT * FROM cpu_budget_status();
+COMMENT ON VIEW cpu_budget IS
+'The engine threads of every session, translation service and training job of the server together: max_threads (attention.max_threads, 0 resolved to server_cores), server_cores (CPUs the server may use: its affinity, lowered to its cgroup''s CPU quota), threads_in_use now, engine calls that took threads and those given fewer than they asked for, and shared (false: no shared memory could be had and every engine call runs on one thread).';
+GRANT SELECT ON cpu_budget TO PUBLIC;

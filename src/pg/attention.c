@@ -4,7 +4,7 @@
  * per-row translate() calls and, under shared_preload_libraries,
  * registers the launcher that resumes interrupted training jobs (not in
  * pg_upgrade's binary-upgrade mode) and reserves the translation services'
- * registry in shared memory.
+ * registry and the CPU budget in shared memory.
  */
 #include "postgres.h"
 
@@ -12,6 +12,7 @@
 #include "miscadmin.h"
 
 #include "batch_translate.h"
+#include "cpu_budget.h"
 #include "service_registry.h"
 #include "settings.h"
 #include "workers.h"
@@ -35,5 +36,6 @@ _PG_init(void)
 		if (!IsBinaryUpgrade)
 			register_launcher();
 		service_shmem_init();
+		cpu_budget_shmem_init();
 	}
 }

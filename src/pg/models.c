@@ -17,7 +17,6 @@
 #include "utils/memutils.h"
 
 #include "catalog.h"
-#include "settings.h"
 #include "spm.h"
 
 PG_FUNCTION_INFO_V1(attention_create_model);
@@ -101,7 +100,7 @@ attention_initialize_checkpoint(PG_FUNCTION_ARGS)
 		elog(ERROR, "could not insert a checkpoint of model \"%s\"", name);
 	checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 
-	m = tf_model_create(&c, (uint64_t) seed, "cpu", attention_thread_count(), err, sizeof(err));
+	m = tf_model_create(&c, (uint64_t) seed, "cpu", 1, err, sizeof(err));
 	if (m == NULL)
 		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("could not create model \"%s\": %s", name, err)));
 	if (tf_model_tensors(m, &tensors, &count, err, sizeof(err)) != TF_OK)

@@ -1,7 +1,8 @@
 /*
- * service.c - the SQL functions of the translation services:
- * start_service, stop_service and service_status (the view
- * attention.services), over the registry of service_registry.c.
+ * service.c - the SQL functions of the translation services and the CPU
+ * budget: start_service, stop_service, service_status (the view
+ * attention.services) over the registry of service_registry.c, and
+ * cpu_budget_status (the view attention.cpu_budget).
  */
 #include "postgres.h"
 
@@ -15,11 +16,13 @@
 #include "utils/wait_event.h"
 
 #include "catalog.h"
+#include "cpu_budget.h"
 #include "service_registry.h"
 
 PG_FUNCTION_INFO_V1(attention_start_service);
 PG_FUNCTION_INFO_V1(attention_stop_service);
 PG_FUNCTION_INFO_V1(attention_service_status);
+PG_FUNCTION_INFO_V1(attention_cpu_budget_status);
 
 /* Model name and id of the model named by argument 0, which the caller must own. */
 static int32
@@ -96,8 +99,8 @@ attention_stop_service(PG_FUNCTION_ARGS)
 
 /*
  * service_status() returns table (database, model, checkpoint, device,
- * pid, state, queue_depth, requests, sentences, tokens, batches): every
- * service of the cluster (the view attention.services).
+ * pid, state, queue_depth, requests, sentences, tokens, batches,
+ * automatic): every service of the cluster (the view attention.services).
  */
 Datum
 attention_service_status(PG_FUNCTION_ARGS)
@@ -113,8 +116,8 @@ attention_service_status(PG_FUNCTION_ARGS)
 	{
 		ServiceSlot *s = &service_slots[i];
 		ServiceSlot copy;
-		Datum		values[11];
-		bool		nulls[11] = {false};
+		Datum		values[12];
+		bool		nulls[12] = {false};
 		char	   *db;
 
 		SpinLockAcquire(&s->mutex);
@@ -142,7 +145,33 @@ attention_service_status(PG_FUNCTION_ARGS)
 		values[8] = Int64GetDatum(copy.sentences);
 		values[9] = Int64GetDatum(copy.tokens);
 		values[10] = Int64GetDatum(copy.batches);
+		values[11] = BoolGetDatum(copy.automatic);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
+	return (Datum) 0;
+}
+
+/*
+ * cpu_budget_status() returns table (max_threads, server_cores,
+ * threads_in_use, engine_calls, calls_given_fewer, shared): the
+ * server-wide CPU budget (the view attention.cpu_budget).
+ */
+Datum
+attention_cpu_budget_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	CpuBudgetStatus b;
+	Datum		values[6];
+	bool		nulls[6] = {false};
+
+	InitMaterializedSRF(fcinfo, 0);
+	cpu_budget_status(&b);
+	values[0] = Int32GetDatum(b.max_threads);
+	values[1] = Int32GetDatum(b.server_cores);
+	values[2] = Int32GetDatum(b.threads_in_use);
+	values[3] = Int64GetDatum(b.engine_calls);
+	values[4] = Int64GetDatum(b.calls_given_fewer);
+	values[5] = BoolGetDatum(b.shared);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	return (Datum) 0;
 }

@@ -128,8 +128,8 @@ attention_translate_nbest(PG_FUNCTION_ARGS)
 	static const char *const names[] = {"n", "beam_size", "length_penalty", "max_length_offset"};
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	DeployedModel d;
-	ServiceSlot *slot;
-	uint64		generation;
+	ServiceRequest req;
+	StringInfoData answer;
 	AttentionModel *am;
 	TfDecodeOptions opt;
 	text	   *source;
@@ -149,35 +149,29 @@ attention_translate_nbest(PG_FUNCTION_ARGS)
 	max_length_offset = PG_GETARG_INT32(5);
 	attention_model_lookup(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1), &d);
 	check_decode_options(beam_size, nbest, length_penalty, max_length_offset);
-	if ((slot = service_for(&d, &generation)) != NULL)
+	req = service_request(SERVICE_NBEST, &d, beam_size, nbest, length_penalty, max_length_offset, &source, 1);
+	if (service_send(&d, &req, &answer))
 	{
-		ServiceRequest req = service_request(SERVICE_NBEST, &d, beam_size, nbest, length_penalty,
-											 max_length_offset, &source, 1);
-		StringInfoData answer;
+		int			count,
+					i;
 
-		if (service_call(slot, generation, &d, &req, &answer))
+		service_raise(&answer);
+		count = pq_getmsgint(&answer, 4);
+		for (i = 0; i < count; i++)
 		{
-			int			count,
-						i;
+			text	   *translation = service_get_text(&answer);
+			double		score = pq_getmsgfloat8(&answer);
+			int			pieces = pq_getmsgint(&answer, 4),
+						j;
+			Datum	   *p = palloc(Max(pieces, 1) * sizeof(Datum));
 
-			service_raise(&answer);
-			count = pq_getmsgint(&answer, 4);
-			for (i = 0; i < count; i++)
-			{
-				text	   *translation = service_get_text(&answer);
-				double		score = pq_getmsgfloat8(&answer);
-				int			pieces = pq_getmsgint(&answer, 4),
-							j;
-				Datum	   *p = palloc(Max(pieces, 1) * sizeof(Datum));
-
-				for (j = 0; j < pieces; j++)
-					p[j] = PointerGetDatum(service_get_text(&answer));
-				nbest_row(rsinfo, translation, score,
-						  pieces == 0 ? construct_empty_array(TEXTOID) :
-						  construct_array(p, pieces, TEXTOID, -1, false, TYPALIGN_INT));
-			}
-			return (Datum) 0;
+			for (j = 0; j < pieces; j++)
+				p[j] = PointerGetDatum(service_get_text(&answer));
+			nbest_row(rsinfo, translation, score,
+					  pieces == 0 ? construct_empty_array(TEXTOID) :
+					  construct_array(p, pieces, TEXTOID, -1, false, TYPALIGN_INT));
 		}
+		return (Datum) 0;
 	}
 	am = attention_model_load(&d, "cpu", false);
 	opt = decode_options(am, beam_size, nbest, length_penalty, max_length_offset);
@@ -190,8 +184,8 @@ Datum
 attention_score(PG_FUNCTION_ARGS)
 {
 	DeployedModel d;
-	ServiceSlot *slot;
-	uint64		generation;
+	ServiceRequest req;
+	StringInfoData answer;
 	text	   *pair[2];
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
@@ -199,16 +193,11 @@ attention_score(PG_FUNCTION_ARGS)
 	pair[0] = PG_GETARG_TEXT_PP(0);
 	pair[1] = PG_GETARG_TEXT_PP(1);
 	attention_model_lookup(PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2), &d);
-	if ((slot = service_for(&d, &generation)) != NULL)
+	req = service_request(SERVICE_SCORE, &d, 1, 1, 0.0, 0, pair, 1);
+	if (service_send(&d, &req, &answer))
 	{
-		ServiceRequest req = service_request(SERVICE_SCORE, &d, 1, 1, 0.0, 0, pair, 1);
-		StringInfoData answer;
-
-		if (service_call(slot, generation, &d, &req, &answer))
-		{
-			service_raise(&answer);
-			PG_RETURN_FLOAT8(pq_getmsgfloat8(&answer));
-		}
+		service_raise(&answer);
+		PG_RETURN_FLOAT8(pq_getmsgfloat8(&answer));
 	}
 	PG_RETURN_FLOAT8(score_text(attention_model_load(&d, "cpu", false), pair[0], pair[1]));
 }

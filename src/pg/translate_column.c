@@ -1,7 +1,8 @@
 /*
  * translate_column.c - the translate_column procedure: translates a
  * table's column in place, in length-sorted batches committed one by one,
- * rows addressed by the primary key.
+ * rows addressed by the primary key; each batch through the model's
+ * translation service when attention.use_service lets it (translate_texts).
  */
 #include "postgres.h"
 
@@ -18,7 +19,6 @@
 #include "utils/memutils.h"
 
 #include "catalog.h"
-#include "model_cache.h"
 #include "settings.h"
 #include "transformer.h"
 #include "translation.h"
@@ -69,8 +69,7 @@ attention_translate_column(PG_FUNCTION_ARGS)
 	Oid		   *types;
 	SPIPlanPtr	update_plan;
 	char	   *rel;
-	AttentionModel *am;
-	TfDecodeOptions opt;
+	text	   *model;
 	MemoryContext batch_cxt,
 				old;
 	int64		total,
@@ -150,8 +149,7 @@ attention_translate_column(PG_FUNCTION_ARGS)
 	if (update_plan == NULL)
 		elog(ERROR, "could not prepare \"%s\": %s", update.data, SPI_result_code_string(SPI_result));
 
-	am = attention_model_get(PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3));
-	opt = decode_options(am, attention_beam_size, 1, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET);
+	model = PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3);
 	INSTR_TIME_SET_CURRENT(start);
 	last_notice = start;
 	for (;;)
@@ -187,7 +185,9 @@ attention_translate_column(PG_FUNCTION_ARGS)
 			texts[i] = DatumGetTextPCopy(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 													   pk_count + 1, &isnull));
 		}
-		translate_many(am, texts, n, &opt, BATCH_SENTENCES, results);
+		/* through the model's service like translate(): a redeploy applies from the next batch */
+		translate_texts(model, attention_beam_size, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET, texts,
+						n, BATCH_SENTENCES, results);
 		for (i = 0; i < n; i++)
 		{
 			Datum	   *values = palloc((pk_count + 1) * sizeof(Datum));

@@ -35,7 +35,7 @@
 
 #include "catalog.h"
 #include "compat.h"
-#include "settings.h"
+#include "cpu_budget.h"
 #include "spm.h"
 
 PG_FUNCTION_INFO_V1(attention_train_vocabulary);
@@ -521,10 +521,12 @@ attention_train_vocabulary(PG_FUNCTION_ARGS)
 	options.model_type = model_type;
 	options.character_coverage = character_coverage;
 	options.byte_fallback = byte_fallback;
-	options.num_threads = attention_thread_count();
+	/* the threads go back by themselves when a cancel ends the training */
+	options.num_threads = cpu_budget_take(0);
 
 	INSTR_TIME_SET_CURRENT(start);
 	run_training(sentences, lengths, n, &options, &bytes, &len);
+	cpu_budget_give(options.num_threads);
 	INSTR_TIME_SET_CURRENT(duration);
 	INSTR_TIME_SUBTRACT(duration, start);
 

@@ -20,6 +20,7 @@
 #include "utils/builtins.h"
 
 #include "bleu.h"
+#include "cpu_budget.h"
 #include "dataset.h"
 #include "rng.h"
 
@@ -264,6 +265,8 @@ dataset_loss(TfModel *engine, const DataSet *d, DataFeed *feed)
 	{
 		const DataBatch *db = &d->batches[b];
 		TfBatch		batch = {0};
+		int			threads,
+					rc;
 
 		CHECK_FOR_INTERRUPTS();
 		if (feed->stop != NULL && feed->stop(feed->stop_arg))
@@ -272,7 +275,10 @@ dataset_loss(TfModel *engine, const DataSet *d, DataFeed *feed)
 			return NAN;
 		}
 		data_fill(d, db, feed->pad_id, feed->bos_id, feed->eos_id, feed->src, feed->tgt_in, feed->labels, &batch);
-		if (tf_model_score(engine, &batch, log_prob, err, sizeof(err)) != TF_OK)
+		threads = cpu_budget_take_for(engine, 0);
+		rc = tf_model_score(engine, &batch, log_prob, err, sizeof(err));
+		cpu_budget_give(threads);
+		if (rc != TF_OK)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("validation: %s", err)));
 		for (k = 0; k < db->count; k++)
 			sum -= log_prob[k];
@@ -305,7 +311,9 @@ dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed 
 		int32		n = Min(VALIDATE_BLEU_BATCH, d->num_references - b),
 					len = 0,
 					k,
-					t;
+					t,
+					threads,
+					rc;
 
 		CHECK_FOR_INTERRUPTS();
 		if (feed->stop != NULL && feed->stop(feed->stop_arg))
@@ -321,7 +329,10 @@ dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed 
 			for (t = 0; t < len; t++)
 				feed->src[k * len + t] = t < m ? p->src[t] : t == m ? feed->eos_id : feed->pad_id;
 		}
-		if (tf_model_translate(engine, feed->src, n, len, &opt, hyps, err, sizeof(err)) != TF_OK)
+		threads = cpu_budget_take_for(engine, 0);
+		rc = tf_model_translate(engine, feed->src, n, len, &opt, hyps, err, sizeof(err));
+		cpu_budget_give(threads);
+		if (rc != TF_OK)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("validation translation: %s", err)));
 		for (k = 0; k < n; k++)
 		{

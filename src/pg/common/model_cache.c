@@ -87,7 +87,7 @@ model_load(const DeployedModel *d, const char *device, bool owner)
 	/* from here on no ERROR until the engine objects are owned by the cache entry */
 	vocab = vocabulary_load(vocab_row, vocab_desc, 6,
 							psprintf("the vocabulary of model \"%s\"", d->name), ERRCODE_DATA_CORRUPTED);
-	engine = tf_model_create_inference(&c, device, attention_thread_count(), err, sizeof(err));
+	engine = tf_model_create_inference(&c, device, 1, err, sizeof(err));
 	if (engine == NULL || tf_model_load(engine, tensors, count, err, sizeof(err)) != TF_OK)
 	{
 		int			code = engine != NULL ? ERRCODE_DATA_CORRUPTED :
@@ -182,7 +182,6 @@ attention_model_load(const DeployedModel *d, const char *device, bool owner)
 		am->next = model_cache;
 		model_cache = am;
 	}
-	tf_model_set_threads(am->engine, attention_thread_count());
 	return am;
 }
 

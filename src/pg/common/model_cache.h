@@ -45,8 +45,8 @@ typedef struct DeployedModel
 /*
  * The deployed checkpoint of model `model` (NULL: attention.default_model,
  * or the only deployed model), loaded once per backend and reloaded when
- * the deployment or the checkpoint row changed; sets the engine's threads
- * to attention_thread_count().
+ * the deployment or the checkpoint row changed. Its engine calls take
+ * their threads from the CPU budget (cpu_budget.h).
  * ERROR when the model does not exist, has no deployed checkpoint, or its
  * checkpoint does not load. Connects to SPI itself.
  */

@@ -42,12 +42,30 @@
 #define SERVICE_POLL_MS 100		/* how often a waiting backend checks that its service lives */
 #define ANSWER_QUEUE_MIN 65536	/* bytes; a longer answer streams through */
 
+/* Failures of a model's service: automatic starts wait until `until`. */
+typedef struct ServiceBackoff
+{
+	Oid			database;
+	int32		model_id;
+	int			failures;		/* 0: a free entry */
+	TimestampTz until;
+} ServiceBackoff;
+
 /* The shared registry. */
 typedef struct ServiceRegistry
 {
-	slock_t		mutex;			/* guards slot allocation (state FREE <-> STARTING) */
+	slock_t		mutex;			/* guards slot allocation (state FREE <-> STARTING) and backoff */
 	ServiceSlot slots[SERVICE_SLOTS];
+	ServiceBackoff backoff[SERVICE_SLOTS];
 } ServiceRegistry;
+
+/* What became of a request (service_call). */
+typedef enum ServiceCall
+{
+	SERVICE_ANSWERED,
+	SERVICE_NOT_SENT,			/* the service stopped taking requests */
+	SERVICE_LOST				/* the service exited after it took the request */
+} ServiceCall;
 
 static ServiceRegistry *registry = NULL;
 ServiceSlot *service_slots = NULL;
@@ -150,26 +168,90 @@ release_starting(ServiceSlot *s, uint64 generation)
 	SpinLockRelease(&registry->mutex);
 }
 
+/* The back-off entry of (database, model_id), or a free or the oldest one to reuse (registry->mutex held). */
+static ServiceBackoff *
+backoff_entry(Oid database, int32 model_id, bool reuse)
+{
+	ServiceBackoff *oldest = &registry->backoff[0];
+	int			i;
+
+	for (i = 0; i < SERVICE_SLOTS; i++)
+	{
+		ServiceBackoff *b = &registry->backoff[i];
+
+		if (b->failures > 0 && b->database == database && b->model_id == model_id)
+			return b;
+		if (b->failures == 0 || b->until < oldest->until)
+			oldest = b;
+	}
+	return reuse ? oldest : NULL;
+}
+
+void
+service_note_exit(Oid database, int32 model_id, bool failed, TimestampTz started)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	ServiceBackoff *b;
+
+	SpinLockAcquire(&registry->mutex);
+	b = backoff_entry(database, model_id, failed);
+	if (b != NULL && !failed)
+		b->failures = 0;
+	else if (b != NULL)
+	{
+		/* one that ran a while starts the count afresh */
+		if (b->failures == 0 || b->database != database || b->model_id != model_id ||
+			TimestampDifferenceExceeds(started, now, SERVICE_BACKOFF_MAX_MS))
+			b->failures = 0;
+		b->database = database;
+		b->model_id = model_id;
+		b->failures++;
+		/* the first restart is at once; then 1 s, 2 s, 4 s ... at most a minute */
+		b->until = b->failures == 1 ? now :
+			TimestampTzPlusMilliseconds(now, Min(SERVICE_BACKOFF_MAX_MS, 1000L << Min(b->failures - 2, 16)));
+	}
+	SpinLockRelease(&registry->mutex);
+}
+
+/* Is model_id's service in this database in back-off after failures (no automatic start now)? */
+static bool
+in_backoff(int32 model_id)
+{
+	ServiceBackoff *b;
+	bool		waiting;
+
+	SpinLockAcquire(&registry->mutex);
+	b = backoff_entry(MyDatabaseId, model_id, false);
+	waiting = b != NULL && GetCurrentTimestamp() < b->until;
+	SpinLockRelease(&registry->mutex);
+	return waiting;
+}
+
 /*
  * Starts the service of model (model_id, name) on `device` in this
- * database, or finds the one that runs; waits until it takes requests.
- * Returns its slot and generation; *pid receives its pid.
+ * database, or finds the one that runs (marking it explicit unless
+ * `automatic`); waits until it takes requests. Returns its slot with its
+ * generation and pid; NULL with the reason in *why (and *code its SQLSTATE)
+ * when it cannot: a hot standby, no service or worker slot free, a start
+ * that failed. A cancel while waiting is an ERROR.
  */
-ServiceSlot *
-service_start(int32 model_id, const char *name, const char *device, uint64 *generation, int *pid)
+static ServiceSlot *
+try_start(int32 model_id, const char *name, const char *device, bool automatic, uint64 *generation, int *pid,
+		  char **why, int *code)
 {
 	ServiceSlot *s = NULL;
 	ServiceState state;
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
-	BgwHandleStatus status;
 	int			i;
 
+	*code = ERRCODE_INSUFFICIENT_RESOURCES;
 	if (RecoveryInProgress())
-		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-						errmsg("could not start a translation service for model \"%s\": the server is a hot standby",
-							   name),
-						errhint("Translate with attention.use_service = auto or off: each session loads the model.")));
+	{
+		*code = ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
+		*why = "the server is a hot standby";
+		return NULL;
+	}
 	SpinLockAcquire(&registry->mutex);
 	s = service_find(model_id, generation, &state);
 	if (s == NULL)
@@ -188,6 +270,7 @@ service_start(int32 model_id, const char *name, const char *device, uint64 *gene
 				s->model_id = model_id;
 				strlcpy(s->model, name, sizeof(s->model));
 				strlcpy(s->device, device, sizeof(s->device));
+				s->automatic = automatic;
 				s->pid = 0;
 				s->proc = NULL;
 				s->checkpoint_id = 0;
@@ -200,12 +283,18 @@ service_start(int32 model_id, const char *name, const char *device, uint64 *gene
 		}
 		state = SERVICE_FREE;	/* ours to start */
 	}
+	else if (!automatic)
+	{
+		SpinLockAcquire(&s->mutex);
+		s->automatic = false;	/* start_service keeps it from timing out */
+		SpinLockRelease(&s->mutex);
+	}
 	SpinLockRelease(&registry->mutex);
 	if (s == NULL)
-		ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-						errmsg("could not start a translation service for model \"%s\": all %d service slots are taken",
-							   name, SERVICE_SLOTS),
-						errhint("Stop a service with attention.stop_service(model).")));
+	{
+		*why = psprintf("all %d service slots are taken", SERVICE_SLOTS);
+		return NULL;
+	}
 	if (state == SERVICE_FREE)
 	{
 		attention_worker_init(&worker, "attention_service_main", "attention service", BGW_NEVER_RESTART,
@@ -215,18 +304,14 @@ service_start(int32 model_id, const char *name, const char *device, uint64 *gene
 		if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 		{
 			release_starting(s, *generation);
-			ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-							errmsg("could not start a translation service for model \"%s\": no background worker slot is free",
-								   name),
-							errhint("Raise max_worker_processes (now %d).", max_worker_processes)));
+			*why = psprintf("no background worker slot is free (max_worker_processes is %d)", max_worker_processes);
+			return NULL;
 		}
-		status = WaitForBackgroundWorkerStartup(handle, pid);
-		if (status != BGWH_STARTED)
+		if (WaitForBackgroundWorkerStartup(handle, pid) != BGWH_STARTED)
 		{
 			release_starting(s, *generation);
-			ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-							errmsg("the translation service for model \"%s\" did not start", name),
-							errhint("See the server log.")));
+			*why = "its process did not start (see the server log)";
+			return NULL;
 		}
 	}
 	/* wait until it takes requests (or exits: then its slot is FREE again) */
@@ -243,12 +328,9 @@ service_start(int32 model_id, const char *name, const char *device, uint64 *gene
 			if (s->failed_generation == *generation)
 				strlcpy(error, s->error, sizeof(error));
 			SpinLockRelease(&s->mutex);
-			if (error[0] != '\0')
-				ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-								errmsg("the translation service for model \"%s\" could not start: %s", name, error)));
-			ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
-							errmsg("the translation service for model \"%s\" exited while starting", name),
-							errhint("See the server log.")));
+			*code = error[0] != '\0' ? ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE : ERRCODE_CONNECTION_FAILURE;
+			*why = error[0] != '\0' ? pstrdup(error) : "it exited while starting (see the server log)";
+			return NULL;
 		}
 		if (state != SERVICE_STARTING)
 			break;
@@ -263,11 +345,37 @@ service_start(int32 model_id, const char *name, const char *device, uint64 *gene
 }
 
 ServiceSlot *
+service_start(int32 model_id, const char *name, const char *device, uint64 *generation, int *pid)
+{
+	char	   *why;
+	int			code;
+	ServiceSlot *s = try_start(model_id, name, device, false, generation, pid, &why, &code);
+
+	if (s == NULL)
+		ereport(ERROR, (errcode(code),
+						errmsg("could not start a translation service for model \"%s\": %s", name, why),
+						code == ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE && RecoveryInProgress() ?
+						errhint("Translate with attention.use_service = auto or off: each session loads the model.") :
+						code == ERRCODE_INSUFFICIENT_RESOURCES ?
+						errhint("Stop a service with attention.stop_service(model), or raise max_worker_processes.") : 0));
+	return s;
+}
+
+/*
+ * The slot of model d's running service, with its generation; NULL when
+ * this session translates itself. Starts one on the CPU when none runs:
+ * with `on` (an ERROR when it cannot), and with `auto` unless the model's
+ * service is in back-off after failures (then, and when none can start,
+ * NULL).
+ */
+static ServiceSlot *
 service_for(const DeployedModel *d, uint64 *generation)
 {
 	ServiceSlot *s;
 	ServiceState state;
-	int			pid;
+	int			pid,
+				code;
+	char	   *why;
 
 	if (attention_use_service == USE_SERVICE_OFF)
 		return NULL;
@@ -280,9 +388,14 @@ service_for(const DeployedModel *d, uint64 *generation)
 	if (s != NULL && state == SERVICE_RUNNING)
 		return s;
 	/* a parallel worker translates itself rather than start one (its leader would have) */
-	if (attention_use_service != USE_SERVICE_ON || IsParallelWorker())
+	if (IsParallelWorker())
 		return NULL;
-	return service_start(d->model_id, d->name, "cpu", generation, &pid);
+	if (attention_use_service == USE_SERVICE_ON)
+		return service_start(d->model_id, d->name, "cpu", generation, &pid);
+	if (RecoveryInProgress() || in_backoff(d->model_id))
+		return NULL;
+	/* a service that failed to load or exited counted itself into the back-off */
+	return try_start(d->model_id, d->name, "cpu", true, generation, &pid, &why, &code);
 }
 
 void
@@ -346,18 +459,15 @@ service_read_request(StringInfo buf, ServiceRequest *req)
 		req->texts[i] = service_get_text(buf);
 }
 
-/* ERROR: the service in the slot exited before answering. */
-static void
-service_exited(const DeployedModel *d)
-{
-	ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
-					errmsg("the translation service for model \"%s\" exited before answering", d->name),
-					errhint("With attention.use_service = auto the next call translates in this session.")));
-}
-
-bool
-service_call(ServiceSlot *slot, uint64 generation, const DeployedModel *d, const ServiceRequest *req,
-			 StringInfo answer)
+/*
+ * Sends request `req` to the service in `slot` (generation `generation`)
+ * and waits for the answer, which it returns in *answer: SERVICE_ANSWERED;
+ * SERVICE_NOT_SENT when the service stopped taking requests since it was
+ * found; SERVICE_LOST when it exited after taking the request, before
+ * answering.
+ */
+static ServiceCall
+service_call(ServiceSlot *slot, uint64 generation, const ServiceRequest *req, StringInfo answer)
 {
 	StringInfoData msg;
 	ServiceSegment *header;
@@ -400,7 +510,7 @@ service_call(ServiceSlot *slot, uint64 generation, const DeployedModel *d, const
 	if (!posted)
 	{
 		dsm_detach(seg);
-		return false;
+		return SERVICE_NOT_SENT;
 	}
 	rqh = shm_mq_attach(rq, seg, NULL);
 	aqh = shm_mq_attach(aq, seg, NULL);
@@ -417,7 +527,7 @@ service_call(ServiceSlot *slot, uint64 generation, const DeployedModel *d, const
 		{
 			SpinLockRelease(&slot->mutex);
 			dsm_detach(seg);
-			return false;
+			return SERVICE_NOT_SENT;
 		}
 		if (slot->tail - slot->head < SERVICE_QUEUE)
 		{
@@ -450,7 +560,10 @@ service_call(ServiceSlot *slot, uint64 generation, const DeployedModel *d, const
 		if (r == SHM_MQ_SUCCESS)
 			break;
 		if (r == SHM_MQ_DETACHED)
-			service_exited(d);
+		{
+			dsm_detach(seg);
+			return SERVICE_LOST;
+		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, SERVICE_POLL_MS,
 						 PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
@@ -461,14 +574,45 @@ service_call(ServiceSlot *slot, uint64 generation, const DeployedModel *d, const
 			/* it may have answered just before it exited */
 			if (shm_mq_receive(aqh, &n, &data, true) == SHM_MQ_SUCCESS)
 				break;
-			service_exited(d);
+			dsm_detach(seg);
+			return SERVICE_LOST;
 		}
 	}
 	initStringInfo(answer);
 	appendBinaryStringInfo(answer, data, n);
 	dsm_detach(seg);
 	pfree(msg.data);
-	return true;
+	return SERVICE_ANSWERED;
+}
+
+bool
+service_send(const DeployedModel *d, const ServiceRequest *req, StringInfo answer)
+{
+	int			attempt;
+
+	for (attempt = 0; attempt < 2; attempt++)
+	{
+		uint64		generation;
+		ServiceSlot *slot = service_for(d, &generation);
+
+		if (slot == NULL)
+			return false;
+		switch (service_call(slot, generation, req, answer))
+		{
+			case SERVICE_ANSWERED:
+				return true;
+			case SERVICE_NOT_SENT:
+				return false;
+			case SERVICE_LOST:
+				if (attempt == 1 && attention_use_service == USE_SERVICE_ON)
+					ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+									errmsg("the translation service for model \"%s\" exited twice before answering",
+										   d->name),
+									errhint("See the server log.")));
+				break;
+		}
+	}
+	return false;
 }
 
 void

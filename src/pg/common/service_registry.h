@@ -22,11 +22,13 @@
 #include "storage/dsm.h"
 #include "storage/proc.h"
 #include "storage/spin.h"
+#include "utils/timestamp.h"
 
 #include "model_cache.h"
 
 #define SERVICE_SLOTS 32		/* services per cluster */
 #define SERVICE_QUEUE 1024		/* requests waiting for one service */
+#define SERVICE_BACKOFF_MAX_MS 60000	/* longest wait before a failed service is started again */
 
 /* A service slot's state. */
 typedef enum ServiceState
@@ -54,6 +56,7 @@ typedef struct ServiceSlot
 	int32		model_id;
 	char		model[NAMEDATALEN * 2];
 	char		device[16];
+	bool		automatic;		/* started by a translation: exits when idle */
 	int			pid;
 	PGPROC	   *proc;			/* the service's, while RUNNING or STOPPING */
 	int64		checkpoint_id;	/* loaded last */
@@ -124,24 +127,29 @@ ServiceRequest service_request(ServiceKind kind, const DeployedModel *d, int bea
 							   double length_penalty, int max_length_offset, text **texts, int n);
 
 /*
- * The slot of the running service of model_id in this database, with its
- * generation in *generation; NULL when there is none. Starts one (on the
- * CPU) when attention.use_service = on. ERROR when use_service is on and
- * none can be started.
+ * Sends request `req` to model d's translation service when
+ * attention.use_service lets it and waits for the answer, returned in
+ * *answer (its first int32: 0 for success, else an error's SQLSTATE, then
+ * the message and hint: service_raise re-throws it). A service is started
+ * on the CPU when none runs: with `auto` (the default) unless none can be
+ * (not preloaded, a hot standby, a parallel worker, no service or worker
+ * slot free, the model's service in back-off after failures), with `on`
+ * always (an ERROR when it cannot). A request whose service exited before
+ * answering is sent once more (to a service started anew). Returns false
+ * when this session is to translate itself: `off`, `auto` where no service
+ * can run, a service that stopped taking requests, `auto` after a second
+ * loss. ERROR (connection_failure) with `on` after a second loss.
  */
-ServiceSlot *service_for(const DeployedModel *d, uint64 *generation);
+bool		service_send(const DeployedModel *d, const ServiceRequest *req, StringInfo answer);
 
 /*
- * Sends request `req` to the service in `slot` (generation `generation`)
- * and waits for the answer, which it returns in *answer (its first int32:
- * 0 for success, else an error's SQLSTATE, then the message and hint:
- * service_raise re-throws it). Returns false, sending nothing, when the
- * service stopped taking requests since service_for found it (the caller
- * translates itself). ERROR (connection_failure) when the service exits
- * after it took the request, before answering.
+ * Records the exit of model_id's service in `database` (from the service):
+ * after a failure (`failed`: an ERROR, FATAL or a start that failed) the
+ * next automatic start is at once, then after 1 s, 2 s, 4 s ... at most a
+ * minute (a service that ran a minute counts afresh); a clean exit clears
+ * the count. `started`: when the service started.
  */
-bool		service_call(ServiceSlot *slot, uint64 generation, const DeployedModel *d,
-						 const ServiceRequest *req, StringInfo answer);
+void		service_note_exit(Oid database, int32 model_id, bool failed, TimestampTz started);
 
 /* Reads the answer's status; re-throws the service's ERROR when it sent one. */
 void		service_raise(StringInfo answer);

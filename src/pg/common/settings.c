@@ -5,8 +5,6 @@
  */
 #include "postgres.h"
 
-#include <unistd.h>
-
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
@@ -15,6 +13,7 @@
 #include "transformer.h"
 
 int			attention_num_threads = 0;
+int			attention_max_threads = 0;
 char	   *attention_default_model = NULL;
 int			attention_beam_size = TF_DEFAULT_BEAM_SIZE;
 int			attention_max_input_tokens = 512;
@@ -23,6 +22,7 @@ char	   *attention_cuda_library = NULL;
 int			attention_use_service = USE_SERVICE_AUTO;
 int			attention_service_batch_sentences = 32;
 int			attention_service_batch_wait_ms = 5;
+int			attention_service_idle_timeout = 300;
 
 static const struct config_enum_entry use_service_options[] = {
 	{"auto", USE_SERVICE_AUTO, false},
@@ -35,11 +35,19 @@ void
 attention_define_settings(void)
 {
 	DefineCustomIntVariable("attention.num_threads",
-							"Threads the engine may use per backend (0 = one per CPU).",
-							"Used by translation, scoring and vocabulary training.",
+							"Most threads one engine call of this session asks for (0 = attention.max_threads).",
+							"It gets what the server-wide budget attention.max_threads has free, at least one.",
 							&attention_num_threads,
 							0, 0, 1024,
 							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("attention.max_threads",
+							"Engine threads of all sessions, services and training jobs of the server together (0 = its CPUs).",
+							"0 counts the CPUs the server may use: its CPU affinity, lowered to its cgroup's CPU quota. "
+							"An engine call takes what is free, at least one thread, and never waits.",
+							&attention_max_threads,
+							0, 0, 4096,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 	DefineCustomStringVariable("attention.default_model",
 							   "Model that translate(text) and the functions given no model use.",
@@ -70,9 +78,10 @@ attention_define_settings(void)
 							PGC_USERSET, 0,
 							NULL, NULL, NULL);
 	DefineCustomEnumVariable("attention.use_service",
-							 "Whether translate(), translate_nbest() and score() go through the model's translation service.",
-							 "auto: when one is running in this database; on: always, starting one on the CPU "
-							 "when none runs; off: never (the model is loaded in this session).",
+							 "Whether translations and scores go through the model's translation service.",
+							 "auto: yes, starting one on the CPU when none runs, where one can run (the library "
+							 "preloaded, a primary, a free worker slot), else the session translates itself; "
+							 "on: always (an ERROR where none can run); off: never (the model is loaded in this session).",
 							 &attention_use_service,
 							 USE_SERVICE_AUTO, use_service_options,
 							 PGC_USERSET, 0,
@@ -91,6 +100,13 @@ attention_define_settings(void)
 							5, 0, 10000,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+	DefineCustomIntVariable("attention.service_idle_timeout",
+							"A translation service started by a translation exits after this long without requests (0 = never).",
+							"Services started with attention.start_service run until stopped.",
+							&attention_service_idle_timeout,
+							300, 0, 86400 * 365,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
 	DefineCustomStringVariable("attention.cuda_library",
 							   "Shared object of the CUDA backend that \"cuda\" devices use.",
 							   "$libdir/attention_cuda.so for GPUs; $libdir/attention_cuda_emu.so runs the same "
@@ -100,20 +116,6 @@ attention_define_settings(void)
 							   PGC_SUSET, 0,
 							   NULL, NULL, NULL);
 	MarkGUCPrefixReserved("attention");
-}
-
-/* Number of threads the engine may use in this backend (>= 1); one in a parallel query. */
-int
-attention_thread_count(void)
-{
-	long		cpus;
-
-	if (IsInParallelMode())
-		return 1;
-	if (attention_num_threads > 0)
-		return attention_num_threads;
-	cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	return cpus > 0 ? (int) cpus : 1;
 }
 
 void

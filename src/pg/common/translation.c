@@ -5,7 +5,8 @@
  * from SQL arguments, and translation in engine batches, through the
  * model's service when attention.use_service lets it.
  *
- * The engine runs with its own threads (all signals blocked); between
+ * The engine runs with its own threads (all signals blocked), as many as
+ * the server-wide CPU budget gives each engine call; between
  * decoding steps it polls InterruptPending, so a cancel or
  * statement_timeout stops a long batch within a step, and the interrupt is
  * then serviced here with CHECK_FOR_INTERRUPTS().
@@ -19,6 +20,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 
+#include "cpu_budget.h"
 #include "model_cache.h"
 #include "service_registry.h"
 #include "settings.h"
@@ -175,8 +177,13 @@ translate_batch(AttentionModel *am, Encoded *src, int n, TfDecodeOptions *opt, T
 	opt->interrupt_arg = &interrupted;
 	for (;;)
 	{
+		int			threads = cpu_budget_take_for(am->engine, 0);
+		int			rc;
+
 		interrupted = false;
-		if (tf_model_translate(am->engine, ids, n, len, opt, out, err, sizeof(err)) == TF_OK)
+		rc = tf_model_translate(am->engine, ids, n, len, opt, out, err, sizeof(err));
+		cpu_budget_give(threads);
+		if (rc == TF_OK)
 			break;
 		if (!interrupted)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
@@ -206,27 +213,21 @@ translate_texts(text *model, int beam_size, double length_penalty, int max_lengt
 				int max_batch, text **results)
 {
 	DeployedModel d;
-	ServiceSlot *slot;
-	uint64		generation;
 	AttentionModel *am;
 	TfDecodeOptions opt;
+	ServiceRequest req;
+	StringInfoData answer;
+	int			i;
 
 	attention_model_lookup(model, &d);
 	check_decode_options(beam_size, 1, length_penalty, max_length_offset);
-	if ((slot = service_for(&d, &generation)) != NULL)
+	req = service_request(SERVICE_TRANSLATE, &d, beam_size, 1, length_penalty, max_length_offset, texts, n);
+	if (service_send(&d, &req, &answer))
 	{
-		ServiceRequest req = service_request(SERVICE_TRANSLATE, &d, beam_size, 1, length_penalty,
-											 max_length_offset, texts, n);
-		StringInfoData answer;
-		int			i;
-
-		if (service_call(slot, generation, &d, &req, &answer))
-		{
-			service_raise(&answer);
-			for (i = 0; i < n; i++)
-				results[i] = service_get_text(&answer);
-			return 1;
-		}
+		service_raise(&answer);
+		for (i = 0; i < n; i++)
+			results[i] = service_get_text(&answer);
+		return 1;
 	}
 	am = attention_model_load(&d, "cpu", false);
 	opt = decode_options(am, beam_size, 1, length_penalty, max_length_offset);
@@ -385,6 +386,8 @@ teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target)
 	TfBatch		b = {0};
 	double		log_prob;
 	char		err[TF_ERRLEN];
+	int			threads,
+				rc;
 
 	if (n > am->max_positions)
 		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -400,7 +403,10 @@ teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target)
 	b.src = source->ids;
 	b.tgt_in = tgt;
 	b.labels = tgt + n;
-	if (tf_model_score(am->engine, &b, &log_prob, err, sizeof(err)) != TF_OK)
+	threads = cpu_budget_take_for(am->engine, 0);
+	rc = tf_model_score(am->engine, &b, &log_prob, err, sizeof(err));
+	cpu_budget_give(threads);
+	if (rc != TF_OK)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
 						errmsg("scoring with model \"%s\" failed: %s", am->name, err)));
 	pfree(tgt);
