@@ -703,7 +703,7 @@ stream_step(void)
  * Does the served model still exist, and may the service stay connected to
  * its database? DROP DATABASE (and ALTER DATABASE ... RENAME) hold the
  * database's lock exclusively while they wait for its other sessions to
- * leave: an idle service leaves then rather than fail the command.
+ * leave: an idle service exits then rather than fail the command.
  */
 static bool
 model_exists(void)
@@ -716,9 +716,9 @@ model_exists(void)
 	if (LockAcquire(&tag, AccessShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 	{
 		worker_commit();
-		elog(LOG, "attention: the database of the translation service for model \"%s\" is being dropped or renamed",
-			 slot->model);
-		return false;
+		elog(LOG, "attention: the database of the translation service for model \"%s\" is being dropped or renamed; "
+			 "the service exits", slot->model);
+		proc_exit(0);
 	}
 	if (SPI_execute_with_args("SELECT 1 FROM attention.models WHERE model_id = $1", 1, (Oid[]) {INT4OID},
 							  (Datum[]) {Int32GetDatum(model_id)}, NULL, true, 1) != SPI_OK_SELECT)

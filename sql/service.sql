@@ -20,7 +20,7 @@ SELECT attention.deploy('sv_tiny', :seed7) = :seed7 AS deployed;
 SET search_path = public, attention;
 SET attention.default_model = 'sv_tiny';
 SET attention.use_service = off;
-SELECT count(*) AS services FROM attention.services;
+SELECT count(*) AS services FROM attention.services WHERE model LIKE 'sv%';
 -- sources with NULLs, '' and duplicates (rows 121 to 150 repeat rows 1 to 30)
 CREATE TABLE sv_bt (id integer PRIMARY KEY, en text);
 INSERT INTO sv_bt
@@ -57,12 +57,12 @@ SELECT attention.create_model('sv_undeployed', 'sv_vocab', '{"num_encoder_layers
 SELECT attention.start_service('sv_undeployed');  -- it loads the deployed checkpoint before it takes requests
 SELECT attention.drop_model('sv_undeployed');
 SELECT attention.start_service('sv_tiny') > 0 AS started;
-SELECT attention.start_service('sv_tiny') = pid AS same_service FROM attention.services;
+SELECT attention.start_service('sv_tiny') = pid AS same_service FROM attention.services WHERE model LIKE 'sv%';
 SELECT database = current_database() AS this_database, model,
        checkpoint = (SELECT checkpoint_id FROM attention.checkpoints c JOIN attention.models m USING (model_id)
                       WHERE m.name = 'sv_tiny' AND c.deployed) AS deployed_checkpoint_loaded,
-       device, state, queue_depth, requests
-  FROM attention.services;
+       device, state, queue_depth, requests, automatic
+  FROM attention.services WHERE model LIKE 'sv%';
 
 -- through the service: per-row calls (each a request: 142 non-NULL sources, 4 calls each), batched rows, arrays, n-best lists, scores
 SET attention.use_service = auto;
@@ -78,7 +78,7 @@ SELECT count(*) AS rows,
        count(*) FILTER (WHERE s.score IS NOT DISTINCT FROM r.score) AS equal_scores
   FROM sv_row s JOIN sv_ref r USING (id);
 SELECT requests, sentences, tokens > 0 AS tokens, queue_depth
-  FROM attention.services;
+  FROM attention.services WHERE model LIKE 'sv%';
 RESET attention.batch_rows;
 EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF)
   SELECT id, translate(en) FROM sv_bt WHERE id <= 40;  -- 40 rows, one service request per batch of 64
@@ -120,7 +120,7 @@ SELECT * FROM attention.translate_nbest('the package provides data files', 'sv_t
 RESET attention.max_input_tokens;
 SELECT attention.translate('x', 'sv_tiny', 0);
 SELECT attention.translate('x', 'sv_tiny', 2, NULL);
-SELECT state, queue_depth FROM attention.services;
+SELECT state, queue_depth FROM attention.services WHERE model LIKE 'sv%';
 
 -- a role that may not read the model's checkpoints translates the deployed one, as without a service
 SET ROLE regress_sv_reader;
@@ -138,25 +138,33 @@ SELECT attention.deploy('sv_tiny', :other_checkpoint) = :other_checkpoint AS dep
 SELECT attention.translate('the package provides data files', 'sv_tiny') IS NOT NULL AS translated_in_backend;
 ROLLBACK;
 
--- stop: it answers what it has and exits; auto then translates in the backend
-SELECT requests AS served_before_stop FROM attention.services \gset
+-- stop: it answers what it has and exits; with auto the next call starts one anew (automatic: it exits when idle)
+SELECT requests AS served_before_stop FROM attention.services WHERE model LIKE 'sv%' \gset
 SELECT attention.stop_service('sv_tiny');
-SELECT count(*) AS services FROM attention.services;
+SELECT count(*) AS services FROM attention.services WHERE model LIKE 'sv%';
 SELECT attention.stop_service('sv_tiny');
-SELECT attention.translate(en, 'sv_tiny', 1) = greedy AS backend_after_stop
+SELECT attention.translate(en, 'sv_tiny', 1) = greedy AS equal_after_stop
   FROM sv_bt JOIN sv_ref USING (id) WHERE id = 1;
+SELECT model, state, requests, automatic FROM attention.services WHERE model LIKE 'sv%';
+SELECT attention.start_service('sv_tiny') > 0 AS started;  -- start_service keeps it: no longer automatic
+SELECT model, automatic FROM attention.services WHERE model LIKE 'sv%';
+SELECT attention.stop_service('sv_tiny');
+-- off: never a service
+SET attention.use_service = off;
+SELECT attention.translate(en, 'sv_tiny', 1) = greedy AS backend_equal FROM sv_bt JOIN sv_ref USING (id) WHERE id = 1;
+SELECT count(*) AS services_with_off FROM attention.services WHERE model LIKE 'sv%';
 -- on: the first call starts one
 SET attention.use_service = on;
 SELECT count(*) FILTER (WHERE attention.translate(en, 'sv_tiny', 1) IS NOT DISTINCT FROM greedy) AS started_on_use_equal
   FROM sv_bt JOIN sv_ref USING (id);
-SELECT model, state, requests > 0 AS served FROM attention.services;
+SELECT model, state, requests > 0 AS served, automatic FROM attention.services WHERE model LIKE 'sv%';
 
 -- on a GPU: the same kernels on the emulated CUDA library
 SELECT attention.stop_service('sv_tiny');
 SELECT current_database() AS db \gset
 ALTER DATABASE :"db" SET attention.cuda_library = '$libdir/attention_cuda_emu.so';
 SELECT attention.start_service('sv_tiny', 'cuda') > 0 AS started_on_cuda;
-SELECT device FROM attention.services;
+SELECT device FROM attention.services WHERE model LIKE 'sv%';
 SELECT count(*) FILTER (WHERE t IS NOT DISTINCT FROM greedy) AS cuda_greedy_equal  -- (one request)
   FROM (SELECT id, attention.translate(en, 'sv_tiny', 1) AS t FROM sv_bt WHERE id <= 8) AS x JOIN sv_ref USING (id);
 SELECT max(abs(attention.score(en, 'das Paket enthält Dateien', 'sv_tiny') - score)) < 1e-4 AS cuda_scores_close

@@ -351,6 +351,9 @@ service_start(int32 model_id, const char *name, const char *device, uint64 *gene
 	int			code;
 	ServiceSlot *s = try_start(model_id, name, device, false, generation, pid, &why, &code);
 
+	if (s == NULL && code != ERRCODE_INSUFFICIENT_RESOURCES && !RecoveryInProgress())
+		ereport(ERROR, (errcode(code),
+						errmsg("the translation service for model \"%s\" could not start: %s", name, why)));
 	if (s == NULL)
 		ereport(ERROR, (errcode(code),
 						errmsg("could not start a translation service for model \"%s\": %s", name, why),
