@@ -550,6 +550,23 @@ stream_accepts(const Call *c)
 }
 
 /*
+ * Can calls[0 .. n) all join the stream now, with one set of options? Then
+ * they need not wait for a batch to fill: later requests join the stream
+ * between its steps.
+ */
+static bool
+streamable(Call **calls, int n)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (!stream_accepts(calls[i]) || calls[i]->req.n > attention_service_batch_sentences ||
+			!same_options(&calls[i]->req, &calls[0]->req))
+			return false;
+	return true;
+}
+
+/*
  * The calls join[0 .. n) join the stream: encoded (a request's own ERROR is
  * its answer), their non-empty sentences added in one engine call, tagged
  * with the call's place in `streamed` and the sentence's index. Calls with
@@ -884,7 +901,7 @@ attention_service_main(Datum arg)
 					first = GetCurrentTimestamp();
 				waited = TimestampDifferenceMilliseconds(first, GetCurrentTimestamp());
 				if (stopping || sentences >= attention_service_batch_sentences ||
-					waited >= attention_service_batch_wait_ms)
+					waited >= attention_service_batch_wait_ms || streamable(calls, n))
 					break;
 				timeout = attention_service_batch_wait_ms - waited;
 			}
