@@ -153,6 +153,59 @@ slot_state(ServiceSlot *s, uint64 *generation, ServiceState *state)
 	SpinLockRelease(&s->mutex);
 }
 
+int
+service_release_idle(void)
+{
+	uint64		generations[SERVICE_SLOTS];
+	int			stopped = 0,
+				i,
+				tries;
+
+	if (registry == NULL)
+		return 0;
+	for (i = 0; i < SERVICE_SLOTS; i++)
+	{
+		ServiceSlot *s = &registry->slots[i];
+		PGPROC	   *proc = NULL;
+
+		SpinLockAcquire(&s->mutex);
+		generations[i] = 0;
+		if (s->automatic && s->state == SERVICE_RUNNING && s->head == s->tail && s->in_progress == 0)
+		{
+			s->state = SERVICE_STOPPING;
+			generations[i] = s->generation;
+			proc = s->proc;
+		}
+		SpinLockRelease(&s->mutex);
+		if (proc != NULL)
+		{
+			SetLatch(&proc->procLatch);
+			stopped++;
+		}
+	}
+	/* each frees its slot on exit, changing its generation */
+	for (tries = 0; tries < 1000; tries++)
+	{
+		bool		running = false;
+
+		for (i = 0; i < SERVICE_SLOTS; i++)
+			if (generations[i] != 0)
+			{
+				uint64		g;
+				ServiceState state;
+
+				slot_state(&registry->slots[i], &g, &state);
+				running |= g == generations[i];
+			}
+		if (!running)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	return stopped;
+}
+
 /* Frees the slot taken for generation `generation` if it is still STARTING (a start that failed). */
 static void
 release_starting(ServiceSlot *s, uint64 generation)

@@ -151,6 +151,14 @@ bool		service_send(const DeployedModel *d, const ServiceRequest *req, StringInfo
  */
 void		service_note_exit(Oid database, int32 model_id, bool failed, TimestampTz started);
 
+/*
+ * Stops the idle translation services of the cluster that translations
+ * started (automatic; none with a request queued or in progress) and waits
+ * (at most 10 s) until they exited, freeing their worker slots. Returns the
+ * number stopped. Requests posted meanwhile translate in their sessions.
+ */
+int			service_release_idle(void);
+
 /* Reads the answer's status; re-throws the service's ERROR when it sent one. */
 void		service_raise(StringInfo answer);
 

@@ -15,6 +15,7 @@
 #include "storage/procarray.h"
 #include "utils/wait_event.h"
 
+#include "service_registry.h"
 #include "workers.h"
 
 void
@@ -32,6 +33,30 @@ attention_worker_init(BackgroundWorker *worker, const char *function, const char
 	worker->bgw_main_arg = arg;
 	if (notify)
 		worker->bgw_notify_pid = MyProcPid;
+}
+
+/*
+ * When no worker slot is free: stops the idle translation services that
+ * translations started and registers `worker` once the postmaster has freed
+ * a slot (it does when it reaps the exited process; at most 10 s). False
+ * when none was stopped or no slot came free.
+ */
+static bool
+register_after_release(BackgroundWorker *worker, BackgroundWorkerHandle **handle)
+{
+	int			tries;
+
+	if (service_release_idle() == 0)
+		return false;
+	for (tries = 0; tries < 1000; tries++)
+	{
+		if (RegisterDynamicBackgroundWorker(worker, handle))
+			return true;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	return false;
 }
 
 StaticAssertDecl(sizeof(WorkerArgs) <= BGW_EXTRALEN, "WorkerArgs must fit in bgw_extra");
@@ -56,7 +81,7 @@ launch_training_worker(int64 job_id, Oid role, bool node)
 	snprintf(worker.bgw_name, BGW_MAXLEN, "attention training job %lld", (long long) job_id);
 	memcpy(worker.bgw_extra, &args, sizeof(args));
 
-	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle) && !register_after_release(&worker, &handle))
 		ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_RESOURCES),
 						errmsg("could not start a training worker for job %lld: no background worker slot is free",
 							   (long long) job_id),

@@ -42,8 +42,10 @@ void		attention_worker_init(BackgroundWorker *worker, const char *function, cons
  * one of its nodes (attention.job_ranks). The worker first waits for the
  * calling transaction (which has an xid by then) to end, so it sees the
  * rows committed or not at all. Waits until the worker runs; records the
- * coordinator's pid in attention.jobs. Returns the pid. ERROR when no
- * worker slot is free. Inside SPI.
+ * coordinator's pid in attention.jobs. Returns the pid. When no worker
+ * slot is free, idle translation services that translations started are
+ * stopped to free theirs (service_release_idle); ERROR when that frees
+ * none. Inside SPI.
  */
 int			launch_training_worker(int64 job_id, Oid role, bool node);
 
