@@ -7,8 +7,9 @@
  * model's owner (SetUserIdAndSecContext), the read path only. It loads the
  * deployed checkpoint before it takes requests (start_service reports why
  * when that fails). Its loop:
- * wait on the latch for posted requests; from the first one, gather more
- * for at most attention.service_batch_wait_ms or until
+ * wait on the latch for posted requests; translations that can join the
+ * stream (below) start at once, anything else gathers more requests for at
+ * most attention.service_batch_wait_ms or until
  * attention.service_batch_sentences sentences are in. Translations
  * (translate, translate(text[]), the batched-rows node) of the loaded
  * checkpoint are decoded by continuous batching: their sentences join one
@@ -24,10 +25,15 @@
  * together (identical sources once, length-sorted engine calls). A
  * request's own error (an over-long source) is its answer alone; a
  * checkpoint that does not load fails the requests that asked for it.
- * When idle it checks once a second that the model still exists, and
- * exits when it was dropped. stop_service sets the slot STOPPING: it
- * answers what is queued, then exits. On exit the slot is freed and its
- * generation changes, which the waiting backends notice.
+ * When idle it checks once a second that the model still exists and that
+ * no DROP DATABASE waits for it, and exits otherwise; a service that a
+ * translation started (automatic) also exits after
+ * attention.service_idle_timeout without requests. stop_service (and the
+ * idle timeout) set the slot STOPPING: it answers what is queued, then
+ * exits. On exit the slot is freed and its generation changes, which the
+ * waiting backends notice (they send their request once more), and the
+ * exit is recorded for the back-off of automatic starts. Each engine call
+ * (a join, a step) takes its threads from the CPU budget.
  */
 #include "postgres.h"
 
@@ -969,8 +975,6 @@ attention_service_main(Datum arg)
 			pgstat_report_activity(STATE_RUNNING, psprintf("translating %d requests", n_streamed));
 			stream_step();
 		}
-		if (n_streamed == 0 && n_held == 0 && n_waiting == 0)
-			idle_since = GetCurrentTimestamp();
 		if (n_streamed == 0 && n_waiting > 0)
 		{
 			/* the stream drained: the waiting requests in batches, the model they ask for loaded */
@@ -982,6 +986,8 @@ attention_service_main(Datum arg)
 				MemoryContextDelete(waiting[i]->cxt);
 			n_waiting = 0;
 		}
+		if (n_streamed == 0 && n_held == 0 && n_waiting == 0)
+			idle_since = GetCurrentTimestamp();
 	}
 	elog(LOG, "attention: translation service for model \"%s\" stopped", model);
 	proc_exit(0);
