@@ -6,7 +6,7 @@ SELECT plan(31);
 SELECT has_schema('attention');
 SELECT tables_are('attention', ARRAY['corpora', 'corpus_pairs', 'vocabularies', 'models', 'jobs',
                                      'checkpoints', 'checkpoint_tensors', 'job_ranks']);
-SELECT views_are('attention', ARRAY['training_jobs', 'services']);
+SELECT views_are('attention', ARRAY['training_jobs', 'services', 'cpu_budget']);
 SELECT col_is_pk('attention', 'corpora', 'corpus_id', 'corpora keyed by corpus_id');
 SELECT col_is_pk('attention', 'checkpoint_tensors', ARRAY['checkpoint_id', 'name', 'chunk'],
                  'checkpoint tensors keyed by (checkpoint_id, name, chunk)');
