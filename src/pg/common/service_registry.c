@@ -281,6 +281,27 @@ in_backoff(int32 model_id)
 }
 
 /*
+ * The reason the service of generation `generation` left in slot s when it
+ * could not start (its checkpoint did not load), into *why and *code; false
+ * when it left none.
+ */
+static bool
+start_failure(ServiceSlot *s, uint64 generation, char **why, int *code)
+{
+	char		error[sizeof(s->error)] = "";
+
+	SpinLockAcquire(&s->mutex);
+	if (s->failed_generation == generation)
+		strlcpy(error, s->error, sizeof(error));
+	SpinLockRelease(&s->mutex);
+	if (error[0] == '\0')
+		return false;
+	*code = ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
+	*why = pstrdup(error);
+	return true;
+}
+
+/*
  * Starts the service of model (model_id, name) on `device` in this
  * database, or finds the one that runs (marking it explicit unless
  * `automatic`); waits until it takes requests. Returns its slot with its
@@ -362,8 +383,10 @@ try_start(int32 model_id, const char *name, const char *device, bool automatic, 
 		}
 		if (WaitForBackgroundWorkerStartup(handle, pid) != BGWH_STARTED)
 		{
+			/* it may have run and exited already, leaving its reason */
 			release_starting(s, *generation);
-			*why = "its process did not start (see the server log)";
+			if (!start_failure(s, *generation, why, code))
+				*why = "its process did not start (see the server log)";
 			return NULL;
 		}
 	}
@@ -375,14 +398,11 @@ try_start(int32 model_id, const char *name, const char *device, bool automatic, 
 		slot_state(s, &g, &state);
 		if (g != *generation)
 		{
-			char		error[sizeof(s->error)] = "";
-
-			SpinLockAcquire(&s->mutex);
-			if (s->failed_generation == *generation)
-				strlcpy(error, s->error, sizeof(error));
-			SpinLockRelease(&s->mutex);
-			*code = error[0] != '\0' ? ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE : ERRCODE_CONNECTION_FAILURE;
-			*why = error[0] != '\0' ? pstrdup(error) : "it exited while starting (see the server log)";
+			if (!start_failure(s, *generation, why, code))
+			{
+				*code = ERRCODE_CONNECTION_FAILURE;
+				*why = "it exited while starting (see the server log)";
+			}
 			return NULL;
 		}
 		if (state != SERVICE_STARTING)
