@@ -121,3 +121,18 @@ require_commands() {
     command -v "$c" >/dev/null 2>&1 || { echo "$c not found on PATH" >&2; exit 1; }
   done
 }
+
+# The test scripts' checks: each counts into the caller's `failures`.
+# check DESCRIPTION ACTUAL EXPECTED: prints "ok - ..." or "not ok - ..." (and counts it).
+check() {
+  if [ "$2" = "$3" ]; then echo "ok - $1"; else echo "not ok - $1: got '$2', expected '$3'"; failures=$((failures + 1)); fi
+}
+# wait_for SQL: polls the caller's q (up to 120 s: a busy machine) until the query returns t;
+# a timeout is a failed check.
+wait_for() {
+  for _ in $(seq 1200); do
+    [ "$(q "$1" 2>/dev/null || true)" = t ] && return 0
+    sleep 0.1
+  done
+  echo "not ok - timed out waiting for: $1"; failures=$((failures + 1)); return 1
+}
