@@ -156,10 +156,8 @@ slot_state(ServiceSlot *s, uint64 *generation, ServiceState *state)
 int
 service_release_idle(void)
 {
-	uint64		generations[SERVICE_SLOTS];
 	int			stopped = 0,
-				i,
-				tries;
+				i;
 
 	if (registry == NULL)
 		return 0;
@@ -169,11 +167,9 @@ service_release_idle(void)
 		PGPROC	   *proc = NULL;
 
 		SpinLockAcquire(&s->mutex);
-		generations[i] = 0;
 		if (s->automatic && s->state == SERVICE_RUNNING && s->head == s->tail && s->in_progress == 0)
 		{
 			s->state = SERVICE_STOPPING;
-			generations[i] = s->generation;
 			proc = s->proc;
 		}
 		SpinLockRelease(&s->mutex);
@@ -182,26 +178,6 @@ service_release_idle(void)
 			SetLatch(&proc->procLatch);
 			stopped++;
 		}
-	}
-	/* each frees its slot on exit, changing its generation */
-	for (tries = 0; tries < 1000; tries++)
-	{
-		bool		running = false;
-
-		for (i = 0; i < SERVICE_SLOTS; i++)
-			if (generations[i] != 0)
-			{
-				uint64		g;
-				ServiceState state;
-
-				slot_state(&registry->slots[i], &g, &state);
-				running |= g == generations[i];
-			}
-		if (!running)
-			break;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
 	}
 	return stopped;
 }

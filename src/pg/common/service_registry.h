@@ -152,10 +152,10 @@ bool		service_send(const DeployedModel *d, const ServiceRequest *req, StringInfo
 void		service_note_exit(Oid database, int32 model_id, bool failed, TimestampTz started);
 
 /*
- * Stops the idle translation services of the cluster that translations
- * started (automatic; none with a request queued or in progress) and waits
- * (at most 10 s) until they exited, freeing their worker slots. Returns the
- * number stopped. Requests posted meanwhile translate in their sessions.
+ * Tells the idle translation services of the cluster that translations
+ * started (automatic; none with a request queued or in progress) to exit,
+ * which frees their worker slots once the postmaster has reaped them;
+ * returns how many. Requests posted meanwhile translate in their sessions.
  */
 int			service_release_idle(void);
 
