@@ -9,7 +9,8 @@ MODULE_big = attention
 # the SQL glue lives in src/pg/.
 ENGINE_C = src/bleu.c src/safetensors.c
 ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tensors.c src/score.c \
-	src/decode.c src/backend.c src/backend_cpu.c src/parallel.c src/marian.c src/signals.c
+	src/decode.c src/backend.c src/backend_cpu.c src/cpu_matmul.c src/quantize.c src/parallel.c src/marian.c \
+	src/signals.c
 ENGINE_CXX = src/spm.cc
 # src/pg/common/: the leaves of the SQL glue (settings, catalogue, the model
 # cache, translation, the services' registry, training options, the dataset
@@ -48,7 +49,7 @@ OPTFLAGS ?= -march=native
 # with every signal blocked.
 OPENBLAS_DIR = /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp
 OPENBLAS_INC = /usr/include/$(shell gcc -print-multiarch)/openblas-openmp
-ENGINE_LIBS = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -fopenmp -lm
+ENGINE_LIBS = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -ldnnl -fopenmp -lm
 # Only the entry points PostgreSQL calls are exported (scripts/check-structure
 # checks the result): the magic block, _PG_init, every SQL function with its
 # pg_finfo_ record, and the background workers' entry points. Everything else,
@@ -237,8 +238,10 @@ check-fuzz: $(FUZZ_BIN)
 	scripts/test-fuzz $(FUZZ_RUNS_SAFETENSORS) $(FUZZ_RUNS_BLEU) $(FUZZ_RUNS_VOCABULARY)
 
 .PHONY: check-engine check-engine-asan test demo
+# The int8 suite again with oneDNN held to AVX2 (no VNNI: 7-bit weights).
 check-engine: $(ENGINE_TEST_BIN)
 	./$(ENGINE_TEST_BIN) test/fixtures
+	ONEDNN_MAX_CPU_ISA=AVX2 ATTENTION_TEST_SUITES=quantize ./$(ENGINE_TEST_BIN) test/fixtures
 
 check-engine-asan: $(ENGINE_ASAN_BIN)
 	ASAN_OPTIONS=detect_leaks=1 ./$(ENGINE_ASAN_BIN) test/fixtures

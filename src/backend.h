@@ -64,6 +64,13 @@ typedef struct TfAttentionShape
 
 typedef struct TfBackend TfBackend;
 
+/* How the weight of a `linear` product is held. */
+typedef enum TfWeightType
+{
+	TF_WEIGHTS_FP32,			/* float */
+	TF_WEIGHTS_INT8				/* int8 with a float scale per output row */
+} TfWeightType;
+
 struct TfBackend
 {
 	const char *name;
@@ -104,6 +111,33 @@ struct TfBackend
 	void		(*gemm) (TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k,
 						 float alpha, const float *a, int lda, const float *b, int ldb,
 						 float beta, float *c, int ldc);
+
+	/*
+	 * Inference products with weights fixed for the model's life (NULL on
+	 * backends without them: CUDA's; the model then uses gemm):
+	 * y[rows, out] = x[rows, in] W^T + bias (bias [out] or NULL), W [out, in]
+	 * row-major as nn.Linear. TF_WEIGHTS_FP32: w is float. TF_WEIGHTS_INT8:
+	 * w is int8 (|w| <= int8_weight_max) with W[n, :] = scales[n] w[n, :];
+	 * each row of x is quantized on the fly (symmetric, sx = max |x| / 127,
+	 * round to nearest even) and the integer sums are exact:
+	 * y[r, n] = sx[r] scales[n] sum_k xq[r, k] w[n, k] + bias[n].
+	 */
+	void		(*linear) (TfBackend *be, TfWeightType type, float *y, const float *x, const void *w,
+						   const float *scales, const float *bias, int rows, int in, int out);
+
+	/*
+	 * embed with an int8 embedding (NULL where linear is):
+	 * out[i, :] = E[ids[i], :] * escale[ids[i]] * scale + pe[positions[i], :].
+	 */
+	void		(*embed_int8) (TfBackend *be, float *out, const int32_t *ids, const int32_t *positions,
+							   const int8_t *embedding, const float *escale, const float *pe, int rows, int d,
+							   float scale);
+
+	/*
+	 * The largest int8 weight magnitude linear takes without saturating
+	 * (127, or 63 on CPUs without VNNI: cpu_matmul.h); 0 without linear.
+	 */
+	int			int8_weight_max;
 
 	/* out[r, :] = bias for every row r (out [rows, cols]): the C of a GEMM with beta 1. */
 	void		(*bias_rows) (TfBackend *be, float *out, const float *bias, int rows, int cols);

@@ -1,6 +1,8 @@
 /*
- * backend_cpu.c - the CPU backend (backend.h): OpenBLAS cblas_sgemm for every
- * matrix product, plain C with OpenMP for the rest, fp32.
+ * backend_cpu.c - the CPU backend (backend.h): OpenBLAS cblas_sgemm for the
+ * matrix products of training, oneDNN (cpu_matmul.c) for inference's
+ * products with fixed weights (fp32 and int8), plain C with OpenMP for the
+ * rest.
  *
  * Determinism: every reduction is split into fixed per-thread (or
  * per-column-block) parts summed in a fixed order, so a run is bitwise
@@ -20,6 +22,7 @@
 #include <sys/mman.h>
 
 #include "activation.h"
+#include "cpu_matmul.h"
 #include "rng.h"
 #include "transformer.h"
 
@@ -61,6 +64,8 @@ typedef struct CpuState
 	float	   *scratch;		/* 2 * threads * scratch_per_thread floats */
 	size_t		scratch_per_thread;
 	double	   *partials;		/* threads doubles */
+	CpuMatmul  *matmul;			/* oneDNN products (linear) */
+	char		error[TF_ERRLEN];	/* the first error since the last status call, or "" */
 } CpuState;
 
 static int
@@ -147,6 +152,18 @@ cpu_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float a
 }
 
 static void
+cpu_linear(TfBackend *be, TfWeightType type, float *y, const float *x, const void *w, const float *scales,
+		   const float *bias, int rows, int in, int out)
+{
+	CpuState   *st = be->state;
+	char		err[TF_ERRLEN];
+
+	if (!cpu_matmul_linear(st->matmul, st->threads, type, y, x, w, scales, bias, rows, in, out, err, sizeof(err)) &&
+		st->error[0] == '\0')
+		snprintf(st->error, sizeof(st->error), "%s", err);
+}
+
+static void
 cpu_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols)
 {
 	int			r;
@@ -210,6 +227,26 @@ cpu_embed(TfBackend *be, float *out, const int32_t *ids, const int32_t *position
 
 		for (j = 0; j < d; j++)
 			o[j] = e[j] * scale + p[j];
+	}
+}
+
+static void
+cpu_embed_int8(TfBackend *be, float *out, const int32_t *ids, const int32_t *positions, const int8_t *embedding,
+			   const float *escale, const float *pe, int rows, int d, float scale)
+{
+	int			r;
+
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
+	for (r = 0; r < rows; r++)
+	{
+		const int8_t *e = embedding + (size_t) ids[r] * d;
+		const float *p = pe + (size_t) positions[r] * d;
+		float	   *o = out + (size_t) r * d;
+		float		s = escale[ids[r]] * scale;
+		int			j;
+
+		for (j = 0; j < d; j++)
+			o[j] = (float) e[j] * s + p[j];
 	}
 }
 
@@ -1022,20 +1059,27 @@ cpu_set_threads(TfBackend *be, int threads)
 static void
 cpu_destroy(TfBackend *be)
 {
+	cpu_matmul_free(((CpuState *) be->state)->matmul);
 	free(((CpuState *) be->state)->scratch);
 	free(((CpuState *) be->state)->partials);
 	free(be->state);
 	free(be);
 }
 
-/* Every CPU operation completes before it returns: nothing is ever pending. */
+/*
+ * Every CPU operation completes before it returns: nothing is ever pending;
+ * the only errors are oneDNN's (linear).
+ */
 static int
 cpu_status(TfBackend *be, char *err, size_t errlen)
 {
-	(void) be;
-	(void) err;
-	(void) errlen;
-	return TF_OK;
+	CpuState   *st = be->state;
+
+	if (st->error[0] == '\0')
+		return TF_OK;
+	snprintf(err, errlen, "%s", st->error);
+	st->error[0] = '\0';
+	return TF_ERROR;
 }
 
 TfBackend *
@@ -1046,8 +1090,11 @@ tf_backend_cpu_create(int threads)
 
 	if (threads < 1)
 		threads = 1;
-	if (be == NULL || st == NULL || (st->partials = calloc(threads, sizeof(double))) == NULL)
+	if (be == NULL || st == NULL || (st->partials = calloc(threads, sizeof(double))) == NULL ||
+		(st->matmul = cpu_matmul_create()) == NULL)
 	{
+		if (st != NULL)
+			free(st->partials);
 		free(st);
 		free(be);
 		return NULL;
@@ -1090,6 +1137,9 @@ tf_backend_cpu_create(int threads)
 	be->cache_bytes = sizeof(float);
 	be->log_softmax_topk = cpu_log_softmax_topk;
 	be->set_threads = cpu_set_threads;
+	be->linear = cpu_linear;
+	be->embed_int8 = cpu_embed_int8;
+	be->int8_weight_max = cpu_matmul_int8_weight_max();
 	start_threads(threads);
 	return be;
 }

@@ -442,7 +442,7 @@ decoder_step(TfStream *s)
 	cross.max_k = s->max_src;
 	cross.p_total = p_cross[R];
 
-	be->embed(be, s->x, dev, dev + R, P + m->off_embedding, m->pe, R, d, sqrtf((float) d));
+	tf_embed(m, s->x, dev, dev + R, R);
 	for (l = 0; l < c->num_decoder_layers; l++)
 	{
 		const LayerOffsets *o = &m->layer_off[Le + l];
@@ -451,7 +451,7 @@ decoder_step(TfStream *s)
 					r1;
 
 		/* masked self-attention over the cache (this position is the newest key) */
-		tf_linear(be, s->qkv, s->x, P + o->self.w_qkv, P + o->self.b_qkv, R, d, 3 * d);
+		tf_linear(m, s->qkv, s->x, o->self.w_qkv, o->self.b_qkv, R, d, 3 * d);
 		for (r0 = 0; r0 < R; r0 = r1)
 		{
 			/* rows of sentences that joined together share a position */
@@ -462,21 +462,21 @@ decoder_step(TfStream *s)
 		}
 		be->attention(be, s->ctx, s->probs, s->qkv, 3 * d, (const float *) cache, (const float *) (cache + d * eb),
 					  2 * d, &self);
-		tf_linear(be, s->tmp, s->ctx, P + o->self.w_out, P + o->self.b_out, R, d, d);
+		tf_linear(m, s->tmp, s->ctx, o->self.w_out, o->self.b_out, R, d, d);
 		be->add(be, s->res, s->x, s->tmp, (size_t) R * d);
 		be->layernorm(be, s->x1, s->mean, s->rstd, s->res, P + o->ln_self_g, P + o->ln_self_b, R, d,
 					  c->layer_norm_eps);
 		/* encoder-decoder attention over the source's keys and values */
-		tf_linear(be, s->q, s->x1, P + o->cross.w_qkv, P + o->cross.b_qkv, R, d, d);
+		tf_linear(m, s->q, s->x1, o->cross.w_qkv, o->cross.b_qkv, R, d, d);
 		be->attention(be, s->ctx, s->probs_cross, s->q, d, s->cross[l], s->cross[l] + d, 2 * d, &cross);
-		tf_linear(be, s->tmp, s->ctx, P + o->cross.w_out, P + o->cross.b_out, R, d, d);
+		tf_linear(m, s->tmp, s->ctx, o->cross.w_out, o->cross.b_out, R, d, d);
 		be->add(be, s->res, s->x1, s->tmp, (size_t) R * d);
 		be->layernorm(be, s->x2, s->mean, s->rstd, s->res, P + o->ln_cross_g, P + o->ln_cross_b, R, d,
 					  c->layer_norm_eps);
 		/* feed-forward */
-		tf_linear(be, s->f1, s->x2, P + o->w1, P + o->b1, R, d, s->F);
+		tf_linear(m, s->f1, s->x2, o->w1, o->b1, R, d, s->F);
 		be->activation(be, c->activation, s->f1, s->f1, (size_t) R * s->F);
-		tf_linear(be, s->tmp, s->f1, P + o->w2, P + o->b2, R, s->F, d);
+		tf_linear(m, s->tmp, s->f1, o->w2, o->b2, R, s->F, d);
 		be->add(be, s->res, s->x2, s->tmp, (size_t) R * d);
 		be->layernorm(be, s->x, s->mean, s->rstd, s->res, P + o->ln_ffn_g, P + o->ln_ffn_b, R, d,
 					  c->layer_norm_eps);

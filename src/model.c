@@ -52,8 +52,17 @@ add_param(TfModel *m, const char *prefix, const char *name, int rows, int cols, 
 	e->shape[0] = rows;
 	e->shape[1] = cols > 0 ? cols : 1;
 	e->count = (size_t) rows * (cols > 0 ? cols : 1);
-	e->offset = m->num_params;
 	e->init = init;
+	e->matrix = init == INIT_XAVIER || init == INIT_EMBEDDING;
+	if (m->quantized && e->matrix)
+	{
+		e->offset = m->num_q8;
+		e->qrow = m->num_qrows;
+		m->num_q8 += e->count;
+		m->num_qrows += rows;
+		return e->offset;
+	}
+	e->offset = m->num_params;
 	m->num_params += e->count;
 	return e->offset;
 }
@@ -189,9 +198,12 @@ tf_device_parse(const char *device, char kind[8], int *index, char *err, size_t 
 	return TF_ERROR;
 }
 
-/* tf_model_create (train: with gradients and Adam moments) and tf_model_create_inference. */
+/*
+ * tf_model_create (train: with gradients and Adam moments),
+ * tf_model_create_inference and tf_model_create_quantized (quantized).
+ */
 static TfModel *
-create(const TfConfig *config, uint64_t seed, const char *device, int threads, bool train,
+create(const TfConfig *config, uint64_t seed, const char *device, int threads, bool train, bool quantized,
 	   char *err, size_t errlen)
 {
 	TfModel    *m;
@@ -222,11 +234,25 @@ create(const TfConfig *config, uint64_t seed, const char *device, int threads, b
 		tf_model_free(m);
 		return NULL;
 	}
+	if (quantized && m->be->linear == NULL)
+	{
+		snprintf(err, errlen, "int8 models run on the CPU only; the %s backend has no int8 products", m->be->name);
+		tf_model_free(m);
+		return NULL;
+	}
 	m->config = *config;
 	m->seed = seed;
+	m->quantized = quantized;
 	layout_parameters(m);
 	m->stats = m->be->alloc(m->be, 4 * sizeof(double));
 	m->params = m->be->alloc(m->be, m->num_params * sizeof(float));
+	if (quantized)
+	{
+		m->q8 = m->be->alloc(m->be, m->num_q8);
+		m->qscale = m->be->alloc(m->be, m->num_qrows * sizeof(float));
+		if (m->q8 == NULL || m->qscale == NULL)
+			goto oom;
+	}
 	if (train)
 	{
 		m->grads = m->be->alloc(m->be, m->num_params * sizeof(float));
@@ -267,13 +293,31 @@ TfModel *
 tf_model_create(const TfConfig *config, uint64_t seed, const char *device, int threads,
 				char *err, size_t errlen)
 {
-	return create(config, seed, device, threads, true, err, errlen);
+	return create(config, seed, device, threads, true, false, err, errlen);
 }
 
 TfModel *
 tf_model_create_inference(const TfConfig *config, const char *device, int threads, char *err, size_t errlen)
 {
-	return create(config, 0, device, threads, false, err, errlen);
+	return create(config, 0, device, threads, false, false, err, errlen);
+}
+
+TfModel *
+tf_model_create_quantized(const TfConfig *config, int threads, char *err, size_t errlen)
+{
+	return create(config, 0, "cpu", threads, false, true, err, errlen);
+}
+
+bool
+tf_model_quantized(const TfModel *m)
+{
+	return m->quantized;
+}
+
+size_t
+tf_model_weight_bytes(const TfModel *m)
+{
+	return m->num_params * sizeof(float) + m->num_q8 + m->num_qrows * sizeof(float);
 }
 
 const char *
@@ -373,6 +417,8 @@ tf_model_free(TfModel *m)
 	if (m->be != NULL)
 	{
 		m->be->free(m->be, m->params);
+		m->be->free(m->be, m->q8);
+		m->be->free(m->be, m->qscale);
 		m->be->free(m->be, m->grads);
 		m->be->free(m->be, m->adam_m);
 		m->be->free(m->be, m->adam_v);
@@ -602,15 +648,46 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 	return TF_OK;
 }
 
+/* The scale of row `row` of the quantized matrix rows starting at q8 offset w. */
+static const float *
+row_scales(const TfModel *m, size_t w)
+{
+	int			i;
+
+	for (i = 0; i < m->num_entries; i++)
+	{
+		const ParamEntry *e = &m->entries[i];
+
+		if (e->matrix && w >= e->offset && w < e->offset + e->count)
+			return m->qscale + e->qrow + (w - e->offset) / (size_t) e->shape[1];
+	}
+	return NULL;				/* not reached: every caller passes a matrix's rows */
+}
+
 /*
- * y[rows, out] = x[rows, in] W^T + b, W [out, in] as in nn.Linear: the bias
- * is the GEMM's initial C (beta 1), one pass instead of a zeroing and an add.
+ * y[rows, out] = x[rows, in] W^T + b with W [out, in] as in nn.Linear. In
+ * training, the bias is the GEMM's initial C (beta 1), one pass instead of
+ * a zeroing and an add; inference goes through the backend's linear where
+ * there is one (oneDNN on the CPU: faster than sgemm for decoding's few
+ * rows, bench/cpu_matmul.c).
  */
 void
-tf_linear(TfBackend *be, float *y, const float *x, const float *w, const float *bias, int rows, int in, int out)
+tf_linear(TfModel *m, float *y, const float *x, size_t w, size_t b, int rows, int in, int out)
 {
-	be->bias_rows(be, y, bias, rows, out);
-	be->gemm(be, false, true, rows, out, in, 1.0f, x, in, w, in, 1.0f, y, out);
+	TfBackend  *be = m->be;
+	const float *bias = b == SIZE_MAX ? NULL : m->params + b;
+
+	if (m->quantized)
+		be->linear(be, TF_WEIGHTS_INT8, y, x, m->q8 + w, row_scales(m, w), bias, rows, in, out);
+	else if (be->linear != NULL && m->grads == NULL)
+		be->linear(be, TF_WEIGHTS_FP32, y, x, m->params + w, NULL, bias, rows, in, out);
+	else
+	{
+		if (bias != NULL)
+			be->bias_rows(be, y, bias, rows, out);
+		be->gemm(be, false, true, rows, out, in, 1.0f, x, in, m->params + w, in, bias != NULL ? 1.0f : 0.0f,
+				 y, out);
+	}
 }
 
 /*
@@ -622,10 +699,20 @@ tf_logits(TfModel *m, float *logits, const float *h, int rows)
 {
 	const TfConfig *c = &m->config;
 
-	if (c->logits_bias)
-		m->be->bias_rows(m->be, logits, m->params + m->off_logits_bias, rows, c->vocab_size);
-	m->be->gemm(m->be, false, true, rows, c->vocab_size, c->d_model, 1.0f, h, c->d_model,
-				m->params + m->off_embedding, c->d_model, c->logits_bias ? 1.0f : 0.0f, logits, c->vocab_size);
+	tf_linear(m, logits, h, m->off_embedding, c->logits_bias ? m->off_logits_bias : SIZE_MAX, rows, c->d_model,
+			  c->vocab_size);
+}
+
+void
+tf_embed(TfModel *m, float *out, const int32_t *ids, const int32_t *positions, int rows)
+{
+	int			d = m->config.d_model;
+
+	if (m->quantized)
+		m->be->embed_int8(m->be, out, ids, positions, m->q8 + m->off_embedding, m->qscale, m->pe, rows, d,
+						  sqrtf((float) d));
+	else
+		m->be->embed(m->be, out, ids, positions, m->params + m->off_embedding, m->pe, rows, d, sqrtf((float) d));
 }
 
 /*
@@ -695,8 +782,8 @@ cross_keys_values(TfModel *m, int l, const float *enc_out)
 	const LayerOffsets *o = &m->layer_off[l];
 	int			d = m->config.d_model;
 
-	tf_linear(m->be, m->acts[l].kv_cross, enc_out, m->params + o->cross.w_qkv + (size_t) d * d,
-			  m->params + o->cross.b_qkv + d, m->lay.Ns, d, 2 * d);
+	tf_linear(m, m->acts[l].kv_cross, enc_out, o->cross.w_qkv + (size_t) d * d, o->cross.b_qkv + d, m->lay.Ns,
+			  d, 2 * d);
 }
 
 /* One encoder or decoder layer forward. */
@@ -713,13 +800,12 @@ layer_forward(TfModel *m, int l)
 	int			rows = dec ? m->lay.Nt : m->lay.Ns;
 	uint32_t	site = dec ? SITE_DEC_LAYER(l - c->num_encoder_layers) : SITE_ENC_LAYER(l);
 	TfAttentionShape sh;
-	const float *P = m->params;
 
 	/* self-attention */
-	tf_linear(be, a->qkv, a->x, P + o->self.w_qkv, P + o->self.b_qkv, rows, d, 3 * d);
+	tf_linear(m, a->qkv, a->x, o->self.w_qkv, o->self.b_qkv, rows, d, 3 * d);
 	sh = attn_shape(m, dec ? ATTN_DECODER_SELF : ATTN_ENCODER, site + SITE_SELF_PROBS);
 	be->attention(be, a->ctx, a->probs, a->qkv, 3 * d, a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
-	tf_linear(be, m->tmp, a->ctx, P + o->self.w_out, P + o->self.b_out, rows, d, d);
+	tf_linear(m, m->tmp, a->ctx, o->self.w_out, o->self.b_out, rows, d, d);
 	residual_norm(m, a->ln_self, a->mean_self, a->rstd_self, a->r_self, a->x, m->tmp,
 				  o->ln_self_g, o->ln_self_b, rows, site + SITE_SELF_OUT, a->keep_self);
 	/* encoder-decoder attention: queries from the decoder, keys and values from the encoder output */
@@ -727,12 +813,12 @@ layer_forward(TfModel *m, int l)
 	{
 		const float *enc_out = m->acts[c->num_encoder_layers - 1].out;
 
-		tf_linear(be, a->q_cross, a->ln_self, P + o->cross.w_qkv, P + o->cross.b_qkv, rows, d, d);
+		tf_linear(m, a->q_cross, a->ln_self, o->cross.w_qkv, o->cross.b_qkv, rows, d, d);
 		cross_keys_values(m, l, enc_out);
 		sh = attn_shape(m, ATTN_CROSS, site + SITE_CROSS_PROBS);
 		be->attention(be, a->ctx_cross, a->probs_cross, a->q_cross, d, a->kv_cross, a->kv_cross + d,
 					  2 * d, &sh);
-		tf_linear(be, m->tmp, a->ctx_cross, P + o->cross.w_out, P + o->cross.b_out, rows, d, d);
+		tf_linear(m, m->tmp, a->ctx_cross, o->cross.w_out, o->cross.b_out, rows, d, d);
 		residual_norm(m, a->ln_cross, a->mean_cross, a->rstd_cross, a->r_cross, a->ln_self, m->tmp,
 					  o->ln_cross_g, o->ln_cross_b, rows, site + SITE_CROSS_OUT, a->keep_cross);
 	}
@@ -740,11 +826,11 @@ layer_forward(TfModel *m, int l)
 	{
 		const float *ffn_in = dec ? a->ln_cross : a->ln_self;
 
-		tf_linear(be, a->f1, ffn_in, P + o->w1, P + o->b1, rows, d, F);
+		tf_linear(m, a->f1, ffn_in, o->w1, o->b1, rows, d, F);
 		be->activation(be, c->activation, a->h, a->f1, (size_t) rows * F);
 		be->dropout(be, a->h, a->h, (size_t) rows * F, m->p_relu, m->seed,
 					tf_dropout_stream(m->step, m->lay.index, site + SITE_RELU), a->keep_relu);
-		tf_linear(be, m->tmp, a->h, P + o->w2, P + o->b2, rows, F, d);
+		tf_linear(m, m->tmp, a->h, o->w2, o->b2, rows, F, d);
 		residual_norm(m, a->out, a->mean_ffn, a->rstd_ffn, a->r_ffn, ffn_in, m->tmp,
 					  o->ln_ffn_g, o->ln_ffn_b, rows, site + SITE_FFN_OUT, a->keep_ffn);
 	}
@@ -804,6 +890,11 @@ forward_start(TfModel *m, const TfBatch *b, bool training, char *err, size_t err
 	int			d = c->d_model;
 
 	m->have_forward = false;
+	if (m->quantized && !m->int8_fitted)
+	{
+		snprintf(err, errlen, "this int8 model holds quantized tensors only: load them into a new int8 model to compute");
+		return TF_ERROR;
+	}
 	if (training && (b->index < 0 || b->index >= TF_MAX_STEP_BATCHES))
 	{
 		snprintf(err, errlen, "batch index %d is outside 0 .. %d", b->index, TF_MAX_STEP_BATCHES - 1);
@@ -816,8 +907,7 @@ forward_start(TfModel *m, const TfBatch *b, bool training, char *err, size_t err
 	m->p_dropout = training ? c->dropout : 0.0f;
 	m->p_attention = training ? c->attention_dropout : 0.0f;
 	m->p_relu = training ? c->relu_dropout : 0.0f;
-	m->be->embed(m->be, m->enc_x0, SRC_IDS(m), SRC_POS(m), m->params + m->off_embedding, m->pe,
-				 m->lay.Ns, d, sqrtf((float) d));
+	tf_embed(m, m->enc_x0, SRC_IDS(m), SRC_POS(m), m->lay.Ns);
 	m->be->dropout(m->be, m->enc_x0, m->enc_x0, (size_t) m->lay.Ns * d, m->p_dropout, m->seed,
 				   tf_dropout_stream(m->step, m->lay.index, SITE_ENC_EMBED), m->keep_enc_embed);
 	return TF_OK;
@@ -855,7 +945,6 @@ forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *
 	int64_t		batch_tokens;
 	const TfConfig *c = &m->config;
 	int			d = c->d_model;
-	float		emb_scale = sqrtf((float) d);
 	int			l;
 	int			layers = c->num_encoder_layers + c->num_decoder_layers;
 
@@ -863,8 +952,7 @@ forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *
 		return TF_ERROR;
 	if (training)
 		m->forwards++;
-	be->embed(be, m->dec_x0, TGT_IDS(m), TGT_POS(m), m->params + m->off_embedding, m->pe,
-			  m->lay.Nt, d, emb_scale);
+	tf_embed(m, m->dec_x0, TGT_IDS(m), TGT_POS(m), m->lay.Nt);
 	be->dropout(be, m->dec_x0, m->dec_x0, (size_t) m->lay.Nt * d, m->p_dropout, m->seed,
 				tf_dropout_stream(m->step, m->lay.index, SITE_DEC_EMBED), m->keep_dec_embed);
 	for (l = 0; l < layers; l++)
@@ -1083,7 +1171,7 @@ tf_model_param(TfModel *m, const char *name, size_t *count)
 {
 	const ParamEntry *e = find_entry(m, name);
 
-	if (e == NULL)
+	if (e == NULL || (m->quantized && e->matrix))
 		return NULL;
 	*count = e->count;
 	return m->params + e->offset;

@@ -15,8 +15,10 @@ typedef struct ParamEntry
 	int			ndim;
 	int64_t		shape[2];
 	size_t		count;
-	size_t		offset;
+	size_t		offset;			/* floats into params; bytes into q8 for a quantized matrix */
 	int			init;
+	bool		matrix;			/* a product's weight: int8 in a quantized model */
+	size_t		qrow;			/* quantized matrix: its first row's scale in qscale */
 } ParamEntry;
 
 /* Offsets of one attention block: W_q, W_k, W_v contiguous ([3d, d]), biases contiguous. */
@@ -110,10 +112,31 @@ typedef struct BatchLayout
 #define TGT_POS(m) (SRC_POS(m) + (m)->lay.Ns)
 
 /*
- * y[rows, out] = x[rows, in] W^T + b with W [out, in] as in nn.Linear (model.c).
+ * y[rows, out] = x[rows, in] W^T + b with W [out, in] as in nn.Linear
+ * (model.c): W the weight rows starting at offset w of a matrix parameter
+ * (into params, or q8 in a quantized model), b the bias at offset b of
+ * params. Inference models compute it with the backend's linear where it
+ * has one (int8 in a quantized model), training models with gemm.
  */
-void		tf_linear(TfBackend *be, float *y, const float *x, const float *w, const float *bias,
-					  int rows, int in, int out);
+void		tf_linear(TfModel *m, float *y, const float *x, size_t w, size_t b, int rows, int in, int out);
+
+/* out [rows, d_model] = E[ids] * sqrt(d_model) + pe[positions] (backend's embed or embed_int8; model.c). */
+void		tf_embed(TfModel *m, float *out, const int32_t *ids, const int32_t *positions, int rows);
+
+/*
+ * Symmetric per-row int8 quantization (quantize.c): q[j] = round(w[j] / s)
+ * to nearest even, s = max_j |w[j]| / qmax (0 for a zero row, whose q are
+ * 0); returns s. So |w[j] - s q[j]| <= s / 2.
+ */
+float		tf_quantize_row(const float *w, size_t n, int qmax, int8_t *q);
+
+/*
+ * After a quantized model's weights were loaded: where the backend's
+ * int8_weight_max is below 127 (no VNNI), rounds every weight row to that
+ * range (q' = round(q * max / 127), scale' = scale * 127 / max) so that
+ * the products cannot saturate (quantize.c).
+ */
+void		tf_model_fit_int8(TfModel *m);
 
 /*
  * After the parameters changed (an Adam step, a load): refreshes the
@@ -152,6 +175,12 @@ struct TfModel
 	ParamEntry *entries;
 	int			num_entries;
 	size_t		num_params;
+	bool		quantized;		/* matrices held as int8 (q8, qscale), inference only */
+	bool		int8_fitted;	/* tf_model_fit_int8 ran: the model may compute */
+	int8_t	   *q8;				/* quantized matrices, row-major, back to back */
+	float	   *qscale;			/* one scale per row of them */
+	size_t		num_q8,
+				num_qrows;
 	size_t		off_embedding;
 	size_t		off_logits_bias;	/* final_logits_bias [1, vocab] when config.logits_bias */
 	LayerOffsets *layer_off;	/* encoder layers, then decoder layers */

@@ -30,6 +30,31 @@ float_tensor(TfTensor *t, const char *prefix, const ParamEntry *e, float *data)
 	t->bytes = e->count * sizeof(float);
 }
 
+/* Fills t as an int8 view of a quantized matrix entry, and scale as a float32 view of its row scales. */
+static void
+int8_tensors(TfTensor *t, TfTensor *scale, const TfModel *m, const ParamEntry *e)
+{
+	snprintf(t->name, sizeof(t->name), "%s", e->name);
+	t->dtype = TF_INT8;
+	t->ndim = 2;
+	t->shape[0] = e->shape[0];
+	t->shape[1] = e->shape[1];
+	t->data = m->q8 + e->offset;
+	t->bytes = e->count;
+	snprintf(scale->name, sizeof(scale->name), "%s_scale", e->name);
+	scale->dtype = TF_FLOAT32;
+	scale->ndim = 1;
+	scale->shape[0] = e->shape[0];
+	scale->data = m->qscale + e->qrow;
+	scale->bytes = (size_t) e->shape[0] * sizeof(float);
+}
+
+const char *
+tf_dtype_name(TfDtype dtype)
+{
+	return dtype == TF_FLOAT32 ? "float32" : dtype == TF_INT8 ? "int8" : "int64";
+}
+
 /* Fills t as an int64 scalar view. */
 static void
 int64_tensor(TfTensor *t, const char *name, void *data)
@@ -43,27 +68,39 @@ int64_tensor(TfTensor *t, const char *name, void *data)
 }
 
 /*
- * The model's tensors as views of its memory (backend memory for float
- * tensors, the model's host fields for int64 ones), in `extra` more bytes
- * after the array; the caller frees the array.
+ * The model's tensors as views of its memory (backend memory for float and
+ * int8 tensors, the model's host fields for int64 ones), in `extra` more
+ * bytes after the array; the caller frees the array. A quantized model's
+ * matrices come as an int8 tensor and its scales, after the other entries.
  */
 static int
 list_tensors(TfModel *m, size_t extra, TfTensor **tensors, int *count, char *err, size_t errlen)
 {
 	bool		train = m->grads != NULL;
-	int			n = train ? 3 * m->num_entries + EXTRA_TENSORS : m->num_entries;
-	TfTensor   *t = calloc(1, n * sizeof(TfTensor) + extra);
-	int			i;
+	int			matrices = 0,
+				n,
+				i;
+	TfTensor   *t;
 
+	for (i = 0; m->quantized && i < m->num_entries; i++)
+		matrices += m->entries[i].matrix;
+	n = train ? 3 * m->num_entries + EXTRA_TENSORS : m->num_entries + matrices;
+	t = calloc(1, n * sizeof(TfTensor) + extra);
 	if (t == NULL)
 	{
 		snprintf(err, errlen, "out of memory listing %d tensors", n);
 		return TF_ERROR;
 	}
+	matrices = 0;
 	for (i = 0; i < m->num_entries; i++)
 	{
 		const ParamEntry *e = &m->entries[i];
 
+		if (m->quantized && e->matrix)
+		{
+			int8_tensors(&t[i], &t[m->num_entries + matrices++], m, e);
+			continue;
+		}
 		float_tensor(&t[i], "", e, m->params + e->offset);
 		if (!train)
 			continue;
@@ -93,7 +130,7 @@ tf_model_tensors(TfModel *m, TfTensor **tensors, int *count, char *err, size_t e
 
 	if (m->be->host_memory)
 		return list_tensors(m, 0, tensors, count, err, errlen);
-	/* host copies after the array, 8-byte aligned (the array's entries are) */
+	/* host copies after the array, 8-byte aligned (the array's entries are); quantized models are CPU-only */
 	bytes = (size_t) (m->grads != NULL ? 3 : 1) * m->num_params * sizeof(float) + EXTRA_TENSORS * sizeof(int64_t);
 	if (list_tensors(m, bytes, &t, &n, err, errlen) != TF_OK)
 		return TF_ERROR;
@@ -160,8 +197,7 @@ tf_model_load(TfModel *m, const TfTensor *in, int count, char *err, size_t errle
 		else if (in[j].dtype != mine[i].dtype)
 		{
 			snprintf(err, errlen, "tensor \"%s\" has dtype %s, expected %s", mine[i].name,
-					 in[j].dtype == TF_FLOAT32 ? "float32" : "int64",
-					 mine[i].dtype == TF_FLOAT32 ? "float32" : "int64");
+					 tf_dtype_name(in[j].dtype), tf_dtype_name(mine[i].dtype));
 			rc = TF_ERROR;
 		}
 		else if (in[j].ndim != mine[i].ndim ||
@@ -196,12 +232,14 @@ tf_model_load(TfModel *m, const TfTensor *in, int count, char *err, size_t errle
 	{
 		const TfTensor *src = &in[find_tensor(in, count, mine[i].name)];
 
-		if (mine[i].dtype == TF_FLOAT32)
-			m->be->upload(m->be, mine[i].data, src->data, src->bytes);
-		else
+		if (mine[i].dtype == TF_INT64)
 			memcpy(mine[i].data, src->data, sizeof(int64_t));
+		else
+			m->be->upload(m->be, mine[i].data, src->data, src->bytes);
 	}
 	free(mine);
+	if (rc == TF_OK && m->quantized)
+		tf_model_fit_int8(m);
 	if (rc == TF_OK)
 	{
 		tf_model_weights_changed(m);

@@ -90,8 +90,12 @@ typedef struct TfBatch
 typedef enum TfDtype
 {
 	TF_FLOAT32,
-	TF_INT64
+	TF_INT64,
+	TF_INT8						/* a quantized matrix (tf_model_create_quantized) */
 } TfDtype;
+
+/* The dtype's name in checkpoints: "float32", "int64", "int8". */
+const char *tf_dtype_name(TfDtype dtype);
 
 #define TF_MAX_DIMS 2
 
@@ -165,6 +169,45 @@ TfModel    *tf_model_create(const TfConfig *config, uint64_t seed, const char *d
 TfModel    *tf_model_create_inference(const TfConfig *config, const char *device, int threads,
 									  char *err, size_t errlen);
 
+/*
+ * Creates an int8 model for inference on the CPU: every matrix product's
+ * weight (attention projections, feed-forward layers, the shared embedding
+ * and so the output projection) is int8 with one float scale per output row
+ * (W[n, :] = scale[n] q[n, :]); biases, LayerNorms and final_logits_bias
+ * stay float32. Its tensors (tf_model_tensors, tf_model_load) are each such
+ * weight as an int8 tensor of the same name and shape plus
+ * "<name>_scale" [rows] float32, and the other parameters as float32. On a
+ * CPU without VNNI, tf_model_load rounds the weights to 7 bits
+ * (|q| <= 63, scales doubled: backend.h's int8_weight_max). Errors as
+ * tf_model_create_inference.
+ */
+TfModel    *tf_model_create_quantized(const TfConfig *config, int threads, char *err, size_t errlen);
+
+/*
+ * A new int8 model (tf_model_create_quantized) with the weights of model (an
+ * fp32 model on the CPU) quantized per output row (|q| <= 127, round to
+ * nearest even, scale max |row| / 127) and its other parameters copied:
+ * the tensors of an int8 checkpoint, the same on every CPU. It computes
+ * nothing itself (forward passes are refused): load its tensors into a
+ * model of tf_model_create_quantized, which fits them to the CPU. NULL with
+ * a message when out of memory or when model is not an fp32 CPU model.
+ */
+TfModel    *tf_model_quantize(TfModel *model, int threads, char *err, size_t errlen);
+
+/*
+ * An inference model of the kind the tensors hold: tf_model_create_quantized
+ * when any is int8 (device must be "cpu"), else tf_model_create_inference.
+ * Errors as those, or an int8 checkpoint on a CUDA device.
+ */
+TfModel    *tf_model_create_for(const TfConfig *config, const TfTensor *tensors, int count, const char *device,
+								int threads, char *err, size_t errlen);
+
+/* True for a model of tf_model_create_quantized. */
+bool		tf_model_quantized(const TfModel *model);
+
+/* Bytes of parameter memory the model holds (fp32 parameters, int8 weights and their scales). */
+size_t		tf_model_weight_bytes(const TfModel *model);
+
 /* The backend's name: "cpu" or "cuda". */
 const char *tf_model_backend(const TfModel *model);
 
@@ -221,7 +264,7 @@ void		tf_model_free(TfModel *model);
 /* The configuration the model was created with. */
 const TfConfig *tf_model_config(const TfModel *model);
 
-/* Number of parameters (floats). */
+/* Number of float32 parameters (a quantized model's int8 weights not counted). */
 size_t		tf_model_num_parameters(const TfModel *model);
 
 /*

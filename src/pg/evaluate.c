@@ -120,7 +120,7 @@ attention_evaluate(PG_FUNCTION_ARGS)
 	PG_TRY();
 	{
 		tensors = read_tensors(checkpoint_id, deployed ? TENSORS_DEPLOYED : TENSORS_PARAMETERS, &count);
-		engine = tf_model_create_inference(&c, "cpu", 1, err, sizeof(err));
+		engine = tf_model_create_for(&c, tensors, count, "cpu", 1, err, sizeof(err));
 		if (engine == NULL)
 			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("could not create model \"%s\": %s", model, err)));
 		if (tf_model_load(engine, tensors, count, err, sizeof(err)) != TF_OK)

@@ -39,5 +39,6 @@ void		test_backend(const char *fixtures);
 void		test_parallel(const char *fixtures);
 void		test_safetensors(const char *fixtures);
 void		test_marian(const char *fixtures);
+void		test_quantize(const char *fixtures);
 
 #endif

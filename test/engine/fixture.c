@@ -184,3 +184,34 @@ fixture_uniform(unsigned *state)
 	*state = *state * 1664525u + 1013904223u;
 	return (float) ((*state >> 8) & 0xFFFFFF) / 8388608.0f - 1.0f;
 }
+
+TfModel *
+fixture_decode_model(const Fixture *fx)
+{
+	const int32_t *cfg = fixture_get(fx, "config")->data;
+	TfConfig	c;
+	TfModel    *m;
+	TfTensor   *tensors;
+	int			n,
+				i;
+	char		err[TF_ERRLEN];
+
+	fixture_config(fx, &c);
+	c.dropout = 0.0f;
+	m = tf_model_create_inference(&c, test_device, 2, err, sizeof(err));
+	CHECK(m != NULL, "create: %s", err);
+	if (m == NULL || tf_model_tensors(m, &tensors, &n, err, sizeof(err)) != TF_OK)
+		return NULL;
+	/* the embedding, 16 tensors per encoder layer, 26 per decoder layer: parameters only */
+	CHECK(n == 1 + 16 * cfg[4] + 26 * cfg[5], "inference model lists %d tensors", n);
+	for (i = 0; i < n; i++)
+	{
+		const FixTensor *f = fixture_get(fx, tensors[i].name);
+
+		CHECK(f != NULL && f->count * 4 == tensors[i].bytes, "fixture lacks %s", tensors[i].name);
+		tensors[i].data = f != NULL ? f->data : NULL;
+	}
+	CHECK(tf_model_load(m, tensors, n, err, sizeof(err)) == TF_OK, "load: %s", err);
+	tf_tensors_free(tensors);
+	return m;
+}

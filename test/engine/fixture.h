@@ -63,4 +63,10 @@ TfModel    *fixture_model(const Fixture *fx, float dropout);
  */
 void		fixture_synthetic_batch(int32_t *src, int32_t *tgt, int32_t *lab, TfBatch *b);
 
+/*
+ * An inference model (on test_device, 2 threads, no dropout) with the decode
+ * fixture's configuration and parameters; NULL (a failed CHECK) on error.
+ */
+TfModel    *fixture_decode_model(const Fixture *fx);
+
 #endif

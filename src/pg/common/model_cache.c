@@ -87,7 +87,7 @@ model_load(const DeployedModel *d, const char *device, bool owner)
 	/* from here on no ERROR until the engine objects are owned by the cache entry */
 	vocab = vocabulary_load(vocab_row, vocab_desc, 6,
 							psprintf("the vocabulary of model \"%s\"", d->name), ERRCODE_DATA_CORRUPTED);
-	engine = tf_model_create_inference(&c, device, 1, err, sizeof(err));
+	engine = tf_model_create_for(&c, tensors, count, device, 1, err, sizeof(err));
 	if (engine == NULL || tf_model_load(engine, tensors, count, err, sizeof(err)) != TF_OK)
 	{
 		int			code = engine != NULL ? ERRCODE_DATA_CORRUPTED :
@@ -110,7 +110,7 @@ model_load(const DeployedModel *d, const char *device, bool owner)
 	am->eos_id = info.eos_id;
 	am->pad_id = info.pad_id;
 	am->max_positions = c.max_positions;
-	am->bytes = tf_model_num_parameters(engine) * sizeof(float);
+	am->bytes = tf_model_weight_bytes(engine);
 	strlcpy(am->device, device, sizeof(am->device));
 	return am;
 }
