@@ -33,7 +33,7 @@ OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o)
 # scripts attention--A--B.sql lead from each to the next.
 DATA = $(filter-out sql/$(EXTENSION)--$(EXTVERSION).sql,$(wildcard sql/$(EXTENSION)--*.sql))
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
-REGRESS = builtin_translate corpus vocabulary bleu translate batch_translate service checkpoints training
+REGRESS = builtin_translate corpus vocabulary bleu translate batch_translate service checkpoints quantize training
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 ISOLATION = batch_translate_epq
 ISOLATION_OPTS = --inputdir=. --load-extension=$(EXTENSION)

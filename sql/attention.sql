@@ -972,3 +972,28 @@ AS 'MODULE_PATHNAME', 'attention_export_huggingface'
 LANGUAGE C STABLE STRICT ROWS 7;
 COMMENT ON FUNCTION export_huggingface(bigint) IS
 'A checkpoint as the files of a Hugging Face MarianMT model (config.json, model.safetensors, source.spm, target.spm, vocab.json, tokenizer_config.json, generation_config.json) that MarianMTModel and MarianTokenizer load; needs the model''s owner. scripts/export-hf writes them to a directory.';
+
+-----------------------------------------------------------------------------
+-- int8 checkpoints (quantize; src/quantize.c, src/cpu_matmul.c)
+-----------------------------------------------------------------------------
+
+ALTER TABLE checkpoints DROP CONSTRAINT checkpoints_kind_check;
+ALTER TABLE checkpoints ADD CONSTRAINT checkpoints_kind_check
+    CHECK (kind IN ('initial', 'trained', 'average', 'imported', 'quantized'));
+ALTER TABLE checkpoints ADD COLUMN quantized_from bigint;
+ALTER TABLE checkpoints ADD CONSTRAINT checkpoints_quantized_from_check
+    CHECK ((kind = 'quantized') = (quantized_from IS NOT NULL));
+COMMENT ON COLUMN checkpoints.kind IS 'initial (initialize_checkpoint), trained (a training job), average (average_checkpoints), imported (import_checkpoint, import_huggingface) or quantized (quantize: int8, for translation only).';
+COMMENT ON COLUMN checkpoints.quantized_from IS 'The float32 checkpoint this int8 one was quantized from (kind quantized only).';
+COMMENT ON COLUMN checkpoints.format IS
+'Layout of the checkpoint''s tensors (names, meanings, the data.* counters): 1, float32 parameters; 2, an int8 checkpoint (quantize): the weight of every matrix product int8 with a float32 scale per output row (<name>_scale), biases and LayerNorms float32. A library refuses to load a format it does not know.';
+ALTER TABLE checkpoint_tensors DROP CONSTRAINT checkpoint_tensors_dtype_check;
+ALTER TABLE checkpoint_tensors ADD CONSTRAINT checkpoint_tensors_dtype_check
+    CHECK (dtype IN ('float32', 'bfloat16', 'float16', 'int64', 'int32', 'uint8', 'int8'));
+
+CREATE FUNCTION quantize(checkpoint bigint, dtype text DEFAULT 'int8')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_quantize'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION quantize(bigint, text) IS
+'Writes an int8 copy of a float32 checkpoint (kind quantized, format 2, quantized_from the source): the weights of every matrix product, the shared embedding and so the output projection included, as int8 with a float32 scale per output row; activations are quantized per row as each product runs (oneDNN, on the CPU). It deploys and translates like any checkpoint on the CPU, with about a quarter of the memory; it cannot be trained from, averaged or exported. Needs the model''s owner; returns the new checkpoint''s id.';

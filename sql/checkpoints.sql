@@ -48,7 +48,7 @@ SELECT attention.average_checkpoints('avg', 0);
 SELECT attention.average_checkpoints('nope');
 -- checkpoints carry their format; a library refuses one it does not know
 SELECT format FROM attention.checkpoints WHERE checkpoint_id = :a;
-UPDATE attention.checkpoints SET format = 2 WHERE checkpoint_id = :a;
+UPDATE attention.checkpoints SET format = 3 WHERE checkpoint_id = :a;
 SELECT length(attention.export_checkpoint(:a)) > 0;
 SELECT attention.deploy('avg', :a) = :a AS deployed;
 SELECT attention.translate('the package', 'avg');

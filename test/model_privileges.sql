@@ -43,6 +43,8 @@ SELECT throws_ok($$SELECT attention.train('owned', 'model_privileges')$$, '42501
                  'permission denied to train model "owned"', 'another role may not train it');
 SELECT throws_ok($$SELECT attention.initialize_checkpoint('owned', 2)$$, '42501', NULL, '... nor write a checkpoint');
 SELECT throws_ok($$SELECT attention.average_checkpoints('owned', 1)$$, '42501', NULL, '... nor average');
+SELECT throws_ok($$SELECT attention.quantize(checkpoint_id) FROM attention.checkpoints c JOIN attention.models m
+                    USING (model_id) WHERE m.name = 'owned'$$, '42501', NULL, '... nor quantize');
 SELECT throws_ok($$SELECT attention.deploy('owned')$$, '42501', NULL, '... nor deploy');
 SELECT throws_ok($$SELECT attention.delete_checkpoint(checkpoint_id) FROM attention.checkpoints$$, '42501', NULL,
                  '... nor delete a checkpoint');

@@ -63,7 +63,7 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                    WHERE p.pronamespace = 'attention'::regnamespace
                      AND p.proname IN ('create_corpus', 'import_corpus', 'load_corpus', 'train_vocabulary', 'import_vocabulary',
-                                       'create_model', 'initialize_checkpoint', 'deploy', 'average_checkpoints',
+                                       'create_model', 'initialize_checkpoint', 'deploy', 'average_checkpoints', 'quantize',
                                        'delete_checkpoint', 'drop_model', 'train', 'resume_training',
                                        'cancel_training', 'wait_training', 'import_checkpoint', 'evaluate',
                                        'start_service', 'stop_service')

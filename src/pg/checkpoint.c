@@ -1,7 +1,7 @@
 /*
  * checkpoint.c - the lifecycle of checkpoints in tables: averaging the
  * last ones (the paper's section 6.1: the deployed model is the average of
- * the last checkpoints), deleting one, dropping a model.
+ * the last checkpoints) and quantizing one to int8.
  */
 #include "postgres.h"
 
@@ -11,11 +11,13 @@
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
 
 #include "catalog.h"
 #include "transformer.h"
 
 PG_FUNCTION_INFO_V1(attention_average_checkpoints);
+PG_FUNCTION_INFO_V1(attention_quantize);
 
 /*
  * Reads tensor `name` of a checkpoint as float32 (chunks joined) into
@@ -70,6 +72,7 @@ read_float_tensor(int64 checkpoint_id, const char *name, float **data, int *ndim
  * checkpoint whose parameters are the element-wise mean (in double
  * precision, so identical inputs give themselves back) of the model's
  * last_n newest trained checkpoints; it records them in averaged_from.
+ * Averages and int8 checkpoints are never among them.
  */
 Datum
 attention_average_checkpoints(PG_FUNCTION_ARGS)
@@ -96,7 +99,7 @@ attention_average_checkpoints(PG_FUNCTION_ARGS)
 	SPI_connect();
 	model_id = require_model_owner(name, "average checkpoints of");
 	if (SPI_execute_with_args("SELECT checkpoint_id, step FROM attention.checkpoints "
-							  "WHERE model_id = $1 AND kind <> 'average' "
+							  "WHERE model_id = $1 AND kind NOT IN ('average', 'quantized') "
 							  "ORDER BY step DESC, checkpoint_id DESC LIMIT $2", 2, types,
 							  (Datum[]) {Int32GetDatum(model_id), Int32GetDatum(last_n)}, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the checkpoints of model \"%s\"", name);
@@ -178,4 +181,97 @@ attention_average_checkpoints(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	PG_RETURN_INT64(average_id);
+}
+
+/*
+ * quantize(checkpoint bigint, dtype text) returns bigint: a new checkpoint
+ * (kind quantized, format 2, quantized_from the source, the source's step)
+ * with the source's parameters quantized by the engine (tf_model_quantize:
+ * int8 weights with a float32 scale per output row, the rest float32).
+ * Needs the model's owner. ERRORs: an unknown dtype, a checkpoint that does
+ * not exist, is already int8, or does not load.
+ */
+Datum
+attention_quantize(PG_FUNCTION_ARGS)
+{
+	int64		checkpoint_id = PG_GETARG_INT64(0);
+	char	   *dtype = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	char	   *model,
+			   *kind;
+	int32		model_id;
+	int64		step;
+	volatile int64 quantized_id = 0;
+	TfConfig	c;
+	TfTensor   *tensors;
+	TfTensor   *volatile out = NULL;
+	int			count,
+				n = 0;
+	TfModel    *volatile fp32 = NULL;
+	TfModel    *volatile q = NULL;
+	char		err[TF_ERRLEN];
+	bool		isnull;
+
+	if (strcmp(dtype, "int8") != 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("quantize has no dtype \"%s\"", dtype),
+						errhint("The dtype is int8 (weights of every matrix product as int8 with a float32 scale per row).")));
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT m.name, c.kind, c.step, c.model_id FROM attention.checkpoints c "
+							  "JOIN attention.models m USING (model_id) WHERE c.checkpoint_id = $1", 1,
+							  (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.checkpoints");
+	if (SPI_processed == 0)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+						errmsg("checkpoint %lld does not exist", (long long) checkpoint_id)));
+	model = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	kind = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	step = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	model_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+	require_model_owner(model, "quantize a checkpoint of");
+	if (strcmp(kind, "quantized") == 0)
+		ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE),
+						errmsg("checkpoint %lld is already int8 (kind quantized)", (long long) checkpoint_id),
+						errhint("Quantize the float32 checkpoint it came from.")));
+	read_model_row(model);
+	attention_config_from_jsonb(DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)),
+								DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull)),
+								DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, &isnull)), &c);
+	tensors = read_tensors(checkpoint_id, TENSORS_PARAMETERS, &count);
+
+	PG_TRY();
+	{
+		TfTensor   *list = NULL;
+
+		fp32 = tf_model_create_inference(&c, "cpu", 1, err, sizeof(err));
+		if (fp32 == NULL)
+			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
+							errmsg("could not create model \"%s\": %s", model, err)));
+		if (tf_model_load(fp32, tensors, count, err, sizeof(err)) != TF_OK)
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+							errmsg("could not load checkpoint %lld of model \"%s\": %s", (long long) checkpoint_id,
+								   model, err)));
+		q = tf_model_quantize(fp32, 1, err, sizeof(err));
+		if (q != NULL && tf_model_tensors(q, &list, &n, err, sizeof(err)) == TF_OK)
+			out = list;
+		if (out == NULL)
+			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
+							errmsg("could not quantize checkpoint %lld: %s", (long long) checkpoint_id, err)));
+		if (SPI_execute_with_args("INSERT INTO attention.checkpoints (model_id, kind, step, format, quantized_from) "
+								  "VALUES ($1, 'quantized', $2, " CppAsString2(CHECKPOINT_FORMAT_INT8) ", $3) "
+								  "RETURNING checkpoint_id", 3, (Oid[]) {INT4OID, INT8OID, INT8OID},
+								  (Datum[]) {Int32GetDatum(model_id), Int64GetDatum(step), Int64GetDatum(checkpoint_id)},
+								  NULL, false, 1) != SPI_OK_INSERT_RETURNING)
+			elog(ERROR, "could not insert a checkpoint of model \"%s\"", model);
+		quantized_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		write_tensors(quantized_id, out, n);
+	}
+	PG_FINALLY();
+	{
+		tf_tensors_free(out);
+		tf_model_free(q);
+		tf_model_free(fp32);
+	}
+	PG_END_TRY();
+	SPI_finish();
+	PG_RETURN_INT64(quantized_id);
 }

@@ -76,6 +76,7 @@ attention_export_checkpoint(PG_FUNCTION_ARGS)
 		tensor_file_meta(&h, "attention.step", step);
 		tensor_file_meta(&h, "attention.kind", kind);
 		require_model_owner(model, "export a checkpoint of");
+		require_float_checkpoint(checkpoint_id, "exported");
 	}
 	b64_len = pg_b64_enc_len(VARSIZE_ANY_EXHDR(vocab));
 	b64 = palloc(b64_len + 1);

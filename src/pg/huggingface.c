@@ -589,6 +589,7 @@ attention_export_huggingface(PG_FUNCTION_ARGS)
 	datum = SPI_getbinval(tup, desc, 5, &no_target);
 	target = no_target ? source : DatumGetByteaPP(datum);
 
+	require_float_checkpoint(checkpoint_id, "exported");
 	t = read_tensors(checkpoint_id, TENSORS_PARAMETERS, &count);
 	if (count == 0)
 		ereport(ERROR, (errcode(ERRCODE_NO_DATA),

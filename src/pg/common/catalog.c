@@ -318,6 +318,27 @@ require_model_checkpoint(int64 checkpoint_id, int32 model_id, const char *model)
 	if (SPI_processed == 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("checkpoint %lld is not a checkpoint of model \"%s\"", (long long) checkpoint_id, model)));
+	require_float_checkpoint(checkpoint_id, "trained from");
+}
+
+void
+require_float_checkpoint(int64 checkpoint_id, const char *action)
+{
+	bool		isnull;
+	int64		from;
+
+	/* through to_jsonb: a schema before 0.3.0 has no quantized_from column, and no int8 checkpoints */
+	if (SPI_execute_with_args("SELECT (to_jsonb(c) ->> 'quantized_from')::bigint FROM attention.checkpoints c "
+							  "WHERE c.checkpoint_id = $1 AND c.kind = 'quantized'", 1, (Oid[]) {INT8OID},
+							  (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.checkpoints");
+	if (SPI_processed == 0)
+		return;
+	from = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE),
+					errmsg("checkpoint %lld is an int8 checkpoint (kind quantized): it translates but cannot be %s",
+						   (long long) checkpoint_id, action),
+					errhint("Use the float32 checkpoint %lld it was quantized from.", (long long) from)));
 }
 
 int32
@@ -364,7 +385,7 @@ write_tensors(int64 checkpoint_id, const TfTensor *tensors, int count)
 			values[0] = Int64GetDatum(checkpoint_id);
 			values[1] = CStringGetTextDatum(t->name);
 			values[2] = Int32GetDatum(chunk);
-			values[3] = CStringGetTextDatum(t->dtype == TF_FLOAT32 ? "float32" : "int64");
+			values[3] = CStringGetTextDatum(tf_dtype_name(t->dtype));
 			values[4] = PointerGetDatum(construct_array(dims, t->ndim, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 			values[5] = PointerGetDatum(data);
 			if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_INSERT)
@@ -402,10 +423,10 @@ read_tensors(int64 checkpoint_id, TensorSet set, int *count)
 		elog(ERROR, "could not read checkpoint %lld", (long long) checkpoint_id);
 	format = SPI_processed == 1 ? DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
 															  &isnull)) : 0;
-	if (SPI_processed == 1 && !isnull && format != CHECKPOINT_FORMAT)
+	if (SPI_processed == 1 && !isnull && format != CHECKPOINT_FORMAT && format != CHECKPOINT_FORMAT_INT8)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						errmsg("checkpoint %lld has format %d; this library reads format %d",
-							   (long long) checkpoint_id, format, CHECKPOINT_FORMAT),
+						errmsg("checkpoint %lld has format %d; this library reads formats %d and %d",
+							   (long long) checkpoint_id, format, CHECKPOINT_FORMAT, CHECKPOINT_FORMAT_INT8),
 						errhint("Install the attention library that wrote it, or a newer one.")));
 
 	if (SPI_execute_with_args(queries[set], 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL,
@@ -434,12 +455,12 @@ read_tensors(int64 checkpoint_id, TensorSet set, int *count)
 
 			x = &t[++n];
 			if (strlen(name) >= sizeof(x->name) || ndim > TF_MAX_DIMS || ARR_HASNULL(shape) ||
-				(strcmp(dtype, "float32") != 0 && strcmp(dtype, "int64") != 0))
+				(strcmp(dtype, "float32") != 0 && strcmp(dtype, "int64") != 0 && strcmp(dtype, "int8") != 0))
 				ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
 								errmsg("checkpoint %lld: tensor \"%s\" has an unsupported name, dtype %s or shape",
 									   (long long) checkpoint_id, name, dtype)));
 			strlcpy(x->name, name, sizeof(x->name));
-			x->dtype = strcmp(dtype, "float32") == 0 ? TF_FLOAT32 : TF_INT64;
+			x->dtype = strcmp(dtype, "float32") == 0 ? TF_FLOAT32 : strcmp(dtype, "int8") == 0 ? TF_INT8 : TF_INT64;
 			x->ndim = ndim;
 			for (d = 0; d < ndim; d++)
 				x->shape[d] = dims[d];

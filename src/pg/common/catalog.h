@@ -77,6 +77,14 @@ SpmModel   *vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char
  * ERROR (undefined_object, insufficient_privilege naming `action`)
  * otherwise. Inside SPI.
  */
+/*
+ * ERROR (wrong_object_type, naming the checkpoint and the float32 one it
+ * came from) when checkpoint_id is an int8 checkpoint (kind quantized),
+ * which translates but cannot be `action` ("trained from", "exported").
+ * Inside SPI.
+ */
+void		require_float_checkpoint(int64 checkpoint_id, const char *action);
+
 int32		require_model_owner(const char *name, const char *action);
 
 /*
@@ -92,11 +100,15 @@ void		require_model_checkpoint(int64 checkpoint_id, int32 model_id, const char *
 void		write_tensors(int64 checkpoint_id, const TfTensor *tensors, int count);
 
 /*
- * The format of checkpoints this library writes and reads (checkpoints.format,
- * and "attention.format" in exported files): tensor names and meanings, the
- * data.* counters.
+ * The formats of checkpoints (checkpoints.format, and "attention.format" in
+ * exported files): tensor names and meanings, the data.* counters. 1:
+ * float32 parameters (and int64 counters); 2: an int8 checkpoint
+ * (quantize): every matrix product's weight int8 with "<name>_scale"
+ * float32 per row. This library writes 1, and 2 for int8 checkpoints; it
+ * reads both.
  */
 #define CHECKPOINT_FORMAT 1
+#define CHECKPOINT_FORMAT_INT8 2
 
 /* Which tensors of a checkpoint read_tensors reads. */
 typedef enum TensorSet
@@ -110,7 +122,8 @@ typedef enum TensorSet
  * Reads tensors of a checkpoint into host memory (palloc'd), chunks joined,
  * sorted by name; *count receives their number (0 when the checkpoint has
  * none or, for TENSORS_DEPLOYED, is not deployed). ERROR naming a corrupt
- * tensor, or for a checkpoint of another format than CHECKPOINT_FORMAT.
+ * tensor, or for a checkpoint of a format this library does not know
+ * (newer than CHECKPOINT_FORMAT_INT8).
  * Inside SPI.
  */
 TfTensor   *read_tensors(int64 checkpoint_id, TensorSet set, int *count);
