@@ -187,7 +187,7 @@ $(ENGINE_TEST_BIN): $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) $(wildcard src/
 		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl
 
 # Benchmarks (bench/run drives them).
-BENCH_BIN = bench/train_step bench/decode bench/parallel_counts
+BENCH_BIN = bench/train_step bench/decode bench/parallel_counts bench/cpu_matmul
 EXTRA_CLEAN += $(BENCH_BIN)
 bench/train_step: bench/train_step.c bench/corpus.h bench/device.h $(ENGINE_NN) $(wildcard src/*.h) test/engine/spm.o
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/train_step.c $(ENGINE_NN) test/engine/spm.o \
@@ -200,6 +200,8 @@ test/cuda/precision_debian: test/cuda/precision_debian.c bench/corpus.h $(ENGINE
 EXTRA_CLEAN += test/cuda/precision_debian
 bench/decode: bench/decode.c bench/device.h $(ENGINE_NN) $(wildcard src/*.h)
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/decode.c $(ENGINE_NN) $(ENGINE_LIBS) -ldl
+bench/cpu_matmul: bench/cpu_matmul.c
+	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/cpu_matmul.c $(ENGINE_LIBS)
 bench/parallel_counts: bench/parallel_counts.c $(ENGINE_NN) $(wildcard src/*.h)
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/parallel_counts.c $(ENGINE_NN) $(ENGINE_LIBS) -ldl
 

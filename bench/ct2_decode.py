@@ -1,6 +1,6 @@
 """CTranslate2 reference for the engine's decoding benchmark (bench/decode.c).
 
-    python3 bench/ct2_decode.py WEIGHTS THREADS BEAM BATCH OFFSET [REPS] [OUT_IDS]
+    [CT2_COMPUTE_TYPE=int8] python3 bench/ct2_decode.py WEIGHTS THREADS BEAM BATCH OFFSET [REPS] [OUT_IDS]
 
 mirrors `bench/decode run`: it converts the weights file written by `bench/decode weights`
 into a CTranslate2 model with the spec API (post-norm Transformer, ReLU FFN, one embedding
@@ -8,7 +8,8 @@ shared by the encoder input, decoder input and output projection, scaled by sqrt
 the engine's interleaved sinusoidal positions from 0, LayerNorm eps 1e-5), translates the
 256 sources in order in batches of BATCH with one warm-up pass and REPS timed passes, and
 prints one line in the engine's format with the median time. OUT_IDS receives the output
-ids, one sentence per line (without EOS).
+ids, one sentence per line (without EOS). CT2_COMPUTE_TYPE (default float32) is the
+translator's compute_type, e.g. int8.
 """
 import os
 import struct
@@ -103,7 +104,8 @@ def main(argv):
         spec.optimize()  # aliases the three copies of the shared embedding; stays float32
         spec.save(model_dir)
         translator = ctranslate2.Translator(model_dir, device="cpu", inter_threads=1,
-                                            intra_threads=threads, compute_type="float32")
+                                            intra_threads=threads,
+                                            compute_type=os.environ.get("CT2_COMPUTE_TYPE", "float32"))
 
     def translate():
         """One pass over the sources: each output's ids, cut to its limit."""
@@ -135,7 +137,7 @@ def main(argv):
     if len(argv) > 7:
         with open(argv[7], "w") as f:
             f.writelines(" ".join(map(str, hyp)) + "\n" for hyp in out)
-    print(f"ct2 decode d_model={int(w['config'][1])} beam={beam} batch={batch} threads={threads} "
+    print(f"ct2 decode precision={os.environ.get('CT2_COMPUTE_TYPE', 'float32')} d_model={int(w['config'][1])} beam={beam} batch={batch} threads={threads} "
           f"sentences={len(sources)} tokens={n_tokens} seconds={seconds:.3f} "
           f"tokens_per_s={n_tokens / seconds:.0f} sentences_per_s={len(sources) / seconds:.1f}")
 

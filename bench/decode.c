@@ -127,7 +127,26 @@ write_weights(const char *path, const char *size, int vocab)
 	tf_model_free(m);
 }
 
-/* Reads the weights file into an inference model; *sources receives [SENTENCES, MAX_SRC]. */
+/* Resident memory of this process in MB (VmRSS), or -1. */
+static double
+resident_mb(void)
+{
+	FILE	   *f = fopen("/proc/self/status", "r");
+	char		line[256];
+	double		kb = -1.0;
+
+	while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+		if (strncmp(line, "VmRSS:", 6) == 0)
+			kb = atof(line + 6);
+	if (f != NULL)
+		fclose(f);
+	return kb < 0 ? -1.0 : kb / 1024.0;
+}
+
+/*
+ * Reads the weights file into an inference model (int8 with --precision
+ * int8); *sources receives [SENTENCES, MAX_SRC].
+ */
 static TfModel *
 read_weights(const char *path, int threads, int32_t **sources, int *config)
 {
@@ -136,7 +155,8 @@ read_weights(const char *path, int threads, int32_t **sources, int *config)
 	TfConfig	c;
 	TfModel    *m = NULL;
 	TfTensor   *t = NULL;
-	int			n = 0;
+	int			n = 0,
+				i;
 	char		err[TF_ERRLEN];
 
 	if (f == NULL || fread(magic, 1, 8, f) != 8 || memcmp(magic, "ATTFIX1\n", 8) != 0)
@@ -150,7 +170,6 @@ read_weights(const char *path, int threads, int32_t **sources, int *config)
 		char		name[128];
 		size_t		count;
 		void	   *data;
-		int			i;
 
 		if (fread(&len, 4, 1, f) != 1)
 			break;
@@ -188,8 +207,10 @@ read_weights(const char *path, int threads, int32_t **sources, int *config)
 	fclose(f);
 	if (m == NULL || tf_model_load(m, t, n, err, sizeof(err)) != TF_OK)
 		die("load", m == NULL ? "no config" : err);
+	for (i = 0; i < n; i++)
+		free(t[i].data);
 	tf_tensors_free(t);
-	return m;
+	return bench_quantize(m, threads);
 }
 
 static int
@@ -255,8 +276,9 @@ run(int argc, char **argv)
 	}
 	qsort(times + 1, reps, sizeof(double), cmp_double);
 	printf("engine decode device=%s precision=%s d_model=%d beam=%d batch=%d threads=%d sentences=%d tokens=%ld seconds=%.3f "
-		   "tokens_per_s=%.0f sentences_per_s=%.1f\n", bench_device, bench_precision, config[1], opt.beam_size, batch, threads, SENTENCES,
-		   tokens, times[1 + reps / 2], tokens / times[1 + reps / 2], SENTENCES / times[1 + reps / 2]);
+		   "tokens_per_s=%.0f sentences_per_s=%.1f weights_mb=%.1f resident_mb=%.1f\n", bench_device, bench_precision,
+		   config[1], opt.beam_size, batch, threads, SENTENCES, tokens, times[1 + reps / 2], tokens / times[1 + reps / 2],
+		   SENTENCES / times[1 + reps / 2], tf_model_weight_bytes(m) / 1048576.0, resident_mb());
 	free(times);
 	free(h);
 	free(sources);
@@ -274,7 +296,7 @@ main(int argc, char **argv)
 	else
 	{
 		fprintf(stderr, "usage: decode weights OUT small|base [VOCAB]\n"
-				"       decode run WEIGHTS THREADS BEAM BATCH OFFSET [REPS] [OUT_IDS] [--device cpu|cuda|cuda:N] [--precision fp32|bf16]\n");
+				"       decode run WEIGHTS THREADS BEAM BATCH OFFSET [REPS] [OUT_IDS] [--device cpu|cuda|cuda:N] [--precision fp32|bf16|int8]\n");
 		return 2;
 	}
 	return 0;

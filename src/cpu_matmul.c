@@ -7,10 +7,12 @@
  * first use with the row count a run-time dimension and kept: oneDNN
  * primitives are bound to the OpenMP thread count they were created under.
  * Weights are read where they lie, as a [in, out] matrix in oneDNN's "ba"
- * layout, which is the nn.Linear layout [out, in] row-major: oneDNN 2.6's
- * matmul for a run-time row count asks for exactly this layout when left to
- * choose ("any"; measured in bench/cpu_matmul.c), so nothing is repacked at
- * load or per call and the model holds one copy of each weight.
+ * layout, which is the nn.Linear layout [out, in] row-major, so the model
+ * holds one copy of each weight (the int8 embedding serves both the lookup
+ * and the output projection) and nothing is reordered at load. oneDNN 2.6
+ * computes these products with its JIT GEMM on plain layouts, packing
+ * panels inside each call; left to choose ("any") it asks for the plain
+ * transpose ("ab"), which measures no faster (bench/cpu_matmul.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cpu_matmul.h"
