@@ -11,6 +11,15 @@ With BF16_RULES set (make_bf16_fixture.py), the engine's bf16 mixed precision ap
 explicitly: every matrix product of a projection and the logits takes its operands rounded
 to bfloat16 (round-to-nearest-even) and accumulates in fp32, and attention reads its keys
 and values rounded so; everything else stays fp32.
+
+With INT8_RULES set (make_int8_fixture.py), the engine's int8 models (src/quantize.c,
+src/cpu_matmul.c) applied explicitly: every projection's weight and the shared embedding
+(for the lookup and the logits) are quantized per output row, s = max|row| / 127, q =
+round(w / s) to nearest even; every product quantizes its input per row the same way
+(q = round(x * (127 / max|x|)), the factor in float32) and sums q_x q_w exactly, scaled by
+s_x s_w, plus the bias; everything else stays fp32. INT8_WEIGHT_MAX = 63 applies the
+rounding of weights to 7 bits that the engine does on CPUs without VNNI (q' = round(q * 63 /
+127), s' = s * 127 / 63).
 """
 import math
 
@@ -21,6 +30,8 @@ import torch.nn.functional as F
 
 
 BF16_RULES = False
+INT8_RULES = False
+INT8_WEIGHT_MAX = 127
 SDPA = False  # attention through F.scaled_dot_product_attention (PyTorch >= 2.0; bench/reference_train_step.py bf16)
 
 
@@ -29,10 +40,44 @@ def rounded(t):
     return t.to(torch.bfloat16).to(torch.float32) if BF16_RULES else t
 
 
+def quantized_rows(w):
+    """(q, s): w [rows, n] quantized per row, w ~ s[:, None] * q (INT8_RULES)."""
+    amax = w.abs().amax(dim=-1, keepdim=True)
+    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
+    return torch.round(w * inv), amax / 127.0
+
+
+def quantized_weight(w):
+    """(q, s) of a weight [out, in] per row, fitted to INT8_WEIGHT_MAX as the engine loads it."""
+    q, s = quantized_rows(w)
+    if INT8_WEIGHT_MAX < 127:
+        q = torch.round(q * (INT8_WEIGHT_MAX / 127.0))
+        s = s * (127.0 / INT8_WEIGHT_MAX)
+    return q, s
+
+
+def int8_product(x, w, bias):
+    """x [..., in] w^T [in, out] (+ bias) under INT8_RULES, in float64 (exact integer sums)."""
+    qx, sx = quantized_rows(x)
+    qw, sw = quantized_weight(w)
+    y = (qx.double() @ qw.double().t()) * sx.double() * sw.double().t()
+    return (y + bias.double() if bias is not None else y).float()
+
+
+def embedding_weight(e):
+    """The shared embedding as the products and the lookup see it (dequantized under INT8_RULES)."""
+    if not INT8_RULES:
+        return e
+    q, s = quantized_weight(e)
+    return q * s
+
+
 class Linear(nn.Linear):
-    """nn.Linear whose product follows BF16_RULES (same parameters, same names)."""
+    """nn.Linear whose product follows BF16_RULES or INT8_RULES (same parameters, same names)."""
 
     def forward(self, x):
+        if INT8_RULES:
+            return int8_product(x, self.weight, self.bias)
         return F.linear(rounded(x), rounded(self.weight), self.bias)
 
 
@@ -118,15 +163,19 @@ class Transformer(nn.Module):
         m, cfg, d = self.model, self.cfg, self.cfg["d_model"]
         pad = cfg["pad_id"]
         src_pad, tgt_pad = src == pad, tgt_in == pad
-        x = m.shared(src) * math.sqrt(d) + positions(src.shape[1], d).to(src.device)
+        emb = embedding_weight(m.shared.weight)
+        x = F.embedding(src, emb) * math.sqrt(d) + positions(src.shape[1], d).to(src.device)
         x = F.dropout(x, cfg["dropout"], self.training)
         for layer in m.encoder.layers:
             x = layer(x, src_pad, False)
-        y = m.shared(tgt_in) * math.sqrt(d) + positions(tgt_in.shape[1], d).to(tgt_in.device)
+        y = F.embedding(tgt_in, emb) * math.sqrt(d) + positions(tgt_in.shape[1], d).to(tgt_in.device)
         y = F.dropout(y, cfg["dropout"], self.training)
         for layer in m.decoder.layers:
             y = layer(y, tgt_pad, True, x, src_pad)
-        logits = (rounded(y) @ rounded(m.shared.weight).t()).reshape(-1, cfg["vocab_size"])
+        if INT8_RULES:
+            logits = int8_product(y, m.shared.weight, None).reshape(-1, cfg["vocab_size"])
+        else:
+            logits = (rounded(y) @ rounded(m.shared.weight).t()).reshape(-1, cfg["vocab_size"])
         loss = F.cross_entropy(logits, labels.reshape(-1), ignore_index=pad,
                                label_smoothing=cfg["label_smoothing"], reduction="sum")
         return logits, loss, int((labels != pad).sum())

@@ -411,6 +411,49 @@ check_translation(const Fixture *fx, TfModel *fp32, TfModel *q)
 	free(hq);
 }
 
+/*
+ * The PyTorch reference's int8 rules (test/fixtures/int8_fixture.bin, from
+ * bench/torch_model.py INT8_RULES on the decode fixture's model): the int8
+ * model's teacher-forced log-probabilities equal them (7-bit weights'
+ * where the CPU has no VNNI) within 1e-4 nats per sentence, where int8 and
+ * fp32 differ by up to 6e-2 (measured: within 1e-6). (Not bitwise: the
+ * two compute the fp32 parts in different orders, and an input that lands
+ * on a rounding boundary of its quantization may round either way.)
+ */
+static void
+check_torch_rules(const char *fixtures, const Fixture *fx, TfModel *q)
+{
+	Fixture		ref;
+	char		path[512],
+				err[TF_ERRLEN];
+	const FixTensor *src = fixture_get(fx, "src"),
+			   *tgt_in = fixture_get(fx, "score.tgt_in");
+	TfBatch		b = {4, (int) src->count / 4, (int) tgt_in->count / 4, src->data, tgt_in->data,
+	fixture_get(fx, "score.labels")->data};
+	double		lp[4],
+				worst = 0.0,
+				int8_vs_fp32 = 0.0;
+	const float *want,
+			   *fp32;
+	int			i;
+
+	snprintf(path, sizeof(path), "%s/int8_fixture.bin", fixtures);
+	CHECK(fixture_read(path, &ref), "read %s", path);
+	/* the 7-bit weights of a CPU without VNNI have their own reference */
+	want = fixture_get(&ref, q->be->int8_weight_max == 127 ? "int8.log_prob" : "int8_7bit.log_prob")->data;
+	fp32 = fixture_get(&ref, "fp32.log_prob")->data;
+	CHECK(tf_model_score(q, &b, lp, err, sizeof(err)) == TF_OK, "score: %s", err);
+	for (i = 0; i < 4; i++)
+	{
+		worst = fmax(worst, fabs(lp[i] - want[i]));
+		int8_vs_fp32 = fmax(int8_vs_fp32, fabs(want[i] - fp32[i]));
+	}
+	CHECK(worst <= 1e-4, "int8 log-probabilities differ from PyTorch's int8 rules by %.2g nats", worst);
+	printf("  PyTorch int8 rules (%d-bit weights): 4 teacher-forced log-probabilities within %.2g nats (int8 vs fp32: %.2g)\n",
+		   q->be->int8_weight_max == 127 ? 8 : 7, worst, int8_vs_fp32);
+	fixture_free(&ref);
+}
+
 void
 test_quantize(const char *fixtures)
 {
@@ -431,7 +474,10 @@ test_quantize(const char *fixtures)
 	fp32 = fixture_decode_model(&fx);
 	q = fp32 != NULL ? check_tensors(fp32) : NULL;
 	if (q != NULL)
+	{
+		check_torch_rules(fixtures, &fx, q);
 		check_translation(&fx, fp32, q);
+	}
 	tf_model_free(q);
 	tf_model_free(fp32);
 	fixture_free(&fx);
