@@ -3,14 +3,15 @@
  * oneDNN matmul in int8 (s8 x s8, per-column scales), fp32 and bf16 with a
  * run-time row count and weights in nn.Linear's layout (what
  * src/cpu_matmul.c does for int8 and fp32; bf16 is the third option
- * measured, not used), against OpenBLAS cblas_sgemm (what training uses).
+ * measured, not used), against OpenBLAS (cblas_sgemm, or cblas_sgemv per
+ * row for up to 4 rows, as the CPU backend's gemm).
  * Also prints the weights layout oneDNN asks for when left to choose
  * ("any"), int8 with its weights in that layout when it is the transpose
  * ("ab"), and whether the int8 product equals the exact integer one.
  *
  *   bench/cpu_matmul [REPS]
  *
- * Shapes: rows 1, 4, 32, 128 (greedy and beam 4 at batch 1 and 32) times
+ * Shapes: rows 1 to 128 (greedy and beam 4 at batch 1 to 32) times
  * the base model's products (512 -> 1536, 512 -> 2048, 2048 -> 512, 512 ->
  * 8000 logits). One line per shape with microseconds per call (best of 5
  * runs of REPS calls); run it beside nothing else.
@@ -143,7 +144,7 @@ run(dnnl_primitive_t prim, dnnl_data_type_t dt, dnnl_format_tag_t tag, int rows,
 int
 main(int argc, char **argv)
 {
-	static const int rows_list[] = {1, 4, 32, 128};
+	static const int rows_list[] = {1, 4, 8, 16, 32, 64, 128};
 	static const int shapes[][2] = {{512, 1536}, {512, 2048}, {2048, 512}, {512, 8000}};
 	int			reps = argc > 1 ? atoi(argv[1]) : 100;
 	size_t		s,
@@ -223,12 +224,21 @@ main(int argc, char **argv)
 							run(pb, dnnl_bf16, dnnl_ba, rows, in, out, xb, wb, y, NULL);
 						else if (kind == 4)
 							run(pt, dnnl_s8, dnnl_ab, rows, in, out, xq, wt, y, scales);
+						else if (rows <= 4)
+						{
+							int			r;
+
+							/* the engine's OpenBLAS path for up to 4 rows: sgemv per row (src/backend_cpu.c) */
+							for (r = 0; r < rows; r++)
+								cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, wf, in, xf + (size_t) r * in, 1,
+											0.0f, y + (size_t) r * out, 1);
+						}
 						else
 							cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, xf, in, wf, in,
 										0.0f, y, out);
 					best[kind] = (now() - t0) / reps * 1e6 < best[kind] ? (now() - t0) / reps * 1e6 : best[kind];
 				}
-			printf("rows %3d  %4d -> %4d   int8 %8.1f (ab %8.1f)   fp32 %8.1f   bf16 %8.1f   openblas sgemm %8.1f   "
+			printf("rows %3d  %4d -> %4d   int8 %8.1f (ab %8.1f)   fp32 %8.1f   bf16 %8.1f   openblas %8.1f   "
 				   "fp32/int8 %.2f  layout asked for (any): int8 %s, fp32 %s, bf16 %s; int8 exact: %s\n",
 				   rows, in, out, best[0], best[4], best[1], best[2], best[3], best[1] / best[0], lq, lf, lb,
 				   wrong == 0 ? "yes" : "NO");

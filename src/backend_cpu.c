@@ -151,6 +151,19 @@ cpu_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float a
 				m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+static void cpu_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols);
+
+/*
+ * fp32 products of one row and of 9 to 64 rows go to OpenBLAS (sgemv,
+ * sgemm), the others to oneDNN: its GEMM with weights in the nn.Linear
+ * layout slows down 5-8x from 16 rows on, and OpenBLAS's sgemv is a little
+ * faster for one row (bench/cpu_matmul, 512 -> 2048, microseconds: 1 row
+ * 36 / sgemv 30; 8 rows 98 / sgemm 366; 32 rows 658 / 465; 128 rows 977 /
+ * 1296).
+ */
+#define FP32_BLAS_MIN_ROWS 9
+#define FP32_BLAS_MAX_ROWS 64
+
 static void
 cpu_linear(TfBackend *be, TfWeightType type, float *y, const float *x, const void *w, const float *scales,
 		   const float *bias, int rows, int in, int out)
@@ -158,6 +171,13 @@ cpu_linear(TfBackend *be, TfWeightType type, float *y, const float *x, const voi
 	CpuState   *st = be->state;
 	char		err[TF_ERRLEN];
 
+	if (type == TF_WEIGHTS_FP32 && (rows == 1 || (rows >= FP32_BLAS_MIN_ROWS && rows <= FP32_BLAS_MAX_ROWS)))
+	{
+		if (bias != NULL)
+			cpu_bias_rows(be, y, bias, rows, out);
+		cpu_gemm(be, false, true, rows, out, in, 1.0f, x, in, w, in, bias != NULL ? 1.0f : 0.0f, y, out);
+		return;
+	}
 	if (!cpu_matmul_linear(st->matmul, st->threads, type, y, x, w, scales, bias, rows, in, out, err, sizeof(err)) &&
 		st->error[0] == '\0')
 		snprintf(st->error, sizeof(st->error), "%s", err);
