@@ -648,7 +648,7 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 	return TF_OK;
 }
 
-/* The scale of row `row` of the quantized matrix rows starting at q8 offset w. */
+/* The scales of the quantized weight rows that start at q8 offset w (a row of a matrix entry). */
 static const float *
 row_scales(const TfModel *m, size_t w)
 {
@@ -668,8 +668,8 @@ row_scales(const TfModel *m, size_t w)
  * y[rows, out] = x[rows, in] W^T + b with W [out, in] as in nn.Linear. In
  * training, the bias is the GEMM's initial C (beta 1), one pass instead of
  * a zeroing and an add; inference goes through the backend's linear where
- * there is one (oneDNN on the CPU: faster than sgemm for decoding's few
- * rows, bench/cpu_matmul.c).
+ * there is one (the CPU's: oneDNN or OpenBLAS by row count, int8 through
+ * oneDNN; bench/cpu_matmul.c).
  */
 void
 tf_linear(TfModel *m, float *y, const float *x, size_t w, size_t b, int rows, int in, int out)
