@@ -19,7 +19,7 @@ END
 $$;
 
 BEGIN;
-SELECT plan(25);
+SELECT plan(26);
 
 SELECT attention.create_corpus('model_privileges', 'en', 'de');
 SELECT attention.import_corpus('model_privileges', $$SELECT 'the package', 'das Paket'$$);
