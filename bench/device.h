@@ -57,7 +57,7 @@ bench_set_precision(TfModel *m)
  * function quantize() does (tf_model_quantize, its tensors loaded into a
  * new int8 model); m is freed. Otherwise m itself.
  */
-static TfModel *
+static inline TfModel *
 bench_quantize(TfModel *m, int threads)
 {
 	char		err[TF_ERRLEN];
