@@ -2,7 +2,9 @@
 conventions and Hugging Face MarianMT parameter names: the shared embedding scaled by
 sqrt(d_model) plus interleaved sinusoidal positions, post-norm encoder and decoder
 layers, padding and causal masks, logits through the shared embedding, and PyTorch's
-label-smoothed cross-entropy ignoring padding.
+label-smoothed cross-entropy ignoring padding. Configuration keys beyond the presets':
+"normalize_before" (pre-norm layers and a final LayerNorm per stack, fairseq's and M2M-100's),
+"scale_embedding" (false: no sqrt(d_model)) and "positions" ("fairseq": M2M-100's sinusoids).
 
 Used by test/fixtures/make_model_fixture.py (the reference state the C tests compare
 against) and bench/reference_train_step.py (the throughput reference).
@@ -81,8 +83,15 @@ class Linear(nn.Linear):
         return F.linear(rounded(x), rounded(self.weight), self.bias)
 
 
-def positions(length, d):
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...), float64 then float32."""
+def positions(length, d, kind="paper", first=0):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...), float64 then float32; or
+    kind "fairseq" (M2M-100's): sines then cosines of (pos + first) * exp(-i ln 10000 / (d/2 - 1)),
+    computed in float32 as transformers' M2M100SinusoidalPositionalEmbedding does."""
+    if kind == "fairseq":
+        half = d // 2
+        freq = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
+        angle = torch.arange(first, first + length, dtype=torch.int64).float()[:, None] * freq[None, :]
+        return torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
     pos = np.arange(length, dtype=np.float64)[:, None]
     j = np.arange(d)
     angle = pos / 10000.0 ** ((j - j % 2) / d)
@@ -129,9 +138,17 @@ class Layer(nn.Module):
         self.fc1 = Linear(d, cfg["d_ff"])
         self.fc2 = Linear(cfg["d_ff"], d)
         self.final_layer_norm = nn.LayerNorm(d, eps=eps)
+        self.pre = cfg.get("normalize_before", False)
 
     def forward(self, x, self_pad, causal, mem=None, mem_pad=None):
         drop = lambda t: F.dropout(t, self.dropout, self.training)  # noqa: E731
+        if self.pre:  # x + Drop(F(LN(x))) (fairseq's normalize_before)
+            h = self.self_attn_layer_norm(x)
+            x = x + drop(self.self_attn(h, h, self_pad, causal))
+            if mem is not None:
+                x = x + drop(self.encoder_attn(self.encoder_attn_layer_norm(x), mem, mem_pad, False))
+            hidden = F.dropout(torch.relu(self.fc1(self.final_layer_norm(x))), self.relu_dropout, self.training)
+            return x + drop(self.fc2(hidden))
         x = self.self_attn_layer_norm(x + drop(self.self_attn(x, x, self_pad, causal)))
         if mem is not None:
             x = self.encoder_attn_layer_norm(x + drop(self.encoder_attn(x, mem, mem_pad, False)))
@@ -143,6 +160,13 @@ class Stack(nn.Module):
     def __init__(self, cfg, n, decoder):
         super().__init__()
         self.layers = nn.ModuleList(Layer(cfg, decoder) for _ in range(n))
+        if cfg.get("normalize_before", False):
+            self.layer_norm = nn.LayerNorm(cfg["d_model"], eps=cfg["layer_norm_eps"])
+
+    def forward(self, x, pad, causal, mem=None, mem_pad=None):
+        for layer in self.layers:
+            x = layer(x, pad, causal, mem, mem_pad)
+        return self.layer_norm(x) if hasattr(self, "layer_norm") else x
 
 
 class Inner(nn.Module):
@@ -164,14 +188,12 @@ class Transformer(nn.Module):
         pad = cfg["pad_id"]
         src_pad, tgt_pad = src == pad, tgt_in == pad
         emb = embedding_weight(m.shared.weight)
-        x = F.embedding(src, emb) * math.sqrt(d) + positions(src.shape[1], d).to(src.device)
-        x = F.dropout(x, cfg["dropout"], self.training)
-        for layer in m.encoder.layers:
-            x = layer(x, src_pad, False)
-        y = F.embedding(tgt_in, emb) * math.sqrt(d) + positions(tgt_in.shape[1], d).to(tgt_in.device)
-        y = F.dropout(y, cfg["dropout"], self.training)
-        for layer in m.decoder.layers:
-            y = layer(y, tgt_pad, True, x, src_pad)
+        scale = math.sqrt(d) if cfg.get("scale_embedding", True) else 1.0
+        kind, first = cfg.get("positions", "paper"), pad + 1
+        x = F.embedding(src, emb) * scale + positions(src.shape[1], d, kind, first).to(src.device)
+        x = m.encoder(F.dropout(x, cfg["dropout"], self.training), src_pad, False)
+        y = F.embedding(tgt_in, emb) * scale + positions(tgt_in.shape[1], d, kind, first).to(tgt_in.device)
+        y = m.decoder(F.dropout(y, cfg["dropout"], self.training), tgt_pad, True, x, src_pad)
         if INT8_RULES:
             logits = int8_product(y, m.shared.weight, None).reshape(-1, cfg["vocab_size"])
         else:

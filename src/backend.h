@@ -324,6 +324,16 @@ struct TfBackend
 void		tf_positional_encoding(float *pe, int positions, int d);
 
 /*
+ * fairseq's sinusoids (TF_POSITIONS_FAIRSEQ; Hugging Face's
+ * M2M100SinusoidalPositionalEmbedding) into pe [positions, d], d even:
+ * row p is position p + first (first = padding_idx + 1 there);
+ * pe[p, i] = sin((p + first) f_i), pe[p, d/2 + i] = cos((p + first) f_i),
+ * f_i = exp(-i ln 10000 / (d/2 - 1)), i < d/2, computed in float32 as
+ * PyTorch does.
+ */
+void		tf_positional_encoding_fairseq(float *pe, int positions, int d, int first);
+
+/*
  * Creates a backend: kind "cpu" (OpenBLAS and OpenMP across `threads`
  * threads; device must be 0) or "cuda" (device number `device`, from the
  * CUDA library named by tf_backend_set_cuda_library, loaded on first use).

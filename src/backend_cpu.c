@@ -231,6 +231,26 @@ tf_positional_encoding(float *pe, int positions, int d)
 		}
 }
 
+void
+tf_positional_encoding_fairseq(float *pe, int positions, int d, int first)
+{
+	int			half = d / 2,
+				pos,
+				i;
+	float		step = (float) -(log(10000.0) / (half - 1));
+
+	for (pos = 0; pos < positions; pos++)
+		for (i = 0; i < half; i++)
+		{
+			/* as PyTorch computes them there: the frequency and the angle in float32 */
+			float		freq = expf((float) i * step);
+			float		angle = (float) (pos + first) * freq;
+
+			pe[(size_t) pos * d + i] = sinf(angle);
+			pe[(size_t) pos * d + half + i] = cosf(angle);
+		}
+}
+
 static void
 cpu_embed(TfBackend *be, float *out, const int32_t *ids, const int32_t *positions,
 		  const float *embedding, const float *pe, int rows, int d, float scale)

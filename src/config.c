@@ -18,6 +18,9 @@ config_common(TfConfig *c, int vocab_size)
 	c->pad_id = 0;
 	c->activation = TF_RELU;
 	c->logits_bias = false;
+	c->normalize_before = false;
+	c->scale_embedding = true;
+	c->positions = TF_POSITIONS_PAPER;
 }
 
 void
@@ -106,5 +109,9 @@ tf_config_validate(const TfConfig *c, char *err, size_t errlen)
 		return bad(err, errlen, "layer_norm_eps", "must be positive");
 	if (c->pad_id < 0 || c->pad_id >= c->vocab_size)
 		return bad(err, errlen, "pad_id", "must be a valid id");
+	if (c->positions != TF_POSITIONS_PAPER && c->positions != TF_POSITIONS_FAIRSEQ)
+		return bad(err, errlen, "positions", "must be paper or fairseq");
+	if (c->positions == TF_POSITIONS_FAIRSEQ && c->d_model < 4)
+		return bad(err, errlen, "d_model", "must be at least 4 with fairseq's positions");
 	return TF_OK;
 }

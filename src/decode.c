@@ -41,6 +41,7 @@ tf_decode_options_default(TfDecodeOptions *opt)
 	opt->max_length_offset = TF_DEFAULT_MAX_LENGTH_OFFSET;
 	opt->bos_id = 2;
 	opt->eos_id = 3;
+	opt->forced_id = -1;
 }
 
 void
@@ -63,13 +64,15 @@ length_penalty(double alpha, int length)
 }
 
 /*
- * Most output tokens (without EOS) for a source of n tokens with its EOS:
- * n - 1 + offset, and the decoder's positions stay below max_positions.
+ * Most decoding steps before EOS for a source of n tokens with its EOS:
+ * n - 1 + offset output tokens after the forced token (prefix 1, see
+ * TfDecodeOptions.forced_id; else 0), and the decoder's positions stay
+ * below max_positions.
  */
 static int
-output_limit(const TfConfig *c, int n, int offset)
+output_limit(const TfConfig *c, int n, int offset, int prefix)
 {
-	int64_t		limit = (int64_t) n - 1 + offset;
+	int64_t		limit = (int64_t) n - 1 + offset + prefix;
 
 	return (int) (limit < c->max_positions - 1 ? limit : c->max_positions - 1);
 }
@@ -118,6 +121,7 @@ struct TfStream
 	int			max_src;		/* source positions per slot */
 	int			Tmax;			/* cache positions per row: longest output + EOS */
 	int			RC;				/* row capacity, S * K */
+	int			prefix;			/* 1 with a forced token (the first of every history), else 0 */
 
 	/* host, per slot */
 	void	   *host;			/* the block every host array is carved from */
@@ -298,7 +302,7 @@ stream_resize(TfStream *s, int S, int max_src)
 	s->S = S;
 	s->max_src = max_src;
 	s->RC = S * s->K;
-	s->Tmax = output_limit(&m->config, max_src, s->opt.max_length_offset) + 1;
+	s->Tmax = output_limit(&m->config, max_src, s->opt.max_length_offset, s->prefix) + 1;
 	s->host = calloc(1, host_layout(s, NULL));
 	floats = arena_layout(s, NULL);
 	ints = 7 * (size_t) s->RC + 1;
@@ -377,6 +381,30 @@ stream_resize(TfStream *s, int S, int max_src)
  * s->next_token, each at its sentence's position (steps): writes the rows'
  * keys and values there into the caches and the logits [R, V].
  */
+/*
+ * A decoder sub-layer's output, its branch's result in s->tmp [R, d]:
+ * pre-norm, the residual stream s->x += tmp; post-norm, out = LN(in + tmp)
+ * with the LayerNorm at gamma and beta, in the sub-layer's input (x, x1,
+ * x2 in turn: buffers that let each sub-layer read its input while the
+ * next is written).
+ */
+static void
+sublayer_output(TfStream *s, const float *in, float *out, size_t gamma, size_t beta)
+{
+	TfModel    *m = s->m;
+	TfBackend  *be = m->be;
+	size_t		n = (size_t) s->R * s->d;
+
+	if (m->config.normalize_before)
+	{
+		be->add(be, s->x, s->x, s->tmp, n);
+		return;
+	}
+	be->add(be, s->res, in, s->tmp, n);
+	be->layernorm(be, out, s->mean, s->rstd, s->res, m->params + gamma, m->params + beta, s->R, s->d,
+				  m->config.layer_norm_eps);
+}
+
 static void
 decoder_step(TfStream *s)
 {
@@ -402,6 +430,7 @@ decoder_step(TfStream *s)
 	TfAttentionShape self = {.kv_cache = true},
 				cross = {0};
 	const float *P = m->params;
+	bool		pre = c->normalize_before;
 	int			r,
 				l;
 
@@ -451,7 +480,10 @@ decoder_step(TfStream *s)
 					r1;
 
 		/* masked self-attention over the cache (this position is the newest key) */
-		tf_linear(m, s->qkv, s->x, o->self.w_qkv, o->self.b_qkv, R, d, 3 * d);
+		if (pre)
+			be->layernorm(be, s->x1, s->mean, s->rstd, s->x, P + o->ln_self_g, P + o->ln_self_b, R, d,
+						  c->layer_norm_eps);
+		tf_linear(m, s->qkv, pre ? s->x1 : s->x, o->self.w_qkv, o->self.b_qkv, R, d, 3 * d);
 		for (r0 = 0; r0 < R; r0 = r1)
 		{
 			/* rows of sentences that joined together share a position */
@@ -463,25 +495,27 @@ decoder_step(TfStream *s)
 		be->attention(be, s->ctx, s->probs, s->qkv, 3 * d, (const float *) cache, (const float *) (cache + d * eb),
 					  2 * d, &self);
 		tf_linear(m, s->tmp, s->ctx, o->self.w_out, o->self.b_out, R, d, d);
-		be->add(be, s->res, s->x, s->tmp, (size_t) R * d);
-		be->layernorm(be, s->x1, s->mean, s->rstd, s->res, P + o->ln_self_g, P + o->ln_self_b, R, d,
-					  c->layer_norm_eps);
+		sublayer_output(s, s->x, s->x1, o->ln_self_g, o->ln_self_b);
 		/* encoder-decoder attention over the source's keys and values */
-		tf_linear(m, s->q, s->x1, o->cross.w_qkv, o->cross.b_qkv, R, d, d);
+		if (pre)
+			be->layernorm(be, s->x2, s->mean, s->rstd, s->x, P + o->ln_cross_g, P + o->ln_cross_b, R, d,
+						  c->layer_norm_eps);
+		tf_linear(m, s->q, pre ? s->x2 : s->x1, o->cross.w_qkv, o->cross.b_qkv, R, d, d);
 		be->attention(be, s->ctx, s->probs_cross, s->q, d, s->cross[l], s->cross[l] + d, 2 * d, &cross);
 		tf_linear(m, s->tmp, s->ctx, o->cross.w_out, o->cross.b_out, R, d, d);
-		be->add(be, s->res, s->x1, s->tmp, (size_t) R * d);
-		be->layernorm(be, s->x2, s->mean, s->rstd, s->res, P + o->ln_cross_g, P + o->ln_cross_b, R, d,
-					  c->layer_norm_eps);
+		sublayer_output(s, s->x1, s->x2, o->ln_cross_g, o->ln_cross_b);
 		/* feed-forward */
+		if (pre)
+			be->layernorm(be, s->x2, s->mean, s->rstd, s->x, P + o->ln_ffn_g, P + o->ln_ffn_b, R, d,
+						  c->layer_norm_eps);
 		tf_linear(m, s->f1, s->x2, o->w1, o->b1, R, d, s->F);
 		be->activation(be, c->activation, s->f1, s->f1, (size_t) R * s->F);
 		tf_linear(m, s->tmp, s->f1, o->w2, o->b2, R, s->F, d);
-		be->add(be, s->res, s->x2, s->tmp, (size_t) R * d);
-		be->layernorm(be, s->x, s->mean, s->rstd, s->res, P + o->ln_ffn_g, P + o->ln_ffn_b, R, d,
-					  c->layer_norm_eps);
+		sublayer_output(s, s->x2, s->x, o->ln_ffn_g, o->ln_ffn_b);
 	}
-	tf_logits(m, s->logits, s->x, R);
+	if (pre)
+		tf_final_norm(m, true, s->x1, s->mean, s->rstd, s->x, R);
+	tf_logits(m, s->logits, pre ? s->x1 : s->x, R);
 }
 
 /* Adds a finished hypothesis to its sentence's list (best first, stable); false when out of memory. */
@@ -543,11 +577,24 @@ select_candidates(TfStream *s)
 
 		while (r1 < s->R && s->row_sent[r1] == sent)
 			r1++;
+		if (t < s->prefix)
+		{
+			/* the forced token: the sentence's one row (BOS) continues with it, scoring 0 */
+			s->parent[next] = r0;
+			s->next_sent[next] = sent;
+			s->next_logp[next] = s->row_logp[r0];
+			s->next_token[next] = s->opt.forced_id;
+			s->next_history[(size_t) next * s->Tmax] = s->opt.forced_id;
+			next++;
+			s->steps[sent] = t + 1;
+			r0 = r1;
+			continue;
+		}
 		if (t == s->max_len[sent])
 		{
 			/* at the length limit: EOS is forced */
 			for (r = r0; r < r1; r++)
-				if (!add_finished(s, sent, s->history + (size_t) r * s->Tmax, t,
+				if (!add_finished(s, sent, s->history + (size_t) r * s->Tmax + s->prefix, t - s->prefix,
 								  s->row_logp[r] + s->eos_logp[r], false))
 					return -1;
 			complete(s, sent);
@@ -571,7 +618,8 @@ select_candidates(TfStream *s)
 
 			if (cd->id == s->opt.eos_id)
 			{
-				if (!add_finished(s, sent, s->history + (size_t) row * s->Tmax, t, cd->log_prob, true))
+				if (!add_finished(s, sent, s->history + (size_t) row * s->Tmax + s->prefix, t - s->prefix,
+								  cd->log_prob, true))
 					return -1;
 				continue;
 			}
@@ -589,7 +637,7 @@ select_candidates(TfStream *s)
 		if (next == first_next ||
 			(s->finished_n[sent] >= s->opt.nbest &&
 			 s->finished[(size_t) sent * K + s->opt.nbest - 1].score >=
-			 best_live / length_penalty(s->opt.length_penalty, s->max_len[sent] + 1)))
+			 best_live / length_penalty(s->opt.length_penalty, s->max_len[sent] - s->prefix + 1)))
 		{
 			next = first_next;
 			complete(s, sent);
@@ -677,6 +725,10 @@ check_options(const TfModel *m, const TfDecodeOptions *opt, int batch, char *err
 		snprintf(err, errlen, "max_length_offset %d must not be negative", opt->max_length_offset);
 	else if (opt->bos_id < 0 || opt->bos_id >= V || opt->eos_id < 0 || opt->eos_id >= V)
 		snprintf(err, errlen, "bos_id %d or eos_id %d is out of range [0, %d)", opt->bos_id, opt->eos_id, V);
+	else if (opt->forced_id >= V)
+		snprintf(err, errlen, "forced_id %d is out of range [0, %d)", opt->forced_id, V);
+	else if (opt->forced_id >= 0 && m->config.max_positions < 3)
+		snprintf(err, errlen, "a forced token needs max_positions >= 3, not %d", m->config.max_positions);
 	else if (batch < 1)
 		snprintf(err, errlen, "empty batch: %d sentences", batch);
 	else if (m->config.num_decoder_layers > MAX_DECODER_LAYERS)
@@ -723,6 +775,7 @@ stream_new(TfModel *m, const TfDecodeOptions *opt)
 	s->F = m->config.d_ff;
 	s->H = m->config.num_heads;
 	s->Ld = m->config.num_decoder_layers;
+	s->prefix = opt->forced_id >= 0 ? 1 : 0;
 	return s;
 }
 
@@ -842,7 +895,7 @@ tf_stream_add(TfStream *s, const int32_t *src, int batch, int src_len, const int
 			slot++;
 		s->used[slot] = true;
 		s->src_count[slot] = n;
-		s->max_len[slot] = output_limit(c, n, s->opt.max_length_offset);
+		s->max_len[slot] = output_limit(c, n, s->opt.max_length_offset, s->prefix);
 		s->steps[slot] = 0;
 		s->finished_n[slot] = 0;
 		s->tag[slot] = tags != NULL ? tags[i] : i;

@@ -134,6 +134,13 @@ layout_parameters(TfModel *m)
 	}
 	if (c->logits_bias)
 		m->off_logits_bias = add_param(m, "", "final_logits_bias", 1, c->vocab_size, INIT_ZERO);
+	if (c->normalize_before)
+	{
+		size_t		beta;
+
+		layout_norm(m, "model.encoder.", "layer_norm", &m->off_enc_norm, &beta);
+		layout_norm(m, "model.decoder.", "layer_norm", &m->off_dec_norm, &beta);
+	}
 }
 
 /* Initialises the parameters on the host from the counter-based generator. */
@@ -219,7 +226,7 @@ create(const TfConfig *config, uint64_t seed, const char *device, int threads, b
 		return NULL;
 	m = calloc(1, sizeof(TfModel));
 	layers = config->num_encoder_layers + config->num_decoder_layers;
-	max_entries = 2 + layers * 30;
+	max_entries = 6 + layers * 30;
 	if (m == NULL ||
 		(m->entries = calloc(max_entries, sizeof(ParamEntry))) == NULL ||
 		(m->layer_off = calloc(layers, sizeof(LayerOffsets))) == NULL ||
@@ -273,7 +280,10 @@ create(const TfConfig *config, uint64_t seed, const char *device, int threads, b
 		init_parameters(m, host);
 		m->be->upload(m->be, m->params, host, m->num_params * sizeof(float));
 	}
-	tf_positional_encoding(host, config->max_positions, config->d_model);
+	if (config->positions == TF_POSITIONS_FAIRSEQ)
+		tf_positional_encoding_fairseq(host, config->max_positions, config->d_model, config->pad_id + 1);
+	else
+		tf_positional_encoding(host, config->max_positions, config->d_model);
 	m->be->upload(m->be, m->pe, host, (size_t) config->max_positions * config->d_model * sizeof(float));
 	free(host);
 	if (m->be->status(m->be, err, errlen) != TF_OK)
@@ -537,8 +547,16 @@ layout_activations(TfModel *m, float *base)
 		a->r_ffn = take(base, &used, rows * d);
 		a->mean_ffn = take(base, &used, rows);
 		a->rstd_ffn = take(base, &used, rows);
+		a->ln_ffn = c->normalize_before ? take(base, &used, rows * d) : NULL;
 		a->out = take(base, &used, rows * d);
 		x = a->out;
+	}
+	if (c->normalize_before)
+	{
+		m->enc_final = take(base, &used, Ns * d);
+		m->dec_final = take(base, &used, Nt * d);
+		m->final_mean = take(base, &used, Ns + Nt);
+		m->final_rstd = take(base, &used, Ns + Nt);
 	}
 	m->logits = take(base, &used, Nt * c->vocab_size);
 	m->inv_sum = take(base, &used, Nt);
@@ -703,6 +721,13 @@ tf_logits(TfModel *m, float *logits, const float *h, int rows)
 			  c->vocab_size);
 }
 
+/* The embeddings' scale: sqrt(d_model) (section 3.4), or 1 without scale_embedding. */
+static float
+embed_scale(const TfModel *m)
+{
+	return m->config.scale_embedding ? sqrtf((float) m->config.d_model) : 1.0f;
+}
+
 void
 tf_embed(TfModel *m, float *out, const int32_t *ids, const int32_t *positions, int rows)
 {
@@ -710,9 +735,33 @@ tf_embed(TfModel *m, float *out, const int32_t *ids, const int32_t *positions, i
 
 	if (m->quantized)
 		m->be->embed_int8(m->be, out, ids, positions, m->q8 + m->off_embedding, m->qscale, m->pe, rows, d,
-						  sqrtf((float) d));
+						  embed_scale(m));
 	else
-		m->be->embed(m->be, out, ids, positions, m->params + m->off_embedding, m->pe, rows, d, sqrtf((float) d));
+		m->be->embed(m->be, out, ids, positions, m->params + m->off_embedding, m->pe, rows, d, embed_scale(m));
+}
+
+void
+tf_final_norm(TfModel *m, bool decoder, float *out, float *mean, float *rstd, const float *x, int rows)
+{
+	size_t		g = decoder ? m->off_dec_norm : m->off_enc_norm;
+
+	m->be->layernorm(m->be, out, mean, rstd, x, m->params + g, m->params + g + m->config.d_model, rows,
+					 m->config.d_model, m->config.layer_norm_eps);
+}
+
+const float *
+tf_encoder_output(const TfModel *m)
+{
+	return m->config.normalize_before ? m->enc_final : m->acts[m->config.num_encoder_layers - 1].out;
+}
+
+/* The decoder's output [Nt, d_model] of the last forward: tf_encoder_output's twin. */
+static const float *
+decoder_output(const TfModel *m)
+{
+	const TfConfig *c = &m->config;
+
+	return c->normalize_before ? m->dec_final : m->acts[c->num_encoder_layers + c->num_decoder_layers - 1].out;
 }
 
 /*
@@ -761,18 +810,32 @@ attn_shape(const TfModel *m, AttnKind kind, uint32_t site)
 	return s;
 }
 
-/* Residual sub-layer output: r = x + Drop(y) (y is overwritten), then LayerNorm. */
+/* Residual sub-layer output: r = x + Drop(y) (y is overwritten). */
+static void
+residual(TfModel *m, float *r, const float *x, float *y, int rows, uint32_t site, uint8_t *keep)
+{
+	TfBackend  *be = m->be;
+	size_t		n = (size_t) rows * m->config.d_model;
+
+	be->dropout(be, y, y, n, m->p_dropout, m->seed, tf_dropout_stream(m->step, m->lay.index, site), keep);
+	be->add(be, r, x, y, n);
+}
+
+/* LayerNorm of x [rows, d] with the parameters at gamma and beta into out, statistics into mean and rstd. */
+static void
+layer_norm(TfModel *m, float *out, float *mean, float *rstd, const float *x, size_t gamma, size_t beta, int rows)
+{
+	m->be->layernorm(m->be, out, mean, rstd, x, m->params + gamma, m->params + beta, rows, m->config.d_model,
+					 m->config.layer_norm_eps);
+}
+
+/* Post-norm sub-layer output: r = x + Drop(y) (y is overwritten), then out = LN(r). */
 static void
 residual_norm(TfModel *m, float *out, float *mean, float *rstd, float *r, const float *x, float *y,
 			  size_t gamma, size_t beta, int rows, uint32_t site, uint8_t *keep)
 {
-	TfBackend  *be = m->be;
-	int			d = m->config.d_model;
-
-	be->dropout(be, y, y, (size_t) rows * d, m->p_dropout, m->seed, tf_dropout_stream(m->step, m->lay.index, site), keep);
-	be->add(be, r, x, y, (size_t) rows * d);
-	be->layernorm(be, out, mean, rstd, r, m->params + gamma, m->params + beta, rows, d,
-				  m->config.layer_norm_eps);
+	residual(m, r, x, y, rows, site, keep);
+	layer_norm(m, out, mean, rstd, r, gamma, beta, rows);
 }
 
 /* Decoder layer l's keys and values of the encoder output enc_out [Ns, d]: kv_cross [Ns, 2d]. */
@@ -786,7 +849,12 @@ cross_keys_values(TfModel *m, int l, const float *enc_out)
 			  d, 2 * d);
 }
 
-/* One encoder or decoder layer forward. */
+/*
+ * One encoder or decoder layer forward: post-norm (the paper's, section
+ * 3.1), each sub-layer LN(x + Drop(F(x))); or pre-norm (normalize_before),
+ * each x + Drop(F(LN(x))), where the LayerNorms' outputs go to ln_self,
+ * ln_cross and ln_ffn and the sums to r_self, r_cross and out.
+ */
 static void
 layer_forward(TfModel *m, int l)
 {
@@ -794,46 +862,76 @@ layer_forward(TfModel *m, int l)
 	const TfConfig *c = &m->config;
 	const LayerOffsets *o = &m->layer_off[l];
 	LayerActs  *a = &m->acts[l];
-	bool		dec = l >= c->num_encoder_layers;
+	bool		dec = l >= c->num_encoder_layers,
+				pre = c->normalize_before;
 	int			d = c->d_model,
 				F = c->d_ff;
 	int			rows = dec ? m->lay.Nt : m->lay.Ns;
 	uint32_t	site = dec ? SITE_DEC_LAYER(l - c->num_encoder_layers) : SITE_ENC_LAYER(l);
+	const float *x = a->x;		/* the residual stream */
+	const float *in;
 	TfAttentionShape sh;
 
 	/* self-attention */
-	tf_linear(m, a->qkv, a->x, o->self.w_qkv, o->self.b_qkv, rows, d, 3 * d);
+	if (pre)
+		layer_norm(m, a->ln_self, a->mean_self, a->rstd_self, x, o->ln_self_g, o->ln_self_b, rows);
+	in = pre ? a->ln_self : x;
+	tf_linear(m, a->qkv, in, o->self.w_qkv, o->self.b_qkv, rows, d, 3 * d);
 	sh = attn_shape(m, dec ? ATTN_DECODER_SELF : ATTN_ENCODER, site + SITE_SELF_PROBS);
 	be->attention(be, a->ctx, a->probs, a->qkv, 3 * d, a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
 	tf_linear(m, m->tmp, a->ctx, o->self.w_out, o->self.b_out, rows, d, d);
-	residual_norm(m, a->ln_self, a->mean_self, a->rstd_self, a->r_self, a->x, m->tmp,
-				  o->ln_self_g, o->ln_self_b, rows, site + SITE_SELF_OUT, a->keep_self);
+	if (pre)
+		residual(m, a->r_self, x, m->tmp, rows, site + SITE_SELF_OUT, a->keep_self);
+	else
+		residual_norm(m, a->ln_self, a->mean_self, a->rstd_self, a->r_self, x, m->tmp,
+					  o->ln_self_g, o->ln_self_b, rows, site + SITE_SELF_OUT, a->keep_self);
+	x = pre ? a->r_self : a->ln_self;
 	/* encoder-decoder attention: queries from the decoder, keys and values from the encoder output */
 	if (dec)
 	{
-		const float *enc_out = m->acts[c->num_encoder_layers - 1].out;
-
-		tf_linear(m, a->q_cross, a->ln_self, o->cross.w_qkv, o->cross.b_qkv, rows, d, d);
-		cross_keys_values(m, l, enc_out);
+		if (pre)
+			layer_norm(m, a->ln_cross, a->mean_cross, a->rstd_cross, x, o->ln_cross_g, o->ln_cross_b, rows);
+		in = pre ? a->ln_cross : x;
+		tf_linear(m, a->q_cross, in, o->cross.w_qkv, o->cross.b_qkv, rows, d, d);
+		cross_keys_values(m, l, tf_encoder_output(m));
 		sh = attn_shape(m, ATTN_CROSS, site + SITE_CROSS_PROBS);
 		be->attention(be, a->ctx_cross, a->probs_cross, a->q_cross, d, a->kv_cross, a->kv_cross + d,
 					  2 * d, &sh);
 		tf_linear(m, m->tmp, a->ctx_cross, o->cross.w_out, o->cross.b_out, rows, d, d);
-		residual_norm(m, a->ln_cross, a->mean_cross, a->rstd_cross, a->r_cross, a->ln_self, m->tmp,
-					  o->ln_cross_g, o->ln_cross_b, rows, site + SITE_CROSS_OUT, a->keep_cross);
+		if (pre)
+			residual(m, a->r_cross, x, m->tmp, rows, site + SITE_CROSS_OUT, a->keep_cross);
+		else
+			residual_norm(m, a->ln_cross, a->mean_cross, a->rstd_cross, a->r_cross, x, m->tmp,
+						  o->ln_cross_g, o->ln_cross_b, rows, site + SITE_CROSS_OUT, a->keep_cross);
+		x = pre ? a->r_cross : a->ln_cross;
 	}
 	/* position-wise feed-forward network (eq. 2) */
-	{
-		const float *ffn_in = dec ? a->ln_cross : a->ln_self;
-
-		tf_linear(m, a->f1, ffn_in, o->w1, o->b1, rows, d, F);
-		be->activation(be, c->activation, a->h, a->f1, (size_t) rows * F);
-		be->dropout(be, a->h, a->h, (size_t) rows * F, m->p_relu, m->seed,
-					tf_dropout_stream(m->step, m->lay.index, site + SITE_RELU), a->keep_relu);
-		tf_linear(m, m->tmp, a->h, o->w2, o->b2, rows, F, d);
-		residual_norm(m, a->out, a->mean_ffn, a->rstd_ffn, a->r_ffn, ffn_in, m->tmp,
+	if (pre)
+		layer_norm(m, a->ln_ffn, a->mean_ffn, a->rstd_ffn, x, o->ln_ffn_g, o->ln_ffn_b, rows);
+	in = pre ? a->ln_ffn : x;
+	tf_linear(m, a->f1, in, o->w1, o->b1, rows, d, F);
+	be->activation(be, c->activation, a->h, a->f1, (size_t) rows * F);
+	be->dropout(be, a->h, a->h, (size_t) rows * F, m->p_relu, m->seed,
+				tf_dropout_stream(m->step, m->lay.index, site + SITE_RELU), a->keep_relu);
+	tf_linear(m, m->tmp, a->h, o->w2, o->b2, rows, F, d);
+	if (pre)
+		residual(m, a->out, x, m->tmp, rows, site + SITE_FFN_OUT, a->keep_ffn);
+	else
+		residual_norm(m, a->out, a->mean_ffn, a->rstd_ffn, a->r_ffn, x, m->tmp,
 					  o->ln_ffn_g, o->ln_ffn_b, rows, site + SITE_FFN_OUT, a->keep_ffn);
-	}
+}
+
+/* The encoder layers, then (pre-norm) the encoder's final LayerNorm. */
+static void
+encoder_forward(TfModel *m)
+{
+	int			l;
+
+	for (l = 0; l < m->config.num_encoder_layers; l++)
+		layer_forward(m, l);
+	if (m->config.normalize_before)
+		tf_final_norm(m, false, m->enc_final, m->final_mean, m->final_rstd,
+					  m->acts[m->config.num_encoder_layers - 1].out, m->lay.Ns);
 }
 
 static int	forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *tokens,
@@ -926,10 +1024,9 @@ tf_model_encode(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 	rc = forward_start(m, b, false, err, errlen);
 	if (rc == TF_OK)
 	{
-		for (l = 0; l < Le; l++)
-			layer_forward(m, l);
+		encoder_forward(m);
 		for (l = Le; l < Le + c->num_decoder_layers; l++)
-			cross_keys_values(m, l, m->acts[Le - 1].out);
+			cross_keys_values(m, l, tf_encoder_output(m));
 		rc = m->be->status(m->be, err, errlen);
 	}
 	tf_restore_signals(&old);
@@ -955,11 +1052,15 @@ forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *
 	tf_embed(m, m->dec_x0, TGT_IDS(m), TGT_POS(m), m->lay.Nt);
 	be->dropout(be, m->dec_x0, m->dec_x0, (size_t) m->lay.Nt * d, m->p_dropout, m->seed,
 				tf_dropout_stream(m->step, m->lay.index, SITE_DEC_EMBED), m->keep_dec_embed);
-	for (l = 0; l < layers; l++)
+	encoder_forward(m);
+	for (l = c->num_encoder_layers; l < layers; l++)
 		layer_forward(m, l);
+	if (c->normalize_before)
+		tf_final_norm(m, true, m->dec_final, m->final_mean + m->lay.Ns, m->final_rstd + m->lay.Ns,
+					  m->acts[layers - 1].out, m->lay.Nt);
 
 	/* logits through the shared embedding (section 3.4) and the label-smoothed loss */
-	tf_logits(m, m->logits, m->acts[layers - 1].out, m->lay.Nt);
+	tf_logits(m, m->logits, decoder_output(m), m->lay.Nt);
 	be->cross_entropy(be, m->logits, training ? m->inv_sum : NULL, LABELS(m), m->lay.Nt, c->vocab_size,
 					  c->pad_id, c->label_smoothing, m->row_loss);
 	be->accumulate(be, m->stats, m->row_loss, (size_t) m->lay.Nt);
@@ -1002,12 +1103,29 @@ residual_norm_backward(TfModel *m, float *dr, float *dy, const float *dout, cons
 }
 
 /*
- * Backward of one layer: dout (gradient of the layer output) in m->g_a;
- * leaves the gradient of the layer input in m->g_a. Decoder layers add the
- * gradient of the encoder output to m->g_enc.
+ * Backward of a pre-norm LayerNorm feeding a sub-layer: dln (d of the
+ * LayerNorm's output; overwritten) through LN(x) added into dx, with the
+ * parameters' gradients. Uses m->tmp.
  */
 static void
-layer_backward(TfModel *m, int l)
+norm_backward_add(TfModel *m, float *dx, float *dln, const float *x, const float *mean, const float *rstd,
+				  size_t gamma, size_t beta, int rows)
+{
+	TfBackend  *be = m->be;
+	int			d = m->config.d_model;
+
+	be->layernorm_backward(be, m->tmp, m->grads + gamma, m->grads + beta, dln, x, mean, rstd, m->params + gamma,
+						   rows, d);
+	be->add(be, dx, dx, m->tmp, (size_t) rows * d);
+}
+
+/*
+ * Backward of one post-norm layer: dout (gradient of the layer output) in
+ * m->g_a; leaves the gradient of the layer input in m->g_a. Decoder layers
+ * add the gradient of the encoder output to m->g_enc.
+ */
+static void
+post_norm_layer_backward(TfModel *m, int l)
 {
 	TfBackend  *be = m->be;
 	const TfConfig *c = &m->config;
@@ -1033,8 +1151,6 @@ layer_backward(TfModel *m, int l)
 
 	if (dec)
 	{
-		const float *enc_out = m->acts[c->num_encoder_layers - 1].out;
-
 		/* g_a = d(r_cross) = d(ln_self) so far; tmp = d(cross out_proj output) */
 		residual_norm_backward(m, m->g_a, m->tmp, m->g_b, a->r_cross, a->mean_cross, a->rstd_cross,
 							   o->ln_cross_g, o->ln_cross_b, rows, a->keep_cross);
@@ -1046,7 +1162,7 @@ layer_backward(TfModel *m, int l)
 		linear_backward(be, m->g_a, 1.0f, G + o->cross.w_qkv, G + o->cross.b_qkv, m->g_qkv,
 						a->ln_self, P + o->cross.w_qkv, rows, d, d);
 		linear_backward(be, m->g_enc, 1.0f, G + o->cross.w_qkv + (size_t) d * d, G + o->cross.b_qkv + d,
-						m->g_kv, enc_out, P + o->cross.w_qkv + (size_t) d * d, m->lay.Ns, d, 2 * d);
+						m->g_kv, tf_encoder_output(m), P + o->cross.w_qkv + (size_t) d * d, m->lay.Ns, d, 2 * d);
 		/* move d(ln_self) to g_b for the self-attention block */
 		be->copy(be, m->g_b, m->g_a, (size_t) rows * d);
 	}
@@ -1063,18 +1179,102 @@ layer_backward(TfModel *m, int l)
 					P + o->self.w_qkv, rows, d, 3 * d);
 }
 
-/* The backward pass (tf_model_backward without the signal mask). */
-/* layer_backward, then the layer's gradients summed over the ranks when the backward reduces. */
+/*
+ * Backward of one pre-norm layer, as post_norm_layer_backward: g_a holds
+ * d(residual stream) throughout, each sub-layer adding its branch's
+ * gradient through its LayerNorm (norm_backward_add).
+ */
+static void
+pre_norm_layer_backward(TfModel *m, int l)
+{
+	TfBackend  *be = m->be;
+	const TfConfig *c = &m->config;
+	const LayerOffsets *o = &m->layer_off[l];
+	LayerActs  *a = &m->acts[l];
+	bool		dec = l >= c->num_encoder_layers;
+	int			d = c->d_model,
+				F = c->d_ff;
+	size_t		n;
+	int			rows = dec ? m->lay.Nt : m->lay.Ns;
+	uint32_t	site = dec ? SITE_DEC_LAYER(l - c->num_encoder_layers) : SITE_ENC_LAYER(l);
+	const float *P = m->params;
+	float	   *G = m->grads;
+	const float *ffn_res = dec ? a->r_cross : a->r_self;
+	TfAttentionShape sh;
+
+	n = (size_t) rows * d;
+	/* feed-forward: tmp = d(fc2 output), g_b = d(ln_ffn) */
+	be->dropout_backward(be, m->tmp, m->g_a, n, m->p_dropout, a->keep_ffn);
+	linear_backward(be, m->g_h, 0.0f, G + o->w2, G + o->b2, m->tmp, a->h, P + o->w2, rows, F, d);
+	be->dropout_backward(be, m->g_h, m->g_h, (size_t) rows * F, m->p_relu, a->keep_relu);
+	be->activation_backward(be, c->activation, m->g_h, m->g_h, a->f1, (size_t) rows * F);
+	linear_backward(be, m->g_b, 0.0f, G + o->w1, G + o->b1, m->g_h, a->ln_ffn, P + o->w1, rows, d, F);
+	norm_backward_add(m, m->g_a, m->g_b, ffn_res, a->mean_ffn, a->rstd_ffn, o->ln_ffn_g, o->ln_ffn_b, rows);
+
+	if (dec)
+	{
+		/* g_a = d(r_cross); tmp = d(cross out_proj output), g_b = d(ln_cross) */
+		be->dropout_backward(be, m->tmp, m->g_a, n, m->p_dropout, a->keep_cross);
+		linear_backward(be, m->g_ctx, 0.0f, G + o->cross.w_out, G + o->cross.b_out, m->tmp,
+						a->ctx_cross, P + o->cross.w_out, rows, d, d);
+		sh = attn_shape(m, ATTN_CROSS, site + SITE_CROSS_PROBS);
+		be->attention_backward(be, m->g_qkv, m->g_kv, m->g_kv + d, m->g_ctx, a->probs_cross,
+							   a->q_cross, d, a->kv_cross, a->kv_cross + d, 2 * d, &sh);
+		linear_backward(be, m->g_b, 0.0f, G + o->cross.w_qkv, G + o->cross.b_qkv, m->g_qkv,
+						a->ln_cross, P + o->cross.w_qkv, rows, d, d);
+		linear_backward(be, m->g_enc, 1.0f, G + o->cross.w_qkv + (size_t) d * d, G + o->cross.b_qkv + d,
+						m->g_kv, tf_encoder_output(m), P + o->cross.w_qkv + (size_t) d * d, m->lay.Ns, d, 2 * d);
+		norm_backward_add(m, m->g_a, m->g_b, a->r_self, a->mean_cross, a->rstd_cross, o->ln_cross_g,
+						  o->ln_cross_b, rows);
+	}
+
+	/* self-attention: g_a = d(r_self); tmp = d(self out_proj output), g_b = d(ln_self) */
+	be->dropout_backward(be, m->tmp, m->g_a, n, m->p_dropout, a->keep_self);
+	linear_backward(be, m->g_ctx, 0.0f, G + o->self.w_out, G + o->self.b_out, m->tmp, a->ctx,
+					P + o->self.w_out, rows, d, d);
+	sh = attn_shape(m, dec ? ATTN_DECODER_SELF : ATTN_ENCODER, site + SITE_SELF_PROBS);
+	be->attention_backward(be, m->g_qkv, m->g_qkv + d, m->g_qkv + 2 * d, m->g_ctx, a->probs,
+						   a->qkv, 3 * d, a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
+	linear_backward(be, m->g_b, 0.0f, G + o->self.w_qkv, G + o->self.b_qkv, m->g_qkv, a->ln_self,
+					P + o->self.w_qkv, rows, d, 3 * d);
+	norm_backward_add(m, m->g_a, m->g_b, a->x, a->mean_self, a->rstd_self, o->ln_self_g, o->ln_self_b, rows);
+}
+
+/*
+ * Backward of a stack's final LayerNorm (pre-norm): dx = d(the last layer's
+ * output) from dout = d(tf_encoder_output or the decoder's output), the
+ * norm's gradients summed over the ranks at once when the backward reduces.
+ */
+static void
+final_norm_backward(TfModel *m, bool decoder, float *dx, const float *dout)
+{
+	const TfConfig *c = &m->config;
+	size_t		g = decoder ? m->off_dec_norm : m->off_enc_norm;
+	int			off = decoder ? m->lay.Ns : 0,
+				rows = decoder ? m->lay.Nt : m->lay.Ns;
+	int			last = decoder ? c->num_encoder_layers + c->num_decoder_layers - 1 : c->num_encoder_layers - 1;
+
+	m->be->layernorm_backward(m->be, dx, m->grads + g, m->grads + g + c->d_model, dout, m->acts[last].out,
+							  m->final_mean + off, m->final_rstd + off, m->params + g, rows, c->d_model);
+	if (m->reduce_grads)
+		m->be->all_reduce(m->be, m->grads + g, 2 * (size_t) c->d_model, false);
+}
+
+/* A layer's backward (pre- or post-norm), then its gradients summed over the ranks when the backward reduces. */
 static void
 reduced_layer_backward(TfModel *m, int l)
 {
 	const LayerOffsets *o = &m->layer_off[l];
 
-	layer_backward(m, l);
+	if (m->config.normalize_before)
+		pre_norm_layer_backward(m, l);
+	else
+		post_norm_layer_backward(m, l);
 	if (m->reduce_grads)
 		m->be->all_reduce(m->be, m->grads + o->begin, o->end - o->begin, false);
 }
 
+/* The backward pass (tf_model_backward without the signal mask). */
 static int
 backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 {
@@ -1082,7 +1282,7 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	const TfConfig *c = &m->config;
 	int			d = c->d_model;
 	int			layers = c->num_encoder_layers + c->num_decoder_layers;
-	float		emb_scale = sqrtf((float) d);
+	float		emb_scale = embed_scale(m);
 	int			Ns = m->lay.Ns,
 				Nt = m->lay.Nt;
 	int			l;
@@ -1115,9 +1315,11 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 			be->all_reduce(be, m->grads + m->off_logits_bias, (size_t) c->vocab_size, false);
 	}
 	be->gemm(be, true, false, c->vocab_size, d, Nt, 1.0f, m->logits, c->vocab_size,
-			 m->acts[layers - 1].out, d, 1.0f, m->grads + m->off_embedding, d);
+			 decoder_output(m), d, 1.0f, m->grads + m->off_embedding, d);
 	be->gemm(be, false, false, Nt, d, c->vocab_size, 1.0f, m->logits, c->vocab_size,
-			 m->params + m->off_embedding, d, 0.0f, m->g_a, d);
+			 m->params + m->off_embedding, d, 0.0f, c->normalize_before ? m->g_b : m->g_a, d);
+	if (c->normalize_before)
+		final_norm_backward(m, true, m->g_a, m->g_b);
 
 	be->zero(be, m->g_enc, (size_t) Ns * d);
 	for (l = layers - 1; l >= c->num_encoder_layers; l--)
@@ -1125,7 +1327,10 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	be->dropout_backward(be, m->g_a, m->g_a, (size_t) Nt * d, m->p_dropout, m->keep_dec_embed);
 	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, TGT_IDS(m), Nt, d, emb_scale);
 
-	be->copy(be, m->g_a, m->g_enc, (size_t) Ns * d);
+	if (c->normalize_before)
+		final_norm_backward(m, false, m->g_a, m->g_enc);
+	else
+		be->copy(be, m->g_a, m->g_enc, (size_t) Ns * d);
 	for (l = c->num_encoder_layers - 1; l >= 0; l--)
 		reduced_layer_backward(m, l);
 	be->dropout_backward(be, m->g_a, m->g_a, (size_t) Ns * d, m->p_dropout, m->keep_enc_embed);

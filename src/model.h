@@ -73,6 +73,7 @@ typedef struct LayerActs
 	float	   *r_ffn,
 			   *mean_ffn,
 			   *rstd_ffn;
+	float	   *ln_ffn;			/* pre-norm: LN(feed-forward input) [rows, d]; NULL post-norm */
 	float	   *out;			/* layer output [rows, d] */
 	uint8_t    *keep_self,
 			   *keep_cross,
@@ -157,6 +158,19 @@ void		tf_model_reset_stats(TfModel *m);
  */
 int			tf_model_encode(TfModel *m, const TfBatch *b, char *err, size_t errlen);
 
+/*
+ * The encoder's output [Ns, d_model] of the last forward or encode: the last
+ * layer's output, through the encoder's final LayerNorm in a pre-norm model.
+ */
+const float *tf_encoder_output(const TfModel *m);
+
+/*
+ * The stack's final LayerNorm (pre-norm models; decoder true: the decoder's)
+ * of x [rows, d_model] into out, with its statistics into mean and rstd
+ * [rows].
+ */
+void		tf_final_norm(TfModel *m, bool decoder, float *out, float *mean, float *rstd, const float *x, int rows);
+
 /* logits [rows, vocab] = h [rows, d_model] E^T, plus final_logits_bias when the model has one (model.c). */
 void		tf_logits(TfModel *m, float *logits, const float *h, int rows);
 
@@ -183,6 +197,8 @@ struct TfModel
 				num_qrows;
 	size_t		off_embedding;
 	size_t		off_logits_bias;	/* final_logits_bias [1, vocab] when config.logits_bias */
+	size_t		off_enc_norm,
+				off_dec_norm;	/* pre-norm: the stacks' final LayerNorms, weight [d] then bias [d] */
 	LayerOffsets *layer_off;	/* encoder layers, then decoder layers */
 	float	   *params,
 			   *grads,
@@ -215,6 +231,10 @@ struct TfModel
 	LayerActs  *acts;
 	float	   *enc_x0,
 			   *dec_x0,
+			   *enc_final,		/* pre-norm: LN(last encoder layer's output) [Ns, d] */
+			   *dec_final,		/* pre-norm: LN(last decoder layer's output) [Nt, d] */
+			   *final_mean,
+			   *final_rstd,		/* their LayerNorm statistics [Ns + Nt] */
 			   *logits,			/* [Nt, vocab] */
 			   *inv_sum,		/* 1 / sum of exp(logit - max) of each row (training) */
 			   *tmp;

@@ -13,6 +13,12 @@
 int
 tf_model_score(TfModel *m, const TfBatch *b, double *log_prob, char *err, size_t errlen)
 {
+	return tf_model_score_prefixed(m, b, 0, log_prob, err, errlen);
+}
+
+int
+tf_model_score_prefixed(TfModel *m, const TfBatch *b, int prefix, double *log_prob, char *err, size_t errlen)
+{
 	TfBackend  *be = m->be;
 	const TfConfig *c = &m->config;
 	const int32_t *tgt_start;
@@ -21,6 +27,11 @@ tf_model_score(TfModel *m, const TfBatch *b, double *log_prob, char *err, size_t
 	int			i,
 				j;
 
+	if (prefix < 0)
+	{
+		snprintf(err, errlen, "prefix %d is negative", prefix);
+		return TF_ERROR;
+	}
 	if (tf_model_forward(m, b, false, NULL, NULL, err, errlen) != TF_OK)
 		return TF_ERROR;
 	tf_model_reset_stats(m);
@@ -41,7 +52,7 @@ tf_model_score(TfModel *m, const TfBatch *b, double *log_prob, char *err, size_t
 	{
 		double		sum = 0.0;
 
-		for (j = tgt_start[i]; j < tgt_start[i + 1]; j++)
+		for (j = tgt_start[i] + prefix; j < tgt_start[i + 1]; j++)
 			sum += rows[j];
 		log_prob[i] = -sum;
 	}

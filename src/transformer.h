@@ -31,6 +31,19 @@ typedef enum TfActivation
 	TF_GELU
 } TfActivation;
 
+/*
+ * The sinusoidal position encoding's layout. TF_POSITIONS_PAPER (section
+ * 3.5): PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...),
+ * positions from 0. TF_POSITIONS_FAIRSEQ (fairseq's and Hugging Face's
+ * M2M-100 and NLLB): sines in columns 0 .. d/2-1, cosines in d/2 .. d-1,
+ * frequency exp(-i ln 10000 / (d/2 - 1)), positions from pad_id + 1.
+ */
+typedef enum TfPositions
+{
+	TF_POSITIONS_PAPER = 0,
+	TF_POSITIONS_FAIRSEQ
+} TfPositions;
+
 /* Model configuration (docs/design.md §2; paper section 3 and table 3). */
 typedef struct TfConfig
 {
@@ -49,6 +62,15 @@ typedef struct TfConfig
 	int			pad_id;
 	TfActivation activation;	/* the FFN's; TF_RELU */
 	bool		logits_bias;	/* a bias on the output projection ("final_logits_bias" [1, vocab]); false */
+	/*
+	 * Pre-LayerNorm (Wang et al. 2019; fairseq's normalize_before): every
+	 * sub-layer is x + Drop(F(LN(x))), and each stack ends in a LayerNorm
+	 * ("model.encoder.layer_norm", "model.decoder.layer_norm"); false: the
+	 * paper's post-norm, LN(x + Drop(F(x))).
+	 */
+	bool		normalize_before;
+	bool		scale_embedding;	/* embeddings times sqrt(d_model) (section 3.4); true */
+	TfPositions positions;		/* TF_POSITIONS_PAPER */
 } TfConfig;
 
 /* The paper's base model (N=6, d=512, h=8, d_ff=2048, dropout 0.1). */
@@ -389,6 +411,15 @@ float	   *tf_model_param(TfModel *model, const char *name, size_t *count);
 int			tf_model_score(TfModel *model, const TfBatch *batch, double *log_prob,
 						   char *err, size_t errlen);
 
+/*
+ * tf_model_score without each target's first `prefix` labels (forced
+ * tokens, e.g. M2M-100's target language after the decoder start: they
+ * score 0, as TfDecodeOptions.forced_id). Errors as tf_model_score, or a
+ * negative prefix.
+ */
+int			tf_model_score_prefixed(TfModel *model, const TfBatch *batch, int prefix, double *log_prob,
+									char *err, size_t errlen);
+
 /* The attention of a layer (tf_model_attention). */
 typedef enum TfAttentionKind
 {
@@ -425,12 +456,19 @@ typedef struct TfDecodeOptions
 	int			max_length_offset;	/* output tokens <= source tokens + offset; 50 */
 	int			bos_id;
 	int			eos_id;
+	/*
+	 * -1, or a token the decoder is given after BOS before it generates
+	 * (M2M-100's and NLLB's target language: transformers'
+	 * forced_bos_token_id). It scores 0 and is not part of the output:
+	 * hypotheses, log_prob and the length limit count the tokens after it.
+	 */
+	int			forced_id;
 	/* polled between decoding steps; true stops the search with TF_ERROR */
 	bool		(*interrupted) (void *arg);
 	void	   *interrupt_arg;
 } TfDecodeOptions;
 
-/* Beam 4, one hypothesis, alpha 0.6, offset 50, BOS 2, EOS 3, no interrupt callback. */
+/* Beam 4, one hypothesis, alpha 0.6, offset 50, BOS 2, EOS 3, no forced token, no interrupt callback. */
 void		tf_decode_options_default(TfDecodeOptions *opt);
 
 /* One translation hypothesis. */

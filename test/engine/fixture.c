@@ -95,9 +95,16 @@ rel_error(const float *a, const float *b, size_t n)
 void
 fixture_config(const Fixture *fx, TfConfig *c)
 {
-	const int32_t *cfg = fixture_get(fx, "config")->data;
+	const FixTensor *t = fixture_get(fx, "config");
+	const int32_t *cfg = t->data;
 
 	tf_config_base(c, cfg[0]);
+	if (t->count >= 11)
+	{
+		/* prenorm_fixture.bin: normalize_before and fairseq's positions */
+		c->normalize_before = cfg[9] != 0;
+		c->positions = cfg[10] != 0 ? TF_POSITIONS_FAIRSEQ : TF_POSITIONS_PAPER;
+	}
 	c->d_model = cfg[1];
 	c->num_heads = cfg[2];
 	c->d_ff = cfg[3];

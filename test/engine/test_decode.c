@@ -353,6 +353,84 @@ check_bad_options(const Fixture *fx, TfModel *m)
 		  "inference model ran a backward: %s", err);
 }
 
+/*
+ * A pre-norm model with fairseq's positions (M2M-100's layout: pad 1, the
+ * decoder start equal to EOS) decoding after a forced token: every
+ * hypothesis's log-probability equals the full-prefix score without the
+ * forced token's, lengths stay within the limit counted after it, and a
+ * batch gives what one sentence at a time gives.
+ */
+static void
+check_prenorm_forced(void)
+{
+	TfConfig	c;
+	TfModel    *m;
+	TfDecodeOptions opt;
+	int32_t		src[4 * 8];
+	int			beam,
+				i,
+				j,
+				rescored = 0;
+	double		worst = 0.0;
+	char		err[TF_ERRLEN];
+
+	tf_config_small(&c, 64);
+	c.d_model = 32, c.num_heads = 4, c.d_ff = 64, c.num_encoder_layers = 2, c.num_decoder_layers = 2;
+	c.normalize_before = true, c.positions = TF_POSITIONS_FAIRSEQ, c.pad_id = 1, c.max_positions = 64;
+	m = tf_model_create(&c, 21, test_device, 2, err, sizeof(err));
+	CHECK(m != NULL, "create: %s", err);
+	if (m == NULL)
+		return;
+	for (i = 0; i < 4; i++)
+		for (j = 0; j < 8; j++)
+			src[i * 8 + j] = j < 7 - i ? 4 + (i * 13 + j * 7) % 56 : j == 7 - i ? 2 : 1;
+	tf_decode_options_default(&opt);
+	opt.bos_id = opt.eos_id = 2;
+	opt.forced_id = 60;
+	opt.max_length_offset = 4;
+	for (beam = 1; beam <= 4; beam += 3)
+	{
+		TfHypothesis h[4],
+					one;
+
+		opt.beam_size = beam;
+		CHECK(tf_model_translate(m, src, 4, 8, &opt, h, err, sizeof(err)) == TF_OK, "translate: %s", err);
+		for (i = 0; i < 4; i++)
+		{
+			int			n = h[i].length + 2;
+			int32_t    *tgt = calloc(2 * (size_t) n, sizeof(int32_t));
+			TfBatch		b = {1, 8, n, src + i * 8, tgt, tgt + n};
+			double		lp;
+
+			CHECK(h[i].length <= 7 - i + opt.max_length_offset, "beam %d sentence %d: %d tokens, over the limit %d",
+				  beam, i, h[i].length, 7 - i + opt.max_length_offset);
+			tgt[0] = opt.bos_id;
+			tgt[1] = tgt[n] = opt.forced_id;
+			for (j = 0; j < h[i].length; j++)
+				tgt[2 + j] = tgt[n + 1 + j] = h[i].tokens[j];
+			tgt[2 * n - 1] = opt.eos_id;
+			CHECK(tf_model_score_prefixed(m, &b, 1, &lp, err, sizeof(err)) == TF_OK, "score: %s", err);
+			CHECK(close_to(lp, h[i].log_prob, 1e-4), "beam %d sentence %d: incremental %.6f, full prefix %.6f",
+				  beam, i, h[i].log_prob, lp);
+			worst = fmax(worst, fabs(lp - h[i].log_prob));
+			rescored++;
+			free(tgt);
+			CHECK(tf_model_translate(m, src + i * 8, 1, 8, &opt, &one, err, sizeof(err)) == TF_OK,
+				  "translate: %s", err);
+			CHECK(one.length == h[i].length && memcmp(one.tokens, h[i].tokens, one.length * sizeof(int32_t)) == 0,
+				  "beam %d sentence %d: alone differs from the batch", beam, i);
+			tf_hypotheses_free(&one, 1);
+		}
+		tf_hypotheses_free(h, 4);
+	}
+	opt.forced_id = 64;
+	CHECK(tf_model_translate(m, src, 1, 8, &opt, NULL, err, sizeof(err)) == TF_ERROR && strstr(err, "forced_id") != NULL,
+		  "forced_id 64 of vocabulary 64 accepted: %s", err);
+	printf("  pre-norm + forced token: %d hypotheses, incremental vs full prefix worst |diff| %.2g\n", rescored,
+		   worst);
+	tf_model_free(m);
+}
+
 void
 test_decode(const char *fixtures)
 {
@@ -373,5 +451,6 @@ test_decode(const char *fixtures)
 		check_bad_options(&fx, m);
 	}
 	tf_model_free(m);
+	check_prenorm_forced();
 	fixture_free(&fx);
 }

@@ -127,8 +127,8 @@ check_against_pytorch(const Fixture *fx)
 	CHECK(grads_checked == (n - 3) / 3,
 		  "checked %d gradients of %d parameters", grads_checked, (n - 3) / 3);
 	tf_tensors_free(tensors);
-	printf("  pytorch fixture (%s): %d gradients, worst relative error %.2g\n", test_device, grads_checked,
-		   worst_grad);
+	printf("  pytorch fixture (%s%s): %d gradients, worst relative error %.2g\n", test_device,
+		   m->config.normalize_before ? ", pre-norm" : "", grads_checked, worst_grad);
 	tf_model_free(m);
 
 	/* 10 Adam steps with the paper's schedule on the same batch */
@@ -237,10 +237,13 @@ check_model_gradient(const Fixture *fx)
 		return;
 	m->config.attention_dropout = 0.1f;
 	m->config.relu_dropout = 0.1f;
-	directional_check(m, fixture_batch(fx), "whole-model");
+	directional_check(m, fixture_batch(fx), m->config.normalize_before ? "whole-model pre-norm" : "whole-model");
 }
 
-/* A model with the options imported models use: swish, then GELU, and a logits bias. */
+/*
+ * Models with the options imported models use: swish, then GELU, and a
+ * logits bias; pre-norm with fairseq's positions and unscaled embeddings.
+ */
 static void
 check_variant_gradients(void)
 {
@@ -277,6 +280,22 @@ check_variant_gradients(void)
 			m->be->upload(m->be, tf_model_param(m, "final_logits_bias", &count), bias, sizeof(bias));
 			directional_check(m, b, f == TF_SWISH ? "swish + logits bias" : "gelu + logits bias");
 		}
+	}
+	tf_config_small(&c, 64);
+	c.d_model = 32, c.num_heads = 4, c.d_ff = 64, c.num_encoder_layers = 2, c.num_decoder_layers = 2;
+	c.attention_dropout = 0.1f, c.relu_dropout = 0.1f;
+	c.normalize_before = true;
+	c.scale_embedding = false;
+	c.positions = TF_POSITIONS_FAIRSEQ;
+	{
+		TfModel    *m = tf_model_create(&c, 12, test_device, 2, err, sizeof(err));
+		size_t		count;
+
+		CHECK(m != NULL && tf_model_param(m, "model.encoder.layer_norm.weight", &count) != NULL && count == 32 &&
+			  tf_model_param(m, "model.decoder.layer_norm.bias", &count) != NULL,
+			  "no final LayerNorms in a pre-norm model: %s", m == NULL ? err : "missing");
+		if (m != NULL)
+			directional_check(m, b, "pre-norm, fairseq positions, unscaled embeddings");
 	}
 }
 
@@ -512,6 +531,14 @@ test_model(const char *fixtures)
 	Fixture		fx;
 
 	snprintf(path, sizeof(path), "%s/model_fixture.bin", fixtures);
+	CHECK(fixture_read(path, &fx), "cannot read %s", path);
+	if (fx.n > 0)
+	{
+		check_against_pytorch(&fx);
+		check_model_gradient(&fx);
+	}
+	fixture_free(&fx);
+	snprintf(path, sizeof(path), "%s/prenorm_fixture.bin", fixtures);
 	CHECK(fixture_read(path, &fx), "cannot read %s", path);
 	if (fx.n > 0)
 	{

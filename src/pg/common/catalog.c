@@ -78,34 +78,75 @@ jsonb_key(const JsonbValue *v)
 /* Names of TfActivation values, in order. */
 static const char *const activation_names[] = {"relu", "swish", "gelu"};
 
+/* Names of TfPositions values, in order. */
+static const char *const positions_names[] = {"paper", "fairseq"};
+
+/* The boolean configuration keys and their fields. */
+static const struct
+{
+	const char *name;
+	size_t		offset;
+}			config_flags[] =
+{
+	{"logits_bias", offsetof(TfConfig, logits_bias)},
+	{"normalize_before", offsetof(TfConfig, normalize_before)},
+	{"scale_embedding", offsetof(TfConfig, scale_embedding)},
+};
+
+/* The index of v (a jsonb string) in names[n], or -1. */
+static int
+choice_index(const JsonbValue *v, const char *const *names, int n)
+{
+	int			i;
+
+	if (v->type == jbvString)
+		for (i = 0; i < n; i++)
+			if (strlen(names[i]) == (size_t) v->val.string.len &&
+				strncmp(names[i], v->val.string.val, v->val.string.len) == 0)
+				return i;
+	return -1;
+}
+
 /*
- * Sets "activation" (relu, swish or gelu: the feed-forward network's) or
- * "logits_bias" (a boolean: a bias on the output projection, as Marian's
- * final_logits_bias); ERROR naming the key when the value does not fit.
+ * Sets a key that is not a number: "activation" (relu, swish or gelu: the
+ * feed-forward network's), "positions" (paper or fairseq: TfPositions) or
+ * a boolean of config_flags ("logits_bias": a bias on the output
+ * projection, as Marian's final_logits_bias; "normalize_before": pre-norm
+ * layers; "scale_embedding": embeddings times sqrt(d_model)). Returns
+ * false for any other key; ERROR naming the key when the value does not
+ * fit.
  */
-static void
+static bool
 apply_choice(TfConfig *c, const char *name, const JsonbValue *v)
 {
 	int			i;
 
-	if (strcmp(name, "logits_bias") == 0)
+	for (i = 0; i < (int) lengthof(config_flags); i++)
+		if (strcmp(name, config_flags[i].name) == 0)
+		{
+			if (v->type != jbvBool)
+				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+								errmsg("model configuration key \"%s\" must be true or false", name)));
+			*(bool *) ((char *) c + config_flags[i].offset) = v->val.boolean;
+			return true;
+		}
+	if (strcmp(name, "activation") == 0)
 	{
-		if (v->type != jbvBool)
+		if ((i = choice_index(v, activation_names, lengthof(activation_names))) < 0)
 			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							errmsg("model configuration key \"logits_bias\" must be true or false")));
-		c->logits_bias = v->val.boolean;
-		return;
+							errmsg("model configuration key \"activation\" must be \"relu\", \"swish\" or \"gelu\"")));
+		c->activation = (TfActivation) i;
+		return true;
 	}
-	if (v->type == jbvString)
-		for (i = 0; i < (int) lengthof(activation_names); i++)
-			if (strlen(activation_names[i]) == (size_t) v->val.string.len &&
-				strncmp(activation_names[i], v->val.string.val, v->val.string.len) == 0)
-			{
-				c->activation = (TfActivation) i;
-				return;
-			}
-	ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					errmsg("model configuration key \"activation\" must be \"relu\", \"swish\" or \"gelu\"")));
+	if (strcmp(name, "positions") == 0)
+	{
+		if ((i = choice_index(v, positions_names, lengthof(positions_names))) < 0)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("model configuration key \"positions\" must be \"paper\" or \"fairseq\"")));
+		c->positions = (TfPositions) i;
+		return true;
+	}
+	return false;
 }
 
 /* Applies a "preset" value (base, big or small) to *c. */
@@ -180,11 +221,8 @@ attention_config_from_jsonb(Jsonb *config, int vocab_size, int pad_id, TfConfig 
 		tok = JsonbIteratorNext(&it, &v, true);
 		if (strcmp(name, "preset") == 0)
 			continue;
-		if (strcmp(name, "activation") == 0 || strcmp(name, "logits_bias") == 0)
-		{
-			apply_choice(c, name, &v);
+		if (apply_choice(c, name, &v))
 			continue;
-		}
 		for (i = 0; i < (int) NUM_CONFIG_KEYS; i++)
 			if (strcmp(name, config_keys[i].name) == 0)
 				break;
@@ -193,7 +231,8 @@ attention_config_from_jsonb(Jsonb *config, int vocab_size, int pad_id, TfConfig 
 							errmsg("unknown model configuration key \"%s\"", name),
 							errhint("Keys are preset, num_encoder_layers, num_decoder_layers, d_model, num_heads, "
 									"d_ff, dropout, attention_dropout, relu_dropout, label_smoothing, "
-									"vocab_size, max_positions, layer_norm_eps, activation and logits_bias.")));
+									"vocab_size, max_positions, layer_norm_eps, activation, logits_bias, "
+									"normalize_before, scale_embedding and positions.")));
 		apply_key(c, &config_keys[i], &v);
 		if (strcmp(name, "vocab_size") == 0 && c->vocab_size != vocab_size)
 			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -210,8 +249,9 @@ Datum
 attention_config_to_jsonb(const TfConfig *c)
 {
 	char		buf[1024];
+	size_t		n;
 
-	snprintf(buf, sizeof(buf),
+	n = snprintf(buf, sizeof(buf),
 			 "{\"num_encoder_layers\": %d, \"num_decoder_layers\": %d, \"d_model\": %d, \"num_heads\": %d, "
 			 "\"d_ff\": %d, \"dropout\": %.7g, \"attention_dropout\": %.7g, \"relu_dropout\": %.7g, "
 			 "\"label_smoothing\": %.7g, \"vocab_size\": %d, \"max_positions\": %d, \"layer_norm_eps\": %.7g, "
@@ -219,6 +259,14 @@ attention_config_to_jsonb(const TfConfig *c)
 			 c->num_encoder_layers, c->num_decoder_layers, c->d_model, c->num_heads, c->d_ff,
 			 c->dropout, c->attention_dropout, c->relu_dropout, c->label_smoothing, c->vocab_size,
 			 c->max_positions, c->layer_norm_eps, activation_names[c->activation], c->logits_bias ? "true" : "false");
+	/* the keys added in 0.3.0 only where they differ from their defaults: earlier configurations read the same */
+	buf[n - 1] = '\0';
+	snprintf(buf + n - 1, sizeof(buf) - n + 1, "%s%s%s%s%s}",
+			 c->normalize_before ? ", \"normalize_before\": true" : "",
+			 c->scale_embedding ? "" : ", \"scale_embedding\": false",
+			 c->positions != TF_POSITIONS_PAPER ? ", \"positions\": \"" : "",
+			 c->positions != TF_POSITIONS_PAPER ? positions_names[c->positions] : "",
+			 c->positions != TF_POSITIONS_PAPER ? "\"" : "");
 	return DirectFunctionCall1(jsonb_in, CStringGetDatum(buf));
 }
 
