@@ -23,7 +23,7 @@ GLUE_LEAVES = src/pg/common/settings.c src/pg/common/cpu_budget.c src/pg/common/
 	src/pg/common/dataset.c src/pg/common/tensor_file.c src/pg/common/workers.c
 GLUE_C = $(GLUE_LEAVES) src/pg/attention.c src/pg/bleu_functions.c src/pg/corpus.c src/pg/vocabulary.c \
 	src/pg/models.c src/pg/checkpoint.c src/pg/translate.c src/pg/inspect.c src/pg/translate_column.c \
-	src/pg/batch_translate.c src/pg/service.c src/pg/checkpoint_file.c src/pg/huggingface.c src/pg/evaluate.c \
+	src/pg/batch_translate.c src/pg/service.c src/pg/checkpoint_file.c src/pg/huggingface.c src/pg/huggingface_m2m100.c src/pg/evaluate.c \
 	src/pg/jobs.c
 WORKER_C = bgworker/worker.c bgworker/launcher.c bgworker/ranks.c bgworker/service_worker.c
 OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o) $(WORKER_C:.c=.o)

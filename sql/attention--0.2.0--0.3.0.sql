@@ -237,3 +237,156 @@ AS 'MODULE_PATHNAME', 'attention_quantize'
 LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION quantize(bigint, text) IS
 'Writes an int8 copy of a float32 checkpoint (kind quantized, format 2, quantized_from the source): the weights of every matrix product, the shared embedding and so the output projection included, as int8 with a float32 scale per output row; activations are quantized per row as each product runs (oneDNN, on the CPU). It deploys and translates like any checkpoint on the CPU, with about a quarter of the memory; it cannot be trained from, averaged or exported. Needs the model''s owner; returns the new checkpoint''s id.';
+
+-----------------------------------------------------------------------------
+-- Multilingual models: M2M-100 and NLLB-200 (import_huggingface_m2m100;
+-- languages per call in the translation functions)
+-----------------------------------------------------------------------------
+
+ALTER TABLE vocabularies ADD COLUMN languages text[];
+ALTER TABLE vocabularies ADD COLUMN language_ids integer[];
+ALTER TABLE vocabularies ADD CONSTRAINT vocabularies_languages_check
+    CHECK ((languages IS NULL) = (language_ids IS NULL)
+        AND (languages IS NULL OR (array_ndims(languages) = 1 AND array_ndims(language_ids) = 1
+                                   AND cardinality(languages) = cardinality(language_ids))));
+COMMENT ON COLUMN vocabularies.languages IS 'Language codes of a multilingual vocabulary (M2M-100: en, de, ...; NLLB-200: eng_Latn, ...), NULL for others.';
+COMMENT ON COLUMN vocabularies.language_ids IS 'The id of each language''s token, in the order of languages: the source''s first id and the decoder''s forced first token.';
+ALTER TABLE models ADD COLUMN source_language text;
+ALTER TABLE models ADD COLUMN target_language text;
+COMMENT ON COLUMN models.source_language IS 'Source language a multilingual model reads when a call names none (set_languages).';
+COMMENT ON COLUMN models.target_language IS 'Target language a multilingual model writes when a call names none (set_languages).';
+
+-- models has no UPDATE grant: its owners change the two columns through this function
+CREATE FUNCTION set_languages(model text, source_language text, target_language text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    mid integer;
+    codes text[];
+    code text;
+BEGIN
+    IF model IS NULL THEN
+        RAISE EXCEPTION 'model must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    mid := attention.require_model_owner(set_languages.model, 'set the languages of');
+    SELECT v.languages INTO codes FROM attention.models m JOIN attention.vocabularies v USING (vocabulary_id)
+     WHERE m.model_id = mid;
+    FOREACH code IN ARRAY ARRAY[source_language, target_language] LOOP
+        IF code IS NOT NULL AND codes IS NULL THEN
+            RAISE EXCEPTION 'model "%" is not multilingual: it has no language "%"', set_languages.model, code
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF code IS NOT NULL AND NOT code = ANY (codes) THEN
+            RAISE EXCEPTION 'model "%" has no language "%"', set_languages.model, code
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = format('Its %s languages include %s.', cardinality(codes),
+                                    array_to_string(codes[1:8], ', ') || CASE WHEN cardinality(codes) > 8 THEN ', ...' ELSE '' END);
+        END IF;
+    END LOOP;
+    UPDATE attention.models m SET source_language = set_languages.source_language,
+                                  target_language = set_languages.target_language
+     WHERE m.model_id = mid;
+END
+$$;
+COMMENT ON FUNCTION set_languages(text, text, text) IS
+'Sets the source and target language a multilingual model (M2M-100, NLLB-200) uses when a call names none (NULL: none, so calls must name it); each must be one of its vocabulary''s languages. Needs the model''s owner.';
+
+CREATE FUNCTION import_huggingface_m2m100(model text, config jsonb, safetensors oid, sentencepiece bytea,
+                                          vocab jsonb, tokenizer_config jsonb,
+                                          source_language text DEFAULT NULL, target_language text DEFAULT NULL,
+                                          replace boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_import_huggingface_m2m100'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION import_huggingface_m2m100(text, jsonb, oid, bytea, jsonb, jsonb, text, text, boolean) IS
+'Imports a Hugging Face M2M-100 or NLLB-200 model (model_type m2m_100: config.json; model.safetensors as a large object, read tensor by tensor, so files over 1 GB come in; sentencepiece.bpe.model; vocab.json for M2M100Tokenizer, NULL for NllbTokenizer; tokenizer_config.json, whose tokenizer_class picks the layout) as a new model and vocabulary, both named model, with the language codes of the tokenizer and default languages; its parameters become a checkpoint of kind imported (not deployed); returns the checkpoint id. The large object is left to the caller. scripts/import-hf reads a directory.';
+
+CREATE FUNCTION export_huggingface_m2m100(checkpoint bigint)
+RETURNS TABLE (file text, data bytea, large_object oid)
+AS 'MODULE_PATHNAME', 'attention_export_huggingface_m2m100'
+LANGUAGE C VOLATILE STRICT ROWS 6;
+COMMENT ON FUNCTION export_huggingface_m2m100(bigint) IS
+'A checkpoint of a multilingual model as the files of a Hugging Face M2M-100 or NLLB-200 model directory that M2M100ForConditionalGeneration and the model''s tokenizer load; model.safetensors is written tensor by tensor into a new large object (large_object; the caller unlinks it), the other files are data. Needs the model''s owner. scripts/export-hf writes them to a directory.';
+
+DROP FUNCTION translate(text, text, integer, double precision, integer);
+CREATE FUNCTION translate(source text, model text, beam_size integer DEFAULT 4,
+                          length_penalty double precision DEFAULT 0.6,
+                          max_length_offset integer DEFAULT 50,
+                          target_language text DEFAULT NULL, source_language text DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'attention_translate'
+LANGUAGE C STABLE PARALLEL SAFE COST 100000;
+COMMENT ON FUNCTION translate(text, text, integer, double precision, integer, text, text) IS
+'Translates a text by beam search (beam_size 1 = greedy; length penalty ((5+len)/6)^alpha; at most source tokens + max_length_offset tokens); a NULL model means the default model; the languages (multilingual models only) default to the model''s.';
+
+DROP FUNCTION translate(text[], text, integer, double precision, integer);
+CREATE FUNCTION translate(sources text[], model text DEFAULT NULL, beam_size integer DEFAULT 4,
+                          length_penalty double precision DEFAULT 0.6,
+                          max_length_offset integer DEFAULT 50,
+                          target_language text DEFAULT NULL, source_language text DEFAULT NULL)
+RETURNS text[]
+AS 'MODULE_PATHNAME', 'attention_translate_array'
+LANGUAGE C STABLE PARALLEL SAFE COST 1000000;
+COMMENT ON FUNCTION translate(text[], text, integer, double precision, integer, text, text) IS
+'Translates many texts in length-sorted batches; results in input order (NULL stays NULL).';
+
+DROP FUNCTION translate_nbest(text, text, integer, integer, double precision, integer);
+CREATE FUNCTION translate_nbest(source text, model text DEFAULT NULL, n integer DEFAULT 4,
+                                beam_size integer DEFAULT 4,
+                                length_penalty double precision DEFAULT 0.6,
+                                max_length_offset integer DEFAULT 50,
+                                target_language text DEFAULT NULL, source_language text DEFAULT NULL)
+RETURNS TABLE (rank integer, translation text, score double precision, tokens text[])
+AS 'MODULE_PATHNAME', 'attention_translate_nbest'
+LANGUAGE C STABLE PARALLEL SAFE COST 100000 ROWS 4;
+COMMENT ON FUNCTION translate_nbest(text, text, integer, integer, double precision, integer, text, text) IS
+'The n best translations by beam search, best first; score is the log-probability of the tokens and EOS (as attention.score).';
+
+DROP FUNCTION score(text, text, text);
+CREATE FUNCTION score(source text, target text, model text DEFAULT NULL,
+                      target_language text DEFAULT NULL, source_language text DEFAULT NULL)
+RETURNS double precision
+AS 'MODULE_PATHNAME', 'attention_score'
+LANGUAGE C STABLE PARALLEL SAFE COST 10000;
+COMMENT ON FUNCTION score(text, text, text, text, text) IS
+'Natural-log probability of the target''s subword tokens plus EOS given the source (no dropout, no label smoothing); for a multilingual model given the target language''s token too, which decoding forces (it counts 0).';
+
+DROP FUNCTION attention_weights(text, text, text);
+CREATE FUNCTION attention_weights(source text, target text DEFAULT NULL, model text DEFAULT NULL,
+                                  target_language text DEFAULT NULL, source_language text DEFAULT NULL)
+RETURNS TABLE (kind text, layer integer, head integer, query_pos integer, query_token text,
+               key_pos integer, key_token text, weight real)
+AS 'MODULE_PATHNAME', 'attention_attention_weights'
+LANGUAGE C STABLE PARALLEL SAFE COST 100000 ROWS 10000;
+COMMENT ON FUNCTION attention_weights(text, text, text, text, text) IS
+'Every attention probability (encoder_self, decoder_self, cross) of the model reading source and target (NULL: its own translation); positions from 0.';
+
+DROP FUNCTION align(text, text, text);
+CREATE FUNCTION align(source text, target text, model text DEFAULT NULL,
+                      target_language text DEFAULT NULL, source_language text DEFAULT NULL)
+RETURNS TABLE (target_pos integer, target_token text, source_pos integer, source_token text, weight real)
+AS 'MODULE_PATHNAME', 'attention_align'
+LANGUAGE C STABLE PARALLEL SAFE COST 10000 ROWS 1000;
+COMMENT ON FUNCTION align(text, text, text, text, text) IS
+'Word alignment from cross-attention: for each target token (and EOS), the last decoder layer''s attention over source tokens, averaged over heads.';
+
+DROP PROCEDURE translate_column(regclass, name, name, text, integer);
+CREATE PROCEDURE translate_column(relation regclass, source_column name, target_column name,
+                                  model text DEFAULT NULL, batch_size integer DEFAULT 64,
+                                  target_language text DEFAULT NULL, source_language text DEFAULT NULL)
+AS 'MODULE_PATHNAME', 'attention_translate_column'
+LANGUAGE C;
+COMMENT ON PROCEDURE translate_column(regclass, name, name, text, integer, text, text) IS
+'Translates rows whose target is NULL and source is not, in length-sorted batches, committing after each batch (resumable); rows are addressed by the primary key.';
+
+DROP FUNCTION evaluate(text, text, text, bigint, integer);
+CREATE FUNCTION evaluate(model text, corpus text, split text DEFAULT 'test', checkpoint bigint DEFAULT NULL,
+                         beam_size integer DEFAULT 4,
+                         target_language text DEFAULT NULL, source_language text DEFAULT NULL)
+RETURNS TABLE (bleu double precision, loss double precision, sentences integer, seconds double precision)
+AS 'MODULE_PATHNAME', 'attention_evaluate'
+LANGUAGE C VOLATILE COST 1000000 ROWS 1;
+COMMENT ON FUNCTION evaluate(text, text, text, bigint, integer, text, text) IS
+'Corpus BLEU of beam-search translations of a split and its cross-entropy per target token, for a checkpoint (NULL: the deployed one, else the newest); the corpus is read with the caller''s privileges.';

@@ -727,6 +727,8 @@ check_options(const TfModel *m, const TfDecodeOptions *opt, int batch, char *err
 		snprintf(err, errlen, "bos_id %d or eos_id %d is out of range [0, %d)", opt->bos_id, opt->eos_id, V);
 	else if (opt->forced_id >= V)
 		snprintf(err, errlen, "forced_id %d is out of range [0, %d)", opt->forced_id, V);
+	else if (opt->source_prefix < 0)
+		snprintf(err, errlen, "source_prefix %d must not be negative", opt->source_prefix);
 	else if (opt->forced_id >= 0 && m->config.max_positions < 3)
 		snprintf(err, errlen, "a forced token needs max_positions >= 3, not %d", m->config.max_positions);
 	else if (batch < 1)
@@ -895,7 +897,7 @@ tf_stream_add(TfStream *s, const int32_t *src, int batch, int src_len, const int
 			slot++;
 		s->used[slot] = true;
 		s->src_count[slot] = n;
-		s->max_len[slot] = output_limit(c, n, s->opt.max_length_offset, s->prefix);
+		s->max_len[slot] = output_limit(c, n - s->opt.source_prefix, s->opt.max_length_offset, s->prefix);
 		s->steps[slot] = 0;
 		s->finished_n[slot] = 0;
 		s->tag[slot] = tags != NULL ? tags[i] : i;

@@ -24,6 +24,7 @@ struct SpmModel
 	std::vector<std::string> pieces;
 	std::unordered_map<std::string, int> ids;
 	int			special[4] = {-1, -1, -1, -1};
+	std::vector<int> skipped;	// more ids decoding skips (a multilingual model's language tokens)
 
 	bool		pair() const
 	{
@@ -520,6 +521,20 @@ spm_load_pair(const char *source, size_t source_len, const char *target, size_t 
 	});
 }
 
+extern "C" int
+spm_set_skipped(SpmModel *model, const int *ids, int n, char *err, size_t errlen)
+{
+	return guarded(err, errlen, [&]() -> int {
+		if (!model->pair())
+			return fail(err, errlen, "only a vocabulary pair skips ids");
+		for (int i = 0; i < n; i++)
+			if (ids[i] < 0 || ids[i] >= spm_size(model))
+				return fail(err, errlen, "id " + std::to_string(ids[i]) + " is out of range");
+		model->skipped.assign(ids, ids + n);
+		return 0;
+	});
+}
+
 extern "C" void
 spm_free(SpmModel *model)
 {
@@ -656,7 +671,8 @@ spm_decode(const SpmModel *model, const int *ids, size_t n,
 		if (model->pair())
 		{
 			for (int id : v)
-				if (std::find(model->special, model->special + 4, id) == model->special + 4)
+				if (std::find(model->special, model->special + 4, id) == model->special + 4 &&
+					std::find(model->skipped.begin(), model->skipped.end(), id) == model->skipped.end())
 					pieces.push_back(model->pieces[id]);
 		}
 		sentencepiece::util::Status status = model->pair() ? model->target->Decode(pieces, &out)

@@ -74,6 +74,14 @@ int			spm_load_pair(const char *source, size_t source_len, const char *target, s
 						  const char *const *pieces, const size_t *lengths, int n, const int special[4],
 						  SpmModel **out, char *err, size_t errlen);
 
+/*
+ * Ids of a vocabulary pair that spm_decode skips as it skips the special
+ * ids: a multilingual model's language tokens (M2M-100, NLLB-200; as
+ * transformers' decode(skip_special_tokens=True)). Replaces an earlier
+ * list. Fails on an id out of range or a model that is not a pair.
+ */
+int			spm_set_skipped(SpmModel *model, const int *ids, int n, char *err, size_t errlen);
+
 /* Frees a model from spm_load or spm_load_pair (NULL is allowed). */
 void		spm_free(SpmModel *model);
 
@@ -112,7 +120,7 @@ int			spm_encode_pieces(const SpmModel *model, SpmSide side, const char *text, s
  * id must be in [0, spm_size); control ids (pad, bos, eos) produce no text.
  * A vocabulary pair's text is transformers 4.40's MarianTokenizer.decode(ids,
  * skip_special_tokens=True) with its default clean-up: the special ids
- * (pad, unk, bos, eos) skipped, the other pieces decoded by the target
+ * (pad, unk, bos, eos) and those of spm_set_skipped skipped, the other pieces decoded by the target
  * model (pieces it lacks come out verbatim), every remaining U+2581 a space,
  * surrounding whitespace stripped, and clean_up_tokenization's rules
  * (" ." -> ".", " ?", " !", " ,", " ' " -> "'", " n't", " 'm", " 's", " 've",

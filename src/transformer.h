@@ -463,6 +463,11 @@ typedef struct TfDecodeOptions
 	 * hypotheses, log_prob and the length limit count the tokens after it.
 	 */
 	int			forced_id;
+	/*
+	 * Tokens at the start of each source that the length limit does not
+	 * count (M2M-100's and NLLB's source language token: 1); 0.
+	 */
+	int			source_prefix;
 	/* polled between decoding steps; true stops the search with TF_ERROR */
 	bool		(*interrupted) (void *arg);
 	void	   *interrupt_arg;

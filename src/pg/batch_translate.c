@@ -59,7 +59,8 @@
  * ------------------------------------------------------------------------ */
 
 static Oid	translate_one_arg = InvalidOid; /* attention.translate(text) */
-static Oid	translate_five_args = InvalidOid;	/* translate(text, text, int4, float8, int4) */
+static Oid	translate_full = InvalidOid;	/* translate(text, text, int4, float8, int4, text, text) */
+static int	translate_full_nargs = 0;	/* 7, or 5 under a 0.2.0 schema (no languages) */
 static bool translate_oids_valid = false;
 static bool translate_callback_registered = false;
 
@@ -81,18 +82,24 @@ lookup_translate_oids(void)
 	if (!translate_oids_valid)
 	{
 		List	   *name = list_make2(makeString("attention"), makeString("translate"));
-		Oid			five[5] = {TEXTOID, TEXTOID, INT4OID, FLOAT8OID, INT4OID};
+		Oid			seven[7] = {TEXTOID, TEXTOID, INT4OID, FLOAT8OID, INT4OID, TEXTOID, TEXTOID};
 
 		translate_one_arg = InvalidOid;
-		translate_five_args = InvalidOid;
+		translate_full = InvalidOid;
 		if (OidIsValid(get_namespace_oid("attention", true)))
 		{
-			translate_one_arg = LookupFuncName(name, 1, five, true);
-			translate_five_args = LookupFuncName(name, 5, five, true);
+			translate_one_arg = LookupFuncName(name, 1, seven, true);
+			translate_full_nargs = 7;
+			translate_full = LookupFuncName(name, 7, seven, true);
+			if (!OidIsValid(translate_full))
+			{
+				translate_full_nargs = 5;
+				translate_full = LookupFuncName(name, 5, seven, true);
+			}
 		}
 		translate_oids_valid = true;
 	}
-	return OidIsValid(translate_one_arg) || OidIsValid(translate_five_args);
+	return OidIsValid(translate_one_arg) || OidIsValid(translate_full);
 }
 
 /* ------------------------------------------------------------------------
@@ -134,7 +141,7 @@ served_call(Node *node)
 	f = (FuncExpr *) node;
 	if (f->funcretset ||
 		!((f->funcid == translate_one_arg && list_length(f->args) == 1) ||
-		  (f->funcid == translate_five_args && list_length(f->args) == 5)))
+		  (f->funcid == translate_full && list_length(f->args) == translate_full_nargs)))
 		return false;
 	if (contain_volatile_functions(linitial(f->args)) || expression_returns_set(linitial(f->args)))
 		return false;
@@ -480,7 +487,8 @@ typedef struct BatchCall
 {
 	bool		one_arg;		/* translate(text) */
 	AttrNumber	source;			/* the child's column holding the source */
-	ExprState  *options[4];		/* model, beam_size, length_penalty, max_length_offset */
+	ExprState  *options[6];		/* model, beam_size, length_penalty, max_length_offset, target_language,
+								 * source_language (NULL: a 0.2.0 call without them) */
 	text	  **results;		/* [batch_rows]: the translations of the batch */
 } BatchCall;
 
@@ -619,7 +627,7 @@ read_batch(BatchState *bs)
 	for (c = 0; c < bs->ncalls; c++)
 	{
 		BatchCall  *call = &bs->calls[c];
-		NullableDatum options[4];
+		NullableDatum options[6];
 		int			n = 0;
 
 		for (i = 0; i < bs->nrows; i++)
@@ -633,8 +641,9 @@ read_batch(BatchState *bs)
 			n += !isnull;
 		}
 		ResetExprContext(econtext);
-		for (i = 0; i < 4; i++)
-			options[i] = evaluate(call->options[i], econtext);
+		for (i = 0; i < 6; i++)
+			options[i] = call->options[i] != NULL ? evaluate(call->options[i], econtext)
+				: (NullableDatum) {(Datum) 0, true};
 		bs->engine_calls += translate_rows(call->one_arg, options, texts, bs->nrows, bs->batch_rows,
 										   call->results);
 		bs->rows_translated += n;

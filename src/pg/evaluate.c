@@ -27,8 +27,9 @@ PG_FUNCTION_INFO_V1(attention_evaluate);
 #define EVALUATE_BATCH_TOKENS 4096
 
 /*
- * evaluate(model, corpus, split, checkpoint, beam_size) returns (bleu,
- * loss, sentences, seconds): the BLEU of beam-search translations of every
+ * evaluate(model, corpus, split, checkpoint, beam_size, target_language,
+ * source_language) returns (bleu, loss, sentences, seconds): the BLEU of
+ * beam-search translations of every
  * source of the split, the cross-entropy per target token of its pairs
  * that fit max_positions, the number of pairs, and the wall-clock seconds.
  * checkpoint NULL is the deployed one (else the newest); any role may
@@ -77,6 +78,19 @@ attention_evaluate(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "evaluate must return a row");
 	INSTR_TIME_SET_CURRENT(start);
+	if (PG_NARGS() > 5)
+	{
+		/* a multilingual model's languages (0.3.0's definition) */
+		DeployedModel dm;
+		CallLanguages lang;
+
+		attention_model_languages(model, &dm);
+		lang = call_languages(&dm, PG_ARGISNULL(6) ? NULL : PG_GETARG_TEXT_PP(6),
+							  PG_ARGISNULL(5) ? NULL : PG_GETARG_TEXT_PP(5));
+		feed.multilingual = lang.source_id >= 0;
+		feed.source_language = lang.source_id;
+		feed.target_language = lang.target_id;
+	}
 
 	SPI_connect();
 	read_model_row(model);

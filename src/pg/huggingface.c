@@ -26,6 +26,7 @@
 #include "utils/tuplestore.h"
 
 #include "catalog.h"
+#include "huggingface.h"
 #include "marian.h"
 #include "spm.h"
 #include "tensor_file.h"
@@ -41,12 +42,8 @@ static const char *const embedding_names[] = {"model.shared.weight", "model.enco
 /* Marian's LayerNorm epsilon (torch.nn.LayerNorm's default; not configurable there). */
 #define MARIAN_LAYER_NORM_EPS 1e-5f
 
-/* ERROR (invalid_parameter_value) about config.json. */
-#define config_error(...) \
-	ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("config.json: " __VA_ARGS__)))
-
 /* The value of config.json's key, or NULL (also for a JSON null). */
-static JsonbValue *
+JsonbValue *
 config_value(Jsonb *config, const char *key)
 {
 	JsonbValue *v = getKeyJsonValueFromContainer(&config->root, key, strlen(key), NULL);
@@ -55,7 +52,7 @@ config_value(Jsonb *config, const char *key)
 }
 
 /* An integer of config.json (dflt when absent: MarianConfig's default); ERROR naming the key otherwise. */
-static int
+int
 config_int(Jsonb *config, const char *key, int dflt)
 {
 	JsonbValue *v = config_value(config, key);
@@ -72,7 +69,7 @@ config_int(Jsonb *config, const char *key, int dflt)
 }
 
 /* A number of config.json (dflt when absent). */
-static double
+double
 config_number(Jsonb *config, const char *key, double dflt)
 {
 	JsonbValue *v = config_value(config, key);
@@ -85,7 +82,7 @@ config_number(Jsonb *config, const char *key, double dflt)
 }
 
 /* A boolean of config.json that must equal `needed` (dflt when absent); ERROR naming the key otherwise. */
-static void
+void
 config_require(Jsonb *config, const char *key, bool dflt, bool needed)
 {
 	JsonbValue *v = config_value(config, key);
@@ -102,7 +99,7 @@ config_require(Jsonb *config, const char *key, bool dflt, bool needed)
 }
 
 /* A string of config.json (dflt when absent), palloc'd. */
-static char *
+char *
 config_string(Jsonb *config, const char *key, const char *dflt)
 {
 	JsonbValue *v = config_value(config, key);
@@ -200,7 +197,7 @@ read_config(Jsonb *config, MarianConfig *mc)
  * vocab.json (an object piece -> id) as the piece of every id [vocab_size];
  * *unk_id receives the id of "<unk>". ERROR naming the problem.
  */
-static Datum *
+Datum *
 read_vocab(Jsonb *vocab, int vocab_size, int *unk_id)
 {
 	Datum	   *pieces = palloc0(vocab_size * sizeof(Datum));
@@ -248,7 +245,7 @@ read_vocab(Jsonb *vocab, int vocab_size, int *unk_id)
 }
 
 /* Checks that both SentencePiece models load as a pair with the table; ERROR naming the file otherwise. */
-static void
+void
 check_vocabulary(bytea *source, bytea *target, Datum *pieces, int n, const int special[4])
 {
 	const char **table = palloc(n * sizeof(char *));
@@ -385,7 +382,7 @@ engine_tensors(TfTensor *in, int n, const TfConfig *c, int *count)
  * does not own, a model whose job is queued or running, and a vocabulary that
  * another model still uses).
  */
-static void
+void
 free_import_name(const char *name, bool replace)
 {
 	static const char *const kinds[2] = {"model", "vocabulary"};
@@ -490,7 +487,7 @@ attention_import_huggingface(PG_FUNCTION_ARGS)
 }
 
 /* Appends piece p of the vocabulary as a JSON string. */
-static void
+void
 append_piece(StringInfo s, const SpmModel *vocab, int id)
 {
 	size_t		len;
@@ -499,8 +496,8 @@ append_piece(StringInfo s, const SpmModel *vocab, int id)
 	escape_json(s, pnstrdup(p, len));
 }
 
-/* Adds one row (file, data) to the result. */
-static void
+/* Adds one row (file, data) to the result (a third column, export_huggingface_m2m100's large_object, NULL). */
+void
 put_file(ReturnSetInfo *rsinfo, const char *name, const char *data, size_t len)
 {
 	bytea	   *b = palloc(VARHDRSZ + len);
@@ -508,12 +505,13 @@ put_file(ReturnSetInfo *rsinfo, const char *name, const char *data, size_t len)
 	SET_VARSIZE(b, VARHDRSZ + len);
 	memcpy(VARDATA(b), data, len);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
-						 (Datum[]) {CStringGetTextDatum(name), PointerGetDatum(b)}, (bool[]) {false, false});
+						 (Datum[]) {CStringGetTextDatum(name), PointerGetDatum(b), (Datum) 0},
+						 (bool[]) {false, false, true});
 	pfree(b);
 }
 
 /* Adds a JSON file built in s. */
-static void
+void
 put_json(ReturnSetInfo *rsinfo, const char *name, StringInfo s)
 {
 	put_file(rsinfo, name, s->data, s->len);

@@ -19,25 +19,48 @@
 PG_FUNCTION_INFO_V1(attention_attention_weights);
 PG_FUNCTION_INFO_V1(attention_align);
 
-/* The target for inspection: the given text's ids, or (NULL) the translation's ids. */
+/* The text argument n, or NULL (also where the 0.2.0 definition has no such argument). */
+#define TEXT_ARG_OR_NULL(n) (PG_NARGS() <= (n) || PG_ARGISNULL(n) ? NULL : PG_GETARG_TEXT_PP(n))
+
+/*
+ * The target for inspection: the given text's ids, or (NULL) the
+ * translation's ids; after the target language's token for a
+ * multilingual model (the decoder's forced first token).
+ */
 static Encoded
-inspection_target(AttentionModel *am, const Encoded *source, text *target)
+inspection_target(AttentionModel *am, const Encoded *source, text *target, CallLanguages lang)
 {
 	Encoded		t;
 	TfDecodeOptions opt;
 	TfHypothesis h;
 
 	if (target != NULL)
-		return encode_text(am, target, false, SPM_TARGET);
-	t.ids = palloc0(sizeof(int32_t));
-	t.n = 0;
-	if (source->n == 0)
+		return encode_text(am, target, false, SPM_TARGET, lang.target_id);
+	t.prefix = lang.target_id >= 0 ? 1 : 0;
+	t.ids = palloc0(2 * sizeof(int32_t));
+	t.ids[0] = lang.target_id;
+	t.n = t.prefix;
+	if (source->n == source->prefix)
 		return t;
-	opt = decode_options(am, attention_beam_size, 1, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET);
+	opt = decode_options(am, attention_beam_size, 1, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET,
+						 lang.target_id);
 	translate_batch(am, (Encoded *) source, 1, &opt, &h);
-	t.ids = h.tokens;
-	t.n = h.length;
+	t.ids = palloc((h.length + t.prefix + 1) * sizeof(int32_t));
+	t.ids[0] = lang.target_id;
+	memcpy(t.ids + t.prefix, h.tokens, h.length * sizeof(int32_t));
+	t.n = h.length + t.prefix;
 	return t;
+}
+
+/* The deployed model of argument `model` (NULL: the default) and the languages of arguments `target`, `source`. */
+static AttentionModel *
+inspected_model(FunctionCallInfo fcinfo, int model, int target, int source, CallLanguages *lang)
+{
+	DeployedModel d;
+
+	attention_model_lookup(TEXT_ARG_OR_NULL(model), &d);
+	*lang = call_languages(&d, TEXT_ARG_OR_NULL(source), TEXT_ARG_OR_NULL(target));
+	return attention_model_load(&d, "cpu", false);
 }
 
 /* Pieces of source + EOS and of BOS + target (queries of the decoder), as text datums. */
@@ -72,10 +95,12 @@ fetch_attention(AttentionModel *am, TfAttentionKind kind, int layer, int *q, int
 }
 
 /*
- * attention_weights(source, target, model) returns table (kind, layer,
- * head, query_pos, query_token, key_pos, key_token, weight): every
- * attention probability of the teacher-forced pass. Encoder tokens are the
- * source's pieces and EOS; decoder queries are BOS and the target's pieces.
+ * attention_weights(source, target, model, target_language,
+ * source_language) returns table (kind, layer, head, query_pos,
+ * query_token, key_pos, key_token, weight): every attention probability of
+ * the teacher-forced pass. Encoder tokens are the source's pieces and EOS
+ * (after the source language's token); decoder queries are BOS and the
+ * target's pieces (after the target language's token).
  */
 Datum
 attention_attention_weights(PG_FUNCTION_ARGS)
@@ -88,15 +113,16 @@ attention_attention_weights(PG_FUNCTION_ARGS)
 	Datum	   *src_tokens,
 			   *dec_tokens;
 	const TfConfig *c;
+	CallLanguages lang;
 	int			kind;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (PG_ARGISNULL(0))
 		return (Datum) 0;
-	am = attention_model_get(PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2));
+	am = inspected_model(fcinfo, 2, 3, 4, &lang);
 	c = tf_model_config(am->engine);
-	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, SPM_SOURCE);
-	target = inspection_target(am, &source, PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
+	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, SPM_SOURCE, lang.source_id);
+	target = inspection_target(am, &source, TEXT_ARG_OR_NULL(1), lang);
 	teacher_forced(am, &source, &target);
 	src_tokens = token_texts(am, &source, -1, am->eos_id);
 	dec_tokens = token_texts(am, &target, am->bos_id, -1);
@@ -143,10 +169,11 @@ attention_attention_weights(PG_FUNCTION_ARGS)
 }
 
 /*
- * align(source, target, model) returns table (target_pos, target_token,
- * source_pos, source_token, weight): for each target token (and EOS), the
- * last decoder layer's cross-attention of the position that predicts it,
- * averaged over heads.
+ * align(source, target, model, target_language, source_language) returns
+ * table (target_pos, target_token, source_pos, source_token, weight): for
+ * each target token (and EOS; a multilingual model's target language token
+ * first), the last decoder layer's cross-attention of the position that
+ * predicts it, averaged over heads.
  */
 Datum
 attention_align(PG_FUNCTION_ARGS)
@@ -159,6 +186,7 @@ attention_align(PG_FUNCTION_ARGS)
 			   *tgt_tokens;
 	const TfConfig *c;
 	float	   *p;
+	CallLanguages lang;
 	int			q,
 				k,
 				i,
@@ -168,10 +196,10 @@ attention_align(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		return (Datum) 0;
-	am = attention_model_get(PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2));
+	am = inspected_model(fcinfo, 2, 3, 4, &lang);
 	c = tf_model_config(am->engine);
-	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, SPM_SOURCE);
-	target = encode_text(am, PG_GETARG_TEXT_PP(1), false, SPM_TARGET);
+	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, SPM_SOURCE, lang.source_id);
+	target = encode_text(am, PG_GETARG_TEXT_PP(1), false, SPM_TARGET, lang.target_id);
 	teacher_forced(am, &source, &target);
 	src_tokens = token_texts(am, &source, -1, am->eos_id);
 	tgt_tokens = token_texts(am, &target, -1, am->eos_id);

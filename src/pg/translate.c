@@ -45,11 +45,18 @@ attention_translate_default(PG_FUNCTION_ARGS)
 	text	   *source = PG_GETARG_TEXT_PP(0),
 			   *result;
 
-	translate_texts(NULL, attention_beam_size, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET, &source, 1, 1, &result);
+	translate_texts(NULL, attention_beam_size, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET, NULL, NULL,
+					&source, 1, 1, &result);
 	PG_RETURN_TEXT_P(result);
 }
 
-/* translate(source, model, beam_size, length_penalty, max_length_offset) returns text. */
+/* The text argument n, or NULL (also where the 0.2.0 definition has no such argument). */
+#define TEXT_ARG_OR_NULL(n) (PG_NARGS() <= (n) || PG_ARGISNULL(n) ? NULL : PG_GETARG_TEXT_PP(n))
+
+/*
+ * translate(source, model, beam_size, length_penalty, max_length_offset,
+ * target_language, source_language) returns text.
+ */
 Datum
 attention_translate(PG_FUNCTION_ARGS)
 {
@@ -60,12 +67,15 @@ attention_translate(PG_FUNCTION_ARGS)
 		PG_RETURN_NULL();
 	require_arguments(fcinfo, 2, decode_option_names, 3);
 	source = PG_GETARG_TEXT_PP(0);
-	translate_texts(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1), PG_GETARG_INT32(2), PG_GETARG_FLOAT8(3),
-					PG_GETARG_INT32(4), &source, 1, 1, &result);
+	translate_texts(TEXT_ARG_OR_NULL(1), PG_GETARG_INT32(2), PG_GETARG_FLOAT8(3), PG_GETARG_INT32(4),
+					TEXT_ARG_OR_NULL(5), TEXT_ARG_OR_NULL(6), &source, 1, 1, &result);
 	PG_RETURN_TEXT_P(result);
 }
 
-/* translate(sources text[], model, beam_size, length_penalty, max_length_offset) returns text[]. */
+/*
+ * translate(sources text[], model, beam_size, length_penalty,
+ * max_length_offset, target_language, source_language) returns text[].
+ */
 Datum
 attention_translate_array(PG_FUNCTION_ARGS)
 {
@@ -91,8 +101,8 @@ attention_translate_array(PG_FUNCTION_ARGS)
 	results = palloc(Max(n, 1) * sizeof(text *));
 	for (i = 0; i < n; i++)
 		texts[i] = nulls[i] ? NULL : DatumGetTextPP(elems[i]);
-	translate_texts(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1), PG_GETARG_INT32(2), PG_GETARG_FLOAT8(3),
-					PG_GETARG_INT32(4), texts, n, BATCH_SENTENCES, results);
+	translate_texts(TEXT_ARG_OR_NULL(1), PG_GETARG_INT32(2), PG_GETARG_FLOAT8(3), PG_GETARG_INT32(4),
+					TEXT_ARG_OR_NULL(5), TEXT_ARG_OR_NULL(6), texts, n, BATCH_SENTENCES, results);
 	for (i = 0; i < n; i++)
 		elems[i] = results[i] != NULL ? PointerGetDatum(results[i]) : (Datum) 0;
 	dims[0] = n;
@@ -118,7 +128,8 @@ nbest_row(void *arg, text *translation, double score, ArrayType *pieces)
 
 /*
  * translate_nbest(source, model, n, beam_size, length_penalty,
- * max_length_offset) returns table (rank, translation, score, tokens): the
+ * max_length_offset, target_language, source_language) returns table
+ * (rank, translation, score, tokens): the
  * n best hypotheses, best first; score is the log-probability of the
  * tokens and EOS (what attention.score gives for them).
  */
@@ -132,6 +143,7 @@ attention_translate_nbest(PG_FUNCTION_ARGS)
 	StringInfoData answer;
 	AttentionModel *am;
 	TfDecodeOptions opt;
+	CallLanguages lang;
 	text	   *source;
 	int			nbest,
 				beam_size,
@@ -147,9 +159,10 @@ attention_translate_nbest(PG_FUNCTION_ARGS)
 	beam_size = PG_GETARG_INT32(3);
 	length_penalty = PG_GETARG_FLOAT8(4);
 	max_length_offset = PG_GETARG_INT32(5);
-	attention_model_lookup(PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1), &d);
+	attention_model_lookup(TEXT_ARG_OR_NULL(1), &d);
+	lang = call_languages(&d, TEXT_ARG_OR_NULL(7), TEXT_ARG_OR_NULL(6));
 	check_decode_options(beam_size, nbest, length_penalty, max_length_offset);
-	req = service_request(SERVICE_NBEST, &d, beam_size, nbest, length_penalty, max_length_offset, &source, 1);
+	req = service_request(SERVICE_NBEST, &d, lang, beam_size, nbest, length_penalty, max_length_offset, &source, 1);
 	if (service_send(&d, &req, &answer))
 	{
 		int			count,
@@ -174,30 +187,36 @@ attention_translate_nbest(PG_FUNCTION_ARGS)
 		return (Datum) 0;
 	}
 	am = attention_model_load(&d, "cpu", false);
-	opt = decode_options(am, beam_size, nbest, length_penalty, max_length_offset);
-	nbest_hypotheses(am, source, &opt, nbest_row, rsinfo);
+	opt = decode_options(am, beam_size, nbest, length_penalty, max_length_offset, lang.target_id);
+	nbest_hypotheses(am, source, lang.source_id, &opt, nbest_row, rsinfo);
 	return (Datum) 0;
 }
 
-/* score(source, target, model) returns float8: log P(target tokens + EOS | source) in nats. */
+/*
+ * score(source, target, model, target_language, source_language) returns
+ * float8: log P(target tokens + EOS | source) in nats (for a multilingual
+ * model, given the target language's token, which decoding forces).
+ */
 Datum
 attention_score(PG_FUNCTION_ARGS)
 {
 	DeployedModel d;
 	ServiceRequest req;
 	StringInfoData answer;
+	CallLanguages lang;
 	text	   *pair[2];
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		PG_RETURN_NULL();
 	pair[0] = PG_GETARG_TEXT_PP(0);
 	pair[1] = PG_GETARG_TEXT_PP(1);
-	attention_model_lookup(PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2), &d);
-	req = service_request(SERVICE_SCORE, &d, 1, 1, 0.0, 0, pair, 1);
+	attention_model_lookup(TEXT_ARG_OR_NULL(2), &d);
+	lang = call_languages(&d, TEXT_ARG_OR_NULL(4), TEXT_ARG_OR_NULL(3));
+	req = service_request(SERVICE_SCORE, &d, lang, 1, 1, 0.0, 0, pair, 1);
 	if (service_send(&d, &req, &answer))
 	{
 		service_raise(&answer);
 		PG_RETURN_FLOAT8(pq_getmsgfloat8(&answer));
 	}
-	PG_RETURN_FLOAT8(score_text(attention_model_load(&d, "cpu", false), pair[0], pair[1]));
+	PG_RETURN_FLOAT8(score_text(attention_model_load(&d, "cpu", false), pair[0], pair[1], lang));
 }

@@ -47,7 +47,8 @@ text_column(Oid relid, const char *column, const char *role)
 }
 
 /*
- * translate_column(relation, source_column, target_column, model, batch_size):
+ * translate_column(relation, source_column, target_column, model, batch_size,
+ * target_language, source_language):
  * translates the rows whose target is NULL and source is not, in
  * length-sorted batches, committing after each batch when called with CALL
  * outside a transaction block (so a cancel loses at most one batch and a
@@ -69,7 +70,9 @@ attention_translate_column(PG_FUNCTION_ARGS)
 	Oid		   *types;
 	SPIPlanPtr	update_plan;
 	char	   *rel;
-	text	   *model;
+	text	   *model,
+			   *target_language,
+			   *source_language;
 	MemoryContext batch_cxt,
 				old;
 	int64		total,
@@ -150,6 +153,9 @@ attention_translate_column(PG_FUNCTION_ARGS)
 		elog(ERROR, "could not prepare \"%s\": %s", update.data, SPI_result_code_string(SPI_result));
 
 	model = PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3);
+	/* the languages (the 0.2.0 definition has no such arguments) */
+	target_language = PG_NARGS() > 5 && !PG_ARGISNULL(5) ? PG_GETARG_TEXT_PP(5) : NULL;
+	source_language = PG_NARGS() > 6 && !PG_ARGISNULL(6) ? PG_GETARG_TEXT_PP(6) : NULL;
 	INSTR_TIME_SET_CURRENT(start);
 	last_notice = start;
 	for (;;)
@@ -186,8 +192,8 @@ attention_translate_column(PG_FUNCTION_ARGS)
 													   pk_count + 1, &isnull));
 		}
 		/* through the model's service like translate(): a redeploy applies from the next batch */
-		translate_texts(model, attention_beam_size, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET, texts,
-						n, BATCH_SENTENCES, results);
+		translate_texts(model, attention_beam_size, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET,
+						target_language, source_language, texts, n, BATCH_SENTENCES, results);
 		for (i = 0; i < n; i++)
 		{
 			Datum	   *values = palloc((pk_count + 1) * sizeof(Datum));

@@ -289,11 +289,18 @@ read_model_row(const char *name)
 const char *
 vocabulary_columns(void)
 {
-	if (SPI_execute("SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = 'attention.vocabularies'::pg_catalog.regclass "
-					"AND attname = 'pieces' AND NOT attisdropped", true, 1) != SPI_OK_SELECT)
+	bool		pieces,
+				languages;
+
+	if (SPI_execute("SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = 'attention.vocabularies'::pg_catalog.regclass "
+					"AND attname IN ('pieces', 'language_ids') AND NOT attisdropped", true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the columns of attention.vocabularies");
-	return SPI_processed == 1 ? "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id"
-		: "v.model, NULL::bytea, NULL::text[], v.pad_id, v.unk_id, v.bos_id, v.eos_id";
+	pieces = SPI_processed >= 1;
+	languages = SPI_processed == 2;
+	if (languages)
+		return "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id, v.language_ids";
+	return pieces ? "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id, NULL::integer[]"
+		: "v.model, NULL::bytea, NULL::text[], v.pad_id, v.unk_id, v.bos_id, v.eos_id, NULL::integer[]";
 }
 
 SpmModel *
@@ -325,6 +332,7 @@ vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int 
 					special[4];
 		const char **table;
 		size_t	   *lengths;
+		Datum		languages;
 
 		deconstruct_array(DatumGetArrayTypeP(pieces), TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
 		table = palloc(Max(n, 1) * sizeof(char *));
@@ -347,6 +355,21 @@ vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int 
 		}
 		rc = spm_load_pair(VARDATA_ANY(source), VARSIZE_ANY_EXHDR(source), VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t),
 						   table, lengths, n, special, &vocab, err, sizeof(err));
+		languages = SPI_getbinval(tup, desc, first + 7, &isnull);
+		if (rc == 0 && !isnull)
+		{
+			/* a multilingual vocabulary's language tokens: decoding skips them */
+			ArrayType  *a = DatumGetArrayTypeP(languages);
+
+			if (ARR_NDIM(a) != 1 || ARR_HASNULL(a) ||
+				spm_set_skipped(vocab, (int *) ARR_DATA_PTR(a), ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)), err,
+								sizeof(err)) != 0)
+			{
+				spm_free(vocab);
+				ereport(ERROR, (errcode(sqlerrcode),
+								errmsg("%s has language ids that are not ids of its pieces", what)));
+			}
+		}
 	}
 	if (rc != 0)
 		ereport(ERROR, (errcode(sqlerrcode),

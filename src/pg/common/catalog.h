@@ -57,17 +57,19 @@ void		read_model_row(const char *name);
 
 /*
  * The select list of attention.vocabularies (alias v) that vocabulary_load
- * reads: model, target_model, pieces, pad_id, unk_id, bos_id, eos_id (NULL
- * target_model and pieces where the schema is still at 0.1.0, which has no
- * such columns). Runs a catalogue query: call it before the caller's own.
+ * reads: model, target_model, pieces, pad_id, unk_id, bos_id, eos_id,
+ * language_ids (NULL target_model and pieces where the schema is still at
+ * 0.1.0, NULL language_ids before 0.3.0, which have no such columns). Runs
+ * a catalogue query: call it before the caller's own.
  * Inside SPI.
  */
 const char *vocabulary_columns(void);
 
 /*
- * The vocabulary in columns first .. first + 6 of an SPI row
+ * The vocabulary in columns first .. first + 7 of an SPI row
  * (vocabulary_columns()): a SentencePiece model, or with target_model and
- * pieces a vocabulary pair (spm_load_pair); free with spm_free. ERROR
+ * pieces a vocabulary pair (spm_load_pair; language_ids, when not NULL,
+ * skipped by spm_decode); free with spm_free. ERROR
  * (sqlerrcode, naming `what`) when it does not load.
  */
 SpmModel   *vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int sqlerrcode);

@@ -236,10 +236,55 @@ data_fill(const DataSet *d, const DataBatch *b, int pad_id, int bos_id, int eos_
 	batch->index = 0;
 }
 
+/*
+ * data_fill with feed's languages: each row one wider, the source after its
+ * language token, the decoder input bos + target language + target, the
+ * labels target language + target + EOS.
+ */
+static void
+fill_languages(const DataSet *d, const DataBatch *b, const DataFeed *feed, TfBatch *batch)
+{
+	int32		ls = b->src_len + 1,
+				lt = b->tgt_len + 1,
+				k,
+				t;
+
+	for (k = 0; k < b->count; k++)
+	{
+		const DataPair *p = &d->pairs[b->first + k];
+		int32	   *s = feed->src + (int64) k * ls;
+		int32	   *x = feed->tgt_in + (int64) k * lt;
+		int32	   *y = feed->labels + (int64) k * lt;
+
+		s[0] = feed->source_language;
+		for (t = 1; t < ls; t++)
+			s[t] = t <= p->src_len ? p->src[t - 1] : t == p->src_len + 1 ? feed->eos_id : feed->pad_id;
+		x[0] = feed->bos_id;
+		y[0] = x[1] = feed->target_language;
+		for (t = 1; t < lt; t++)
+		{
+			if (t > 1)
+				x[t] = t <= p->tgt_len + 1 ? p->tgt[t - 2] : feed->pad_id;
+			y[t] = t <= p->tgt_len ? p->tgt[t - 1] : t == p->tgt_len + 1 ? feed->eos_id : feed->pad_id;
+		}
+	}
+	batch->batch_size = b->count;
+	batch->src_len = ls;
+	batch->tgt_len = lt;
+	batch->src = feed->src;
+	batch->tgt_in = feed->tgt_in;
+	batch->labels = feed->labels;
+	batch->index = 0;
+}
+
 void
 data_feed_alloc(DataFeed *feed, const DataSet *a, const DataSet *b, int max_positions)
 {
 	int64		ids = Max(a->max_batch_ids, b ? b->max_batch_ids : 0);
+
+	/* rows one wider for a language token each (fill_languages): at most twice as many ids */
+	if (feed->multilingual)
+		ids *= 2;
 
 	feed->src = palloc_extended(Max(ids, (int64) VALIDATE_BLEU_BATCH * max_positions) * sizeof(int32),
 								MCXT_ALLOC_HUGE);
@@ -274,9 +319,13 @@ dataset_loss(TfModel *engine, const DataSet *d, DataFeed *feed)
 			pfree(log_prob);
 			return NAN;
 		}
-		data_fill(d, db, feed->pad_id, feed->bos_id, feed->eos_id, feed->src, feed->tgt_in, feed->labels, &batch);
+		if (feed->multilingual)
+			fill_languages(d, db, feed, &batch);
+		else
+			data_fill(d, db, feed->pad_id, feed->bos_id, feed->eos_id, feed->src, feed->tgt_in, feed->labels,
+					  &batch);
 		threads = cpu_budget_take_for(engine, 0);
-		rc = tf_model_score(engine, &batch, log_prob, err, sizeof(err));
+		rc = tf_model_score_prefixed(engine, &batch, feed->multilingual ? 1 : 0, log_prob, err, sizeof(err));
 		cpu_budget_give(threads);
 		if (rc != TF_OK)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("validation: %s", err)));
@@ -296,7 +345,8 @@ dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed 
 	TfDecodeOptions opt;
 	TfHypothesis hyps[VALIDATE_BLEU_BATCH];
 	char		err[TF_ERRLEN];
-	int32		b;
+	int32		b,
+				prefix = feed->multilingual ? 1 : 0;
 
 	if (d->num_references == 0)
 		return NAN;
@@ -306,6 +356,8 @@ dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed 
 	opt.nbest = 1;
 	opt.bos_id = feed->bos_id;
 	opt.eos_id = feed->eos_id;
+	opt.forced_id = feed->multilingual ? feed->target_language : -1;
+	opt.source_prefix = prefix;
 	for (b = 0; b < d->num_references; b += VALIDATE_BLEU_BATCH)
 	{
 		int32		n = Min(VALIDATE_BLEU_BATCH, d->num_references - b),
@@ -319,15 +371,18 @@ dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed 
 		if (feed->stop != NULL && feed->stop(feed->stop_arg))
 			return NAN;
 		for (k = 0; k < n; k++)
-			len = Max(len, d->ordered[b + k].src_len + 1);
+			len = Max(len, d->ordered[b + k].src_len + 1 + prefix);
 		len = Min(len, max_positions);
 		for (k = 0; k < n; k++)
 		{
 			const DataPair *p = &d->ordered[b + k];
-			int32		m = Min(p->src_len, len - 1);
+			int32	   *s = feed->src + k * len;
+			int32		m = Min(p->src_len, len - 1 - prefix);
 
-			for (t = 0; t < len; t++)
-				feed->src[k * len + t] = t < m ? p->src[t] : t == m ? feed->eos_id : feed->pad_id;
+			if (prefix)
+				s[0] = feed->source_language;
+			for (t = 0; t < len - prefix; t++)
+				s[t + prefix] = t < m ? p->src[t] : t == m ? feed->eos_id : feed->pad_id;
 		}
 		threads = cpu_budget_take_for(engine, 0);
 		rc = tf_model_translate(engine, feed->src, n, len, &opt, hyps, err, sizeof(err));

@@ -72,6 +72,14 @@ typedef struct DataFeed
 	int			pad_id,
 				bos_id,
 				eos_id;
+	/*
+	 * A multilingual model's languages (evaluate): every source starts with
+	 * the token source_language, the decoder with bos then the forced
+	 * target_language, which the loss does not count (as score)
+	 */
+	bool		multilingual;
+	int32		source_language,
+				target_language;
 	int32	   *src;			/* also holds VALIDATE_BLEU_BATCH sources */
 	int32	   *tgt_in;
 	int32	   *labels;

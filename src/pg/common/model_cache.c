@@ -12,6 +12,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
@@ -115,6 +116,50 @@ model_load(const DeployedModel *d, const char *device, bool owner)
 	return am;
 }
 
+/*
+ * The languages of a model row (columns first .. first + 3: languages,
+ * language_ids, source_language, target_language) into d, allocated in cxt.
+ */
+static void
+read_languages(HeapTuple tup, TupleDesc desc, int first, MemoryContext cxt, DeployedModel *d)
+{
+	MemoryContext old;
+	bool		isnull;
+	Datum		codes = SPI_getbinval(tup, desc, first, &isnull);
+	char	   *source,
+			   *target;
+
+	d->n_languages = 0;
+	d->languages = NULL;
+	d->language_ids = NULL;
+	source = SPI_getvalue(tup, desc, first + 2);
+	target = SPI_getvalue(tup, desc, first + 3);
+	old = MemoryContextSwitchTo(cxt);
+	d->source_language = source != NULL ? pstrdup(source) : NULL;
+	d->target_language = target != NULL ? pstrdup(target) : NULL;
+	if (!isnull)
+	{
+		Datum	   *elems,
+				   *ids;
+		int			n,
+					k,
+					i;
+
+		deconstruct_array(DatumGetArrayTypeP(codes), TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, first + 1, &isnull)), INT4OID, 4, true,
+						  TYPALIGN_INT, &ids, NULL, &k);
+		d->n_languages = Min(n, k);
+		d->languages = palloc(Max(n, 1) * sizeof(char *));
+		d->language_ids = palloc(Max(n, 1) * sizeof(int32));
+		for (i = 0; i < d->n_languages; i++)
+		{
+			d->languages[i] = TextDatumGetCString(elems[i]);
+			d->language_ids[i] = DatumGetInt32(ids[i]);
+		}
+	}
+	MemoryContextSwitchTo(old);
+}
+
 void
 attention_model_lookup(text *model, DeployedModel *d)
 {
@@ -129,10 +174,20 @@ attention_model_lookup(text *model, DeployedModel *d)
 	/* the per-call check: planned once per backend */
 	if (lookup_plan == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare("SELECT m.model_id, m.config, m.vocabulary_id, c.checkpoint_id, c.xmin::text "
-									   "FROM attention.models m LEFT JOIN attention.checkpoints c "
-									   "ON c.model_id = m.model_id AND c.deployed WHERE m.name = $1", 1, types);
+		SPIPlanPtr	plan;
+		bool		languages;
 
+		/* the languages from 0.3.0 on (a library newer than its schema reads none) */
+		if (SPI_execute("SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = 'attention.models'::pg_catalog.regclass "
+						"AND attname = 'target_language' AND NOT attisdropped", true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the columns of attention.models");
+		languages = SPI_processed == 1;
+		plan = SPI_prepare(psprintf("SELECT m.model_id, m.config, m.vocabulary_id, c.checkpoint_id, c.xmin::text, %s "
+									"FROM attention.models m JOIN attention.vocabularies v USING (vocabulary_id) "
+									"LEFT JOIN attention.checkpoints c "
+									"ON c.model_id = m.model_id AND c.deployed WHERE m.name = $1",
+									languages ? "v.languages, v.language_ids, m.source_language, m.target_language"
+									: "NULL::text[], NULL::integer[], NULL::text, NULL::text"), 1, types);
 		if (plan == NULL || SPI_keepplan(plan) != 0)
 			elog(ERROR, "could not prepare the model lookup: %s", SPI_result_code_string(SPI_result));
 		lookup_plan = plan;
@@ -154,6 +209,26 @@ attention_model_lookup(text *model, DeployedModel *d)
 	config = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	d->config = MemoryContextAlloc(caller, VARSIZE(config));
 	memcpy(d->config, config, VARSIZE(config));
+	read_languages(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6, caller, d);
+	SPI_finish();
+}
+
+void
+attention_model_languages(const char *model, DeployedModel *d)
+{
+	MemoryContext caller = CurrentMemoryContext;
+
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT v.languages, v.language_ids, m.source_language, m.target_language "
+							  "FROM attention.models m JOIN attention.vocabularies v USING (vocabulary_id) "
+							  "WHERE m.name = $1", 1, (Oid[]) {TEXTOID}, (Datum[]) {CStringGetTextDatum(model)},
+							  NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.models");
+	if (SPI_processed == 0)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("model \"%s\" does not exist", model)));
+	memset(d, 0, sizeof(*d));
+	strlcpy(d->name, model, sizeof(d->name));
+	read_languages(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, caller, d);
 	SPI_finish();
 }
 

@@ -40,7 +40,25 @@ typedef struct DeployedModel
 	Jsonb	   *config;			/* palloc'd */
 	int64		checkpoint_id;
 	TransactionId xmin;			/* of the checkpoint row; invalid: any version */
+	/* a multilingual model's languages (M2M-100, NLLB-200); n_languages 0 for others */
+	int			n_languages;
+	char	  **languages;		/* codes, palloc'd */
+	int32	   *language_ids;	/* their tokens' ids */
+	char	   *source_language,
+			   *target_language;	/* the model's defaults, or NULL */
 } DeployedModel;
+
+/*
+ * The languages of a call to a multilingual model (M2M-100, NLLB-200): the
+ * ids of the source language's token (the source's first id) and the
+ * target language's (the decoder's forced first token); -1 for a model
+ * that is not multilingual.
+ */
+typedef struct CallLanguages
+{
+	int32		source_id;
+	int32		target_id;
+} CallLanguages;
 
 /*
  * The deployed checkpoint of model `model` (NULL: attention.default_model,
@@ -57,6 +75,13 @@ AttentionModel *attention_model_get(text *model);
  * attention_model_get) into *d without loading it; the same ERRORs.
  */
 void		attention_model_lookup(text *model, DeployedModel *d);
+
+/*
+ * Only the name and the languages of model `model` into *d (evaluate,
+ * whatever its checkpoints; schema 0.3.0). ERROR when it does not exist.
+ * Connects to SPI itself.
+ */
+void		attention_model_languages(const char *model, DeployedModel *d);
 
 /*
  * The checkpoint d describes, from the cache or loaded on `device` ("cpu"

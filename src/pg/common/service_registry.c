@@ -486,6 +486,8 @@ request_bytes(const ServiceRequest *req, StringInfo buf)
 	pq_sendint32(buf, req->max_length_offset);
 	pq_sendint32(buf, req->max_input_tokens);
 	pq_sendfloat8(buf, req->length_penalty);
+	pq_sendint32(buf, req->source_language);
+	pq_sendint32(buf, req->target_language);
 	pq_sendint32(buf, req->n);
 	for (i = 0; i < count; i++)
 		service_put_text(buf, req->texts[i]);
@@ -504,6 +506,8 @@ service_read_request(StringInfo buf, ServiceRequest *req)
 	req->max_length_offset = pq_getmsgint(buf, 4);
 	req->max_input_tokens = pq_getmsgint(buf, 4);
 	req->length_penalty = pq_getmsgfloat8(buf);
+	req->source_language = pq_getmsgint(buf, 4);
+	req->target_language = pq_getmsgint(buf, 4);
 	req->n = pq_getmsgint(buf, 4);
 	count = req->kind == SERVICE_SCORE ? 2 * req->n : req->n;
 	req->texts = palloc(Max(count, 1) * sizeof(text *));
@@ -683,12 +687,14 @@ service_raise(StringInfo answer)
 
 /* A request to model d's service with the session's settings; texts as given. */
 ServiceRequest
-service_request(ServiceKind kind, const DeployedModel *d, int beam_size, int nbest, double length_penalty,
-				int max_length_offset, text **texts, int n)
+service_request(ServiceKind kind, const DeployedModel *d, CallLanguages lang, int beam_size, int nbest,
+				double length_penalty, int max_length_offset, text **texts, int n)
 {
 	ServiceRequest req;
 
 	req.kind = kind;
+	req.source_language = lang.source_id;
+	req.target_language = lang.target_id;
 	req.checkpoint_id = d->checkpoint_id;
 	req.beam_size = beam_size;
 	req.nbest = nbest;

@@ -93,6 +93,8 @@ typedef struct ServiceRequest
 				max_length_offset,
 				max_input_tokens;	/* the session's attention.max_input_tokens */
 	double		length_penalty;
+	int32		source_language,
+				target_language;	/* language token ids (CallLanguages), -1: none */
 	int			n;
 	text	  **texts;
 } ServiceRequest;
@@ -123,8 +125,8 @@ ServiceSlot *service_start(int32 model_id, const char *name, const char *device,
 						   int *pid);
 
 /* A request of `kind` to model d's service with the session's settings; texts as given. */
-ServiceRequest service_request(ServiceKind kind, const DeployedModel *d, int beam_size, int nbest,
-							   double length_penalty, int max_length_offset, text **texts, int n);
+ServiceRequest service_request(ServiceKind kind, const DeployedModel *d, CallLanguages lang, int beam_size,
+							   int nbest, double length_penalty, int max_length_offset, text **texts, int n);
 
 /*
  * Sends request `req` to model d's translation service when

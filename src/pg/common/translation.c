@@ -28,35 +28,89 @@
 
 const char *const decode_option_names[3] = {"beam_size", "length_penalty", "max_length_offset"};
 
-/* Encodes text of a side under the model's vocabulary; with add_eos an EOS follows (space is always reserved). */
+/*
+ * Encodes text of a side under the model's vocabulary, after the language
+ * token `language` (-1: none); with add_eos an EOS follows (space is always
+ * reserved).
+ */
 Encoded
-encode_text(AttentionModel *am, text *t, bool add_eos, SpmSide side)
+encode_text(AttentionModel *am, text *t, bool add_eos, SpmSide side, int32 language)
 {
 	Encoded		e;
 	int		   *ids;
 	size_t		n;
 	char		err[512];
 	const char *what = side == SPM_TARGET ? "target" : "source";
+	int			prefix = language >= 0 ? 1 : 0;
 
 	if (spm_encode(am->vocabulary, side, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &ids, &n, err, sizeof(err)) != 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("could not encode the %s: %s", what, err)));
-	if ((int64) n > attention_max_input_tokens || (int64) n + 1 > am->max_positions)
+	if ((int64) n > attention_max_input_tokens || (int64) n + prefix + 1 > am->max_positions)
 	{
 		spm_free_buffer(ids);
 		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 						errmsg("the %s has %zu tokens, over the limit of %d", what, n,
-							   Min(attention_max_input_tokens, am->max_positions - 1)),
+							   Min(attention_max_input_tokens, am->max_positions - 1 - prefix)),
 						errhint("Split the text into sentences, or raise attention.max_input_tokens "
-								"(the model takes at most %d).", am->max_positions - 1)));
+								"(the model takes at most %d).", am->max_positions - 1 - prefix)));
 	}
-	e.ids = palloc((n + 1) * sizeof(int32_t));
-	memcpy(e.ids, ids, n * sizeof(int32_t));
+	e.ids = palloc((n + prefix + 1) * sizeof(int32_t));
+	if (prefix)
+		e.ids[0] = language;
+	memcpy(e.ids + prefix, ids, n * sizeof(int32_t));
 	spm_free_buffer(ids);
-	e.n = (int) n;
+	e.n = (int) n + prefix;
+	e.prefix = prefix;
 	if (add_eos)
-		e.ids[n] = am->eos_id;
+		e.ids[e.n] = am->eos_id;
 	return e;
+}
+
+/* The id of language `code` of model d ("source" or "target": `which`); ERROR listing a few when unknown. */
+static int32
+language_id(const DeployedModel *d, const char *code, const char *which)
+{
+	StringInfoData some;
+	int			i;
+
+	for (i = 0; i < d->n_languages; i++)
+		if (strcmp(d->languages[i], code) == 0)
+			return d->language_ids[i];
+	initStringInfo(&some);
+	for (i = 0; i < Min(d->n_languages, 8); i++)
+		appendStringInfo(&some, "%s%s", i > 0 ? ", " : "", d->languages[i]);
+	ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					errmsg("model \"%s\" has no %s language \"%s\"", d->name, which, code),
+					errhint("Its %d languages include %s%s (attention.vocabularies.languages lists them).",
+							d->n_languages, some.data, d->n_languages > 8 ? ", ..." : "")));
+	return -1;					/* not reached */
+}
+
+CallLanguages
+call_languages(const DeployedModel *d, text *source_language, text *target_language)
+{
+	CallLanguages l = {-1, -1};
+	char	   *source = source_language != NULL ? text_to_cstring(source_language) : d->source_language;
+	char	   *target = target_language != NULL ? text_to_cstring(target_language) : d->target_language;
+
+	if (d->n_languages == 0)
+	{
+		if (source_language != NULL || target_language != NULL)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("model \"%s\" is not multilingual: it takes no %s language", d->name,
+								   target_language != NULL ? "target" : "source"),
+							errhint("Pass NULL (the default) for source_language and target_language.")));
+		return l;
+	}
+	if (source == NULL || target == NULL)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("model \"%s\" needs a %s language", d->name, target == NULL ? "target" : "source"),
+						errhint("Pass %s, or give the model defaults with attention.set_languages('%s', source, target).",
+								target == NULL ? "target_language" : "source_language", d->name)));
+	l.source_id = language_id(d, source, "source");
+	l.target_id = language_id(d, target, "target");
+	return l;
 }
 
 /* Text of ids under the model's vocabulary (palloc'd text). */
@@ -117,7 +171,8 @@ check_beam_fits(int beam_size, int vocab_size, const char *model)
 
 /* Decoding options from SQL arguments; ERROR naming a bad one. */
 TfDecodeOptions
-decode_options(AttentionModel *am, int beam_size, int nbest, double length_penalty, int max_length_offset)
+decode_options(AttentionModel *am, int beam_size, int nbest, double length_penalty, int max_length_offset,
+			   int32 target_language)
 {
 	TfDecodeOptions opt;
 
@@ -130,6 +185,8 @@ decode_options(AttentionModel *am, int beam_size, int nbest, double length_penal
 	opt.max_length_offset = max_length_offset;
 	opt.bos_id = am->bos_id;
 	opt.eos_id = am->eos_id;
+	opt.forced_id = target_language;
+	opt.source_prefix = target_language >= 0 ? 1 : 0;	/* multilingual sources begin with their language */
 	return opt;
 }
 
@@ -209,19 +266,21 @@ translate_batch(AttentionModel *am, Encoded *src, int n, TfDecodeOptions *opt, T
  * Returns the number of engine calls or service requests.
  */
 int
-translate_texts(text *model, int beam_size, double length_penalty, int max_length_offset, text **texts, int n,
-				int max_batch, text **results)
+translate_texts(text *model, int beam_size, double length_penalty, int max_length_offset, text *target_language,
+				text *source_language, text **texts, int n, int max_batch, text **results)
 {
 	DeployedModel d;
 	AttentionModel *am;
 	TfDecodeOptions opt;
 	ServiceRequest req;
 	StringInfoData answer;
+	CallLanguages lang;
 	int			i;
 
 	attention_model_lookup(model, &d);
+	lang = call_languages(&d, source_language, target_language);
 	check_decode_options(beam_size, 1, length_penalty, max_length_offset);
-	req = service_request(SERVICE_TRANSLATE, &d, beam_size, 1, length_penalty, max_length_offset, texts, n);
+	req = service_request(SERVICE_TRANSLATE, &d, lang, beam_size, 1, length_penalty, max_length_offset, texts, n);
 	if (service_send(&d, &req, &answer))
 	{
 		service_raise(&answer);
@@ -230,8 +289,8 @@ translate_texts(text *model, int beam_size, double length_penalty, int max_lengt
 		return 1;
 	}
 	am = attention_model_load(&d, "cpu", false);
-	opt = decode_options(am, beam_size, 1, length_penalty, max_length_offset);
-	return translate_many(am, texts, n, &opt, max_batch, results);
+	opt = decode_options(am, beam_size, 1, length_penalty, max_length_offset, lang.target_id);
+	return translate_many(am, texts, n, &opt, lang.source_id, max_batch, results);
 }
 
 /* Orders sentence indexes by source length, then ids (identical sources side by side), then index. */
@@ -269,7 +328,7 @@ translate_encoded(AttentionModel *am, const Encoded *e, int n, TfDecodeOptions *
 		results[i] = NULL;
 		if (e[i].ids == NULL)
 			continue;
-		if (e[i].n == 0)
+		if (e[i].n == e[i].prefix)
 			results[i] = cstring_to_text("");
 		else
 			order[m++] = i;
@@ -309,14 +368,15 @@ translate_encoded(AttentionModel *am, const Encoded *e, int n, TfDecodeOptions *
 }
 
 int
-translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *opt, int max_batch, text **results)
+translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *opt, int32 source_language, int max_batch,
+			   text **results)
 {
 	Encoded    *e = palloc0(Max(n, 1) * sizeof(Encoded));
 	int			i;
 
 	for (i = 0; i < n; i++)
 		if (texts[i] != NULL)
-			e[i] = encode_text(am, texts[i], true, SPM_SOURCE);
+			e[i] = encode_text(am, texts[i], true, SPM_SOURCE, source_language);
 	return translate_encoded(am, e, n, opt, max_batch, results, NULL);
 }
 
@@ -330,14 +390,17 @@ translate_rows(bool one_arg, const NullableDatum *options, text **texts, int n, 
 	if (i == n)
 		return 0;
 	if (one_arg)
-		return translate_texts(NULL, attention_beam_size, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET, texts, n, max_batch, results);
+		return translate_texts(NULL, attention_beam_size, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET,
+							   NULL, NULL, texts, n, max_batch, results);
 	for (i = 0; i < 3; i++)
 		if (options[i + 1].isnull)
 			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 							errmsg("%s must not be NULL", decode_option_names[i])));
 	return translate_texts(options[0].isnull ? NULL : DatumGetTextPP(options[0].value),
 						   DatumGetInt32(options[1].value), DatumGetFloat8(options[2].value),
-						   DatumGetInt32(options[3].value), texts, n, max_batch, results);
+						   DatumGetInt32(options[3].value),
+						   options[4].isnull ? NULL : DatumGetTextPP(options[4].value),
+						   options[5].isnull ? NULL : DatumGetTextPP(options[5].value), texts, n, max_batch, results);
 }
 
 /* The pieces of ids as a text[]. */
@@ -355,13 +418,14 @@ pieces_array(AttentionModel *am, const int32_t *ids, int n)
 }
 
 void
-nbest_hypotheses(AttentionModel *am, text *source, TfDecodeOptions *opt, NbestFn emit, void *arg)
+nbest_hypotheses(AttentionModel *am, text *source, int32 source_language, TfDecodeOptions *opt, NbestFn emit,
+				 void *arg)
 {
-	Encoded		e = encode_text(am, source, true, SPM_SOURCE);
+	Encoded		e = encode_text(am, source, true, SPM_SOURCE, source_language);
 	TfHypothesis *h;
 	int			i;
 
-	if (e.n == 0)
+	if (e.n == e.prefix)
 	{
 		emit(arg, cstring_to_text(""), 0.0, construct_empty_array(TEXTOID));
 		return;
@@ -376,7 +440,8 @@ nbest_hypotheses(AttentionModel *am, text *source, TfDecodeOptions *opt, NbestFn
 /*
  * Runs one teacher-forced pass of source -> target ids (no EOS in
  * target->ids): afterwards the engine holds the attention probabilities.
- * Returns the log-probability of the target's tokens and EOS.
+ * Returns the log-probability of the target's tokens and EOS (without its
+ * prefix, the forced language token).
  */
 double
 teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target)
@@ -404,7 +469,7 @@ teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target)
 	b.tgt_in = tgt;
 	b.labels = tgt + n;
 	threads = cpu_budget_take_for(am->engine, 0);
-	rc = tf_model_score(am->engine, &b, &log_prob, err, sizeof(err));
+	rc = tf_model_score_prefixed(am->engine, &b, target->prefix, &log_prob, err, sizeof(err));
 	cpu_budget_give(threads);
 	if (rc != TF_OK)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
@@ -414,10 +479,10 @@ teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target)
 }
 
 double
-score_text(AttentionModel *am, text *source, text *target)
+score_text(AttentionModel *am, text *source, text *target, CallLanguages lang)
 {
-	Encoded		s = encode_text(am, source, true, SPM_SOURCE),
-				t = encode_text(am, target, false, SPM_TARGET);
+	Encoded		s = encode_text(am, source, true, SPM_SOURCE, lang.source_id),
+				t = encode_text(am, target, false, SPM_TARGET, lang.target_id);
 
 	return teacher_forced(am, &s, &t);
 }

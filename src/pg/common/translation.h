@@ -21,16 +21,26 @@
 /* A source (or target) as subword ids. */
 typedef struct Encoded
 {
-	int32_t    *ids;			/* the text's ids, then EOS when add_eos */
+	int32_t    *ids;			/* the language token (prefix 1), the text's ids, then EOS when add_eos */
 	int			n;				/* ids without EOS */
+	int			prefix;			/* 1 when ids begin with a language token, else 0 */
 } Encoded;
 
 /*
- * Encodes text under the model's vocabulary; with add_eos an EOS follows
- * (space is always reserved). ERROR (54000) when it is longer than
+ * The languages a call names (NULL: the model's defaults) resolved for
+ * model d. ERROR (22023) for a code the model lacks (listing a few of
+ * its), a language for a model that is not multilingual, or none where the
+ * model has no default.
+ */
+CallLanguages call_languages(const DeployedModel *d, text *source_language, text *target_language);
+
+/*
+ * Encodes text under the model's vocabulary after language token
+ * `language` (-1: none); with add_eos an EOS follows (space is always
+ * reserved). ERROR (54000) when it is longer than
  * attention.max_input_tokens or the model's positions; `what` names it.
  */
-Encoded		encode_text(AttentionModel *am, text *t, bool add_eos, SpmSide side);
+Encoded		encode_text(AttentionModel *am, text *t, bool add_eos, SpmSide side, int32 language);
 
 /* Text of ids under the model's vocabulary (palloc'd text). */
 text	   *decode_ids(AttentionModel *am, const int32_t *ids, int n);
@@ -50,9 +60,12 @@ void		check_decode_options(int beam_size, int nbest, double length_penalty, int 
  */
 void		check_beam_fits(int beam_size, int vocab_size, const char *model);
 
-/* Decoding options from SQL arguments; ERROR naming a bad one. */
+/*
+ * Decoding options from SQL arguments, forcing the token target_language
+ * (-1: none) first; ERROR naming a bad one.
+ */
 TfDecodeOptions decode_options(AttentionModel *am, int beam_size, int nbest, double length_penalty,
-							   int max_length_offset);
+							   int max_length_offset, int32 target_language);
 
 /*
  * Translates n encoded non-empty sources (one engine call) into out
@@ -67,12 +80,12 @@ void		translate_batch(AttentionModel *am, Encoded *src, int n, TfDecodeOptions *
  * (identical sources are translated once); results[i] receives the
  * translation of texts[i]. Returns the number of engine calls.
  */
-int			translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *opt, int max_batch,
-						   text **results);
+int			translate_many(AttentionModel *am, text **texts, int n, TfDecodeOptions *opt, int32 source_language,
+						   int max_batch, text **results);
 
 /*
  * translate_many's work on encoded sources e[0 .. n) (ids NULL: a NULL
- * text, n = 0: ''); adds the output tokens to *tokens when not NULL.
+ * text, n = prefix: ''); adds the output tokens to *tokens when not NULL.
  */
 int			translate_encoded(AttentionModel *am, const Encoded *e, int n, TfDecodeOptions *opt, int max_batch,
 							  text **results, int64 *tokens);
@@ -84,10 +97,14 @@ typedef void (*NbestFn) (void *arg, text *translation, double score, ArrayType *
  * The opt->nbest best translations of source, best first, each passed to
  * emit; an empty source gives one: '' with score 0 and no pieces.
  */
-void		nbest_hypotheses(AttentionModel *am, text *source, TfDecodeOptions *opt, NbestFn emit, void *arg);
+void		nbest_hypotheses(AttentionModel *am, text *source, int32 source_language, TfDecodeOptions *opt,
+							 NbestFn emit, void *arg);
 
-/* log P(target tokens + EOS | source) in nats under am (attention.score). */
-double		score_text(AttentionModel *am, text *source, text *target);
+/*
+ * log P(target tokens + EOS | source) in nats under am (attention.score);
+ * for a multilingual model, given the target language's token.
+ */
+double		score_text(AttentionModel *am, text *source, text *target, CallLanguages lang);
 
 /*
  * Translations of texts[0 .. n) with the deployed checkpoint of `model`
@@ -98,14 +115,16 @@ double		score_text(AttentionModel *am, text *source, text *target);
  * translate() does.
  */
 int			translate_texts(text *model, int beam_size, double length_penalty, int max_length_offset,
-							text **texts, int n, int max_batch, text **results);
+							text *target_language, text *source_language, text **texts, int n, int max_batch,
+							text **results);
 
 /*
  * What translate(source) (one_arg) or translate(source, model, beam_size,
- * length_penalty, max_length_offset) returns for each of texts[0 .. n),
- * computed in engine calls of at most max_batch distinct sentences.
- * options[4] are the model (NULL: the default model) and the decoding
- * arguments of the second form; unused with one_arg. results[i] is NULL
+ * length_penalty, max_length_offset, target_language, source_language)
+ * returns for each of texts[0 .. n), computed in engine calls of at most
+ * max_batch distinct sentences. options[6] are the model (NULL: the
+ * default model), the decoding arguments and the languages of the second
+ * form; unused with one_arg. results[i] is NULL
  * for a NULL text. ERRORs as the function does (a NULL option, an unknown
  * model, a source over the token limit); with no non-NULL text it returns
  * 0 without loading a model. Returns the number of engine calls (1 when

@@ -1,0 +1,839 @@
+/*
+ * huggingface_m2m100.c - Hugging Face M2M-100 and NLLB-200 models
+ * (model_type m2m_100) in and out, as transformers' modeling_m2m_100.py
+ * defines them: this engine's Transformer with pre-norm layers and a final
+ * LayerNorm per stack (normalize_before), fairseq's sinusoids from
+ * padding_idx + 1 (TF_POSITIONS_FAIRSEQ), embeddings scaled by
+ * sqrt(d_model) when scale_embedding, one tied embedding, no logits bias;
+ * the source is [source language] + pieces + [</s>], decoding starts from
+ * </s> (decoder_start_token_id) then the target language's token.
+ *
+ * Two tokenizer layouts make the piece table (a vocabulary pair whose two
+ * SentencePiece models are the one sentencepiece.bpe.model):
+ * M2M100Tokenizer, ids from vocab.json, then the language tokens __xx__,
+ * then made-up words; NllbTokenizer, <s> <pad> </s> <unk>, then
+ * SentencePiece id + 1, then the language codes, then <mask>. The language
+ * codes are tokenizer_config.json's additional_special_tokens, in id order.
+ *
+ * model.safetensors travels as a large object, read and written tensor by
+ * tensor, so files over PostgreSQL's 1 GB value limit come in and go out
+ * in the memory of their largest tensor.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "libpq/libpq-fs.h"
+#include "miscadmin.h"
+#include "storage/large_object.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+
+#include "catalog.h"
+#include "huggingface.h"
+#include "safetensors.h"
+#include "spm.h"
+#include "transformer.h"
+
+PG_FUNCTION_INFO_V1(attention_import_huggingface_m2m100);
+PG_FUNCTION_INFO_V1(attention_export_huggingface_m2m100);
+
+/* M2M100's LayerNorm epsilon (torch.nn.LayerNorm's default; not configurable there). */
+#define M2M_LAYER_NORM_EPS 1e-5f
+
+/* Bytes per large-object read or write. */
+#define LO_PIECE (64 << 20)
+
+/* The largest safetensors header read. */
+#define MAX_HEADER_BYTES (64 << 20)
+
+/* The special tokens of both layouts (fairseq's dictionary). */
+static const char *const fairseq_specials[4] = {"<s>", "<pad>", "</s>", "<unk>"};
+
+/* The tokenizer layouts. */
+typedef enum Layout
+{
+	LAYOUT_M2M100,				/* M2M100Tokenizer */
+	LAYOUT_NLLB					/* NllbTokenizer */
+} Layout;
+
+/* An M2M100Config as this engine needs it. */
+typedef struct M2mConfig
+{
+	TfConfig	c;
+	int			pad_id,
+				eos_id,
+				decoder_start_id;
+	const char *activation;		/* this engine's name for it */
+} M2mConfig;
+
+/*
+ * Reads config.json with M2M100Config's defaults for absent keys; ERROR
+ * naming the key for anything this engine's Transformer cannot be.
+ */
+static void
+read_config(Jsonb *config, M2mConfig *mc)
+{
+	TfConfig   *c = &mc->c;
+	char	   *model_type,
+			   *activation;
+	JsonbValue *scale;
+	int			heads,
+				ffn;
+
+	if (!JB_ROOT_IS_OBJECT(config) || JB_ROOT_IS_SCALAR(config))
+		config_error("the configuration must be a JSON object");
+	model_type = config_string(config, "model_type", "");
+	if (strcmp(model_type, "m2m_100") != 0)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("config.json: \"model_type\" is \"%s\"; import_huggingface_m2m100 reads \"m2m_100\" "
+							   "models (M2M-100, NLLB-200)", model_type),
+						errhint("MarianMT models come in through import_huggingface.")));
+	config_require(config, "tie_word_embeddings", true, true);
+	memset(mc, 0, sizeof(*mc));
+	tf_config_base(c, 4);
+	c->vocab_size = config_int(config, "vocab_size", 128112);
+	if (c->vocab_size < 4 || c->vocab_size > (1 << 24))
+		config_error("\"vocab_size\" %d is not between 4 and 16777216", c->vocab_size);
+	c->d_model = config_int(config, "d_model", 1024);
+	c->num_encoder_layers = config_int(config, "encoder_layers", 12);
+	c->num_decoder_layers = config_int(config, "decoder_layers", 12);
+	heads = config_int(config, "encoder_attention_heads", 16);
+	ffn = config_int(config, "encoder_ffn_dim", 4096);
+	if (config_int(config, "decoder_attention_heads", 16) != heads)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("config.json: \"decoder_attention_heads\" differs from \"encoder_attention_heads\" %d",
+							   heads)));
+	if (config_int(config, "decoder_ffn_dim", 4096) != ffn)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("config.json: \"decoder_ffn_dim\" differs from \"encoder_ffn_dim\" %d", ffn)));
+	c->num_heads = heads;
+	c->d_ff = ffn;
+	c->dropout = (float) config_number(config, "dropout", 0.1);
+	c->attention_dropout = (float) config_number(config, "attention_dropout", 0.1);
+	c->relu_dropout = (float) config_number(config, "activation_dropout", 0.0);
+	c->max_positions = config_int(config, "max_position_embeddings", 1024);
+	c->normalize_before = true;
+	c->positions = TF_POSITIONS_FAIRSEQ;
+	scale = config_value(config, "scale_embedding");
+	if (scale != NULL && scale->type != jbvBool)
+		config_error("\"scale_embedding\" must be true or false");
+	c->scale_embedding = scale == NULL || scale->val.boolean;
+	activation = config_string(config, "activation_function", "relu");
+	if (strcmp(activation, "swish") == 0 || strcmp(activation, "silu") == 0)
+		mc->activation = "swish";
+	else if (strcmp(activation, "gelu") == 0 || strcmp(activation, "relu") == 0)
+		mc->activation = activation;
+	else
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("config.json: \"activation_function\" \"%s\" is not supported", activation),
+						errhint("Supported: relu, gelu (exact) and swish (silu).")));
+	mc->pad_id = config_int(config, "pad_token_id", 1);
+	mc->eos_id = config_int(config, "eos_token_id", 2);
+	mc->decoder_start_id = config_int(config, "decoder_start_token_id", 2);
+	if (mc->pad_id >= c->vocab_size || mc->eos_id >= c->vocab_size || mc->decoder_start_id >= c->vocab_size)
+		config_error("\"pad_token_id\" %d, \"eos_token_id\" %d and \"decoder_start_token_id\" %d must be below "
+					 "\"vocab_size\" %d", mc->pad_id, mc->eos_id, mc->decoder_start_id, c->vocab_size);
+}
+
+/* The tokenizer layout tokenizer_config.json names; ERROR for another. */
+static Layout
+read_layout(Jsonb *tokenizer)
+{
+	char	   *cls = config_string(tokenizer, "tokenizer_class", "");
+
+	if (strcmp(cls, "M2M100Tokenizer") == 0)
+		return LAYOUT_M2M100;
+	if (strcmp(cls, "NllbTokenizer") == 0 || strcmp(cls, "NllbTokenizerFast") == 0)
+		return LAYOUT_NLLB;
+	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					errmsg("tokenizer_config.json: \"tokenizer_class\" is \"%s\"", cls),
+					errhint("M2M100Tokenizer (vocab.json) and NllbTokenizer layouts can be imported.")));
+	return LAYOUT_M2M100;		/* not reached */
+}
+
+/* tokenizer_config.json's additional_special_tokens (the language tokens, in id order); *n their number. */
+static char **
+read_language_tokens(Jsonb *tokenizer, int *n)
+{
+	JsonbValue *v = config_value(tokenizer, "additional_special_tokens");
+	JsonbIterator *it;
+	JsonbValue	e;
+	JsonbIteratorToken tok;
+	char	  **out;
+	int			k = 0;
+
+	if (v == NULL || v->type != jbvBinary || !JsonContainerIsArray(v->val.binary.data) ||
+		JsonContainerSize(v->val.binary.data) == 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("tokenizer_config.json has no \"additional_special_tokens\": the language tokens"),
+						errhint("Save the tokenizer with transformers (tokenizer.save_pretrained), which lists them.")));
+	out = palloc(JsonContainerSize(v->val.binary.data) * sizeof(char *));
+	it = JsonbIteratorInit(v->val.binary.data);
+	while ((tok = JsonbIteratorNext(&it, &e, true)) != WJB_DONE)
+	{
+		if (tok != WJB_ELEM)
+			continue;
+		if (e.type != jbvString)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("tokenizer_config.json: \"additional_special_tokens\" must hold strings")));
+		out[k++] = pnstrdup(e.val.string.val, e.val.string.len);
+	}
+	*n = k;
+	return out;
+}
+
+/* The language code of token t: M2M-100's "__xx__" is "xx"; NLLB's tokens are the codes. */
+static char *
+language_code(Layout layout, const char *t)
+{
+	size_t		len = strlen(t);
+
+	if (layout == LAYOUT_NLLB)
+		return pstrdup(t);
+	if (len < 5 || strncmp(t, "__", 2) != 0 || strcmp(t + len - 2, "__") != 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("tokenizer_config.json: language token \"%s\" is not of the form __xx__", t)));
+	return pnstrdup(t + 2, len - 4);
+}
+
+/* A piece as a text datum. */
+static Datum
+piece(const char *p, size_t len)
+{
+	return PointerGetDatum(cstring_to_text_with_len(p, len));
+}
+
+/*
+ * The piece table [vocab_size] of the layout, the language tokens' ids
+ * (ids[n_languages]) and the unknown id. ERROR when the parts do not fit
+ * vocab_size.
+ */
+static Datum *
+piece_table(Layout layout, Jsonb *vocab, bytea *spm, char **tokens, int n_languages, int vocab_size,
+			int32 *ids, int *unk_id)
+{
+	Datum	   *table = palloc0(vocab_size * sizeof(Datum));
+	int			first,
+				i;
+
+	if (layout == LAYOUT_M2M100)
+	{
+		Datum	   *pieces;
+
+		if (vocab == NULL)
+			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+							errmsg("an M2M100Tokenizer needs its vocab.json")));
+		if (!JB_ROOT_IS_OBJECT(vocab) || JB_ROOT_IS_SCALAR(vocab))
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("vocab.json must be a JSON object")));
+		first = JB_ROOT_COUNT(vocab);
+		if (first + n_languages > vocab_size)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("vocab.json's %d pieces and %d language tokens exceed the model's vocab_size %d",
+								   first, n_languages, vocab_size)));
+		pieces = read_vocab(vocab, first, unk_id);
+		memcpy(table, pieces, first * sizeof(Datum));
+		for (i = 0; i < n_languages; i++)
+			table[first + i] = CStringGetTextDatum(tokens[i]);
+		/* M2M100Tokenizer's made-up words fill the rest (fairseq's dictionary padding) */
+		for (i = first + n_languages; i < vocab_size; i++)
+			table[i] = CStringGetTextDatum(psprintf("madeupword%04d", i - first - n_languages));
+	}
+	else
+	{
+		SpmModel   *sp;
+		char		err[512];
+		int			size;
+
+		if (spm_load(VARDATA_ANY(spm), VARSIZE_ANY_EXHDR(spm), &sp, err, sizeof(err)) != 0)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+							errmsg("sentencepiece.bpe.model is not a SentencePiece model: %s", err)));
+		size = spm_size(sp);
+		first = size + 1;
+		if (size < 3 || first + n_languages + 1 > vocab_size)
+		{
+			spm_free(sp);
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("the SentencePiece model's %d pieces, %d language codes and <mask> exceed the "
+								   "model's vocab_size %d", size, n_languages, vocab_size)));
+		}
+		/* NllbTokenizer: fairseq's four specials, then SentencePiece id + 1 (its <unk> <s> </s> are those) */
+		for (i = 0; i < 4; i++)
+			table[i] = CStringGetTextDatum(fairseq_specials[i]);
+		for (i = 3; i < size; i++)
+		{
+			size_t		len;
+			const char *p = spm_piece(sp, i, &len);
+
+			table[i + 1] = piece(p, len);
+		}
+		spm_free(sp);
+		for (i = 0; i < n_languages; i++)
+			table[first + i] = CStringGetTextDatum(tokens[i]);
+		table[first + n_languages] = CStringGetTextDatum("<mask>");
+		for (i = first + n_languages + 1; i < vocab_size; i++)
+			table[i] = CStringGetTextDatum(psprintf("<unused%d>", i - first - n_languages - 1));
+		*unk_id = 3;
+	}
+	for (i = 0; i < n_languages; i++)
+		ids[i] = first + i;
+	return table;
+}
+
+/* Reads exactly n bytes at offset of the large object fd into buf; ERROR when it ends first. */
+static void
+lo_read_at(LargeObjectDesc *fd, int64 offset, char *buf, size_t n)
+{
+	size_t		done = 0;
+
+	inv_seek(fd, offset, SEEK_SET);
+	while (done < n)
+	{
+		int			want = (int) Min(n - done, (size_t) LO_PIECE);
+		int			got;
+
+		CHECK_FOR_INTERRUPTS();
+		got = inv_read(fd, buf + done, want);
+		if (got <= 0)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("model.safetensors ends at byte %lld, inside a tensor",
+								   (long long) (offset + (int64) done))));
+		done += got;
+	}
+}
+
+/* True for a name transformers gives the one tied embedding. */
+static bool
+embedding_name(const char *name)
+{
+	return strcmp(name, "model.shared.weight") == 0 || strcmp(name, "model.encoder.embed_tokens.weight") == 0 ||
+		strcmp(name, "model.decoder.embed_tokens.weight") == 0 || strcmp(name, "lm_head.weight") == 0;
+}
+
+/*
+ * Writes the tensors of the safetensors file in large object lo as the
+ * parameters of checkpoint_id (a model of configuration c), one tensor in
+ * memory at a time: the tied embedding's copies (equal, or ERROR) as
+ * model.shared.weight, sinusoid tables dropped, every other tensor under its
+ * own name, which must be a parameter of that shape, in float32. ERROR
+ * naming the problem, or a parameter the file lacks.
+ */
+static void
+import_tensors(Oid lo, const TfConfig *c, int64 checkpoint_id)
+{
+	LargeObjectDesc *fd = inv_open(lo, INV_READ, CurrentMemoryContext);
+	int64		size = inv_seek(fd, 0, SEEK_END);
+	uint64		header_len = 0;
+	char		prefix[8];
+	char	   *header;
+	StHeader	h;
+	TfModel    *shape_model;
+	TfTensor   *want;
+	bool	   *seen;
+	int			n,
+				i,
+				k;
+	uint64		embedding_hash = 0;
+	char		err[TF_ERRLEN];
+
+	if (size < 8)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("model.safetensors has %lld bytes: not a safetensors file", (long long) size)));
+	lo_read_at(fd, 0, prefix, 8);
+	for (k = 7; k >= 0; k--)
+		header_len = (header_len << 8) | (unsigned char) prefix[k];
+	if (header_len > MAX_HEADER_BYTES || header_len > (uint64) size - 8)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("model.safetensors: a header of %llu bytes in a file of %lld",
+							   (unsigned long long) header_len, (long long) size)));
+	header = palloc(8 + header_len);
+	lo_read_at(fd, 0, header, 8 + header_len);
+	/* st_parse reads the first 8 + header_len bytes; the data stays in the large object */
+	if (st_parse(header, (size_t) size, &h, err, sizeof(err)) != 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("model.safetensors: %s", err)));
+
+	/* the names and shapes the model takes (an inference model: parameters only) */
+	shape_model = tf_model_create_inference(c, "cpu", 1, err, sizeof(err));
+	if (shape_model == NULL || tf_model_tensors(shape_model, &want, &n, err, sizeof(err)) != TF_OK)
+	{
+		st_free(&h);
+		tf_model_free(shape_model);
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("could not lay out the model: %s", err)));
+	}
+	seen = palloc0(n * sizeof(bool));
+	PG_TRY();
+	{
+		for (i = 0; i < h.count; i++)
+		{
+			const StTensor *s = &h.tensors[i];
+			const char *name = embedding_name(s->name) ? "model.shared.weight" : s->name;
+			TfTensor	t;
+			int64		count = 1;
+			int			d;
+
+			if (strstr(s->name, "embed_positions") != NULL)
+				continue;		/* the sinusoids, computed (TF_POSITIONS_FAIRSEQ) */
+			for (k = 0; k < n && strcmp(want[k].name, name) != 0; k++)
+				;
+			if (k == n)
+				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+								errmsg("model.safetensors: tensor \"%s\" is not a parameter of this model", s->name),
+								errhint("An M2M-100 file holds model.shared.weight (or its tied copies) and the "
+										"layers' and final LayerNorms' parameters.")));
+			for (d = 0; d < s->ndim; d++)
+				count *= s->shape[d];
+			if (strcmp(s->dtype, "F32") != 0)
+				ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+								errmsg("model.safetensors: tensor \"%s\" is %s, not F32", s->name, s->dtype),
+								errhint("Save the model in float32 (model.float().save_pretrained).")));
+			if (s->ndim != want[k].ndim || s->shape[0] != want[k].shape[0] ||
+				(s->ndim == 2 && s->shape[1] != want[k].shape[1]) || s->end - s->begin != (uint64) count * 4)
+				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+								errmsg("model.safetensors: tensor \"%s\" does not have the shape config.json gives it",
+									   s->name)));
+			t = want[k];
+			t.bytes = (size_t) count * 4;
+			t.data = palloc_extended(Max(t.bytes, 1), MCXT_ALLOC_HUGE);
+			lo_read_at(fd, 8 + (int64) header_len + (int64) s->begin, t.data, t.bytes);
+			if (seen[k])
+			{
+				/* a tied copy of the embedding: equal to the first (up to a 64-bit hash) */
+				if (hash_bytes_extended(t.data, (int) t.bytes, 0) != embedding_hash)
+					ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+									errmsg("model.safetensors: tensor \"%s\" differs from the embedding: only models "
+										   "with one shared, tied embedding can be imported", s->name)));
+			}
+			else
+			{
+				if (strcmp(name, "model.shared.weight") == 0)
+					embedding_hash = hash_bytes_extended(t.data, (int) t.bytes, 0);
+				write_tensors(checkpoint_id, &t, 1);
+				seen[k] = true;
+			}
+			pfree(t.data);
+		}
+		for (k = 0; k < n; k++)
+			if (!seen[k])
+				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+								errmsg("model.safetensors lacks tensor \"%s\"", want[k].name)));
+	}
+	PG_FINALLY();
+	{
+		st_free(&h);
+		tf_tensors_free(want);
+		tf_model_free(shape_model);
+	}
+	PG_END_TRY();
+	inv_close(fd);
+}
+
+/* The text argument n, or NULL. */
+#define TEXT_ARG_OR_NULL(n) (PG_ARGISNULL(n) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(n)))
+
+/*
+ * import_huggingface_m2m100(model, config, safetensors oid, sentencepiece,
+ * vocab, tokenizer_config, source_language, target_language, replace)
+ * returns bigint: a new vocabulary (the layout's piece table, the language
+ * codes and their ids) and model, both named model, with its default
+ * languages (the arguments, else tokenizer_config.json's src_lang and
+ * tgt_lang), and the file's parameters as their first checkpoint (kind
+ * imported, step 0, not deployed). vocab may be NULL (NllbTokenizer).
+ */
+Datum
+attention_import_huggingface_m2m100(PG_FUNCTION_ARGS)
+{
+	static const char *const required[] = {"model", "config", "safetensors", "sentencepiece", NULL,
+	"tokenizer_config"};
+	char	   *model;
+	Jsonb	   *config,
+			   *tokenizer;
+	Oid			lo;
+	bytea	   *spm;
+	M2mConfig	mc;
+	TfConfig	c;
+	Layout		layout;
+	char	  **tokens,
+			  **codes,
+			   *source,
+			   *target;
+	Datum	   *table,
+			   *code_datums,
+			   *id_datums;
+	int32	   *ids;
+	int			n_languages,
+				unk_id,
+				i;
+	int32		model_id;
+	int64		checkpoint_id;
+	bool		isnull;
+	StringInfoData engine_config;
+
+	for (i = 0; i < 6; i++)
+		if (required[i] != NULL && PG_ARGISNULL(i))
+			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("%s must not be NULL", required[i])));
+	model = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	config = PG_GETARG_JSONB_P(1);
+	lo = PG_GETARG_OID(2);
+	spm = PG_GETARG_BYTEA_PP(3);
+	tokenizer = PG_GETARG_JSONB_P(5);
+	read_config(config, &mc);
+	if (!JB_ROOT_IS_OBJECT(tokenizer) || JB_ROOT_IS_SCALAR(tokenizer))
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("tokenizer_config.json must be a JSON object")));
+	layout = read_layout(tokenizer);
+	tokens = read_language_tokens(tokenizer, &n_languages);
+	codes = palloc(n_languages * sizeof(char *));
+	ids = palloc(n_languages * sizeof(int32));
+	for (i = 0; i < n_languages; i++)
+		codes[i] = language_code(layout, tokens[i]);
+	table = piece_table(layout, PG_ARGISNULL(4) ? NULL : PG_GETARG_JSONB_P(4), spm, tokens, n_languages,
+						mc.c.vocab_size, ids, &unk_id);
+	check_vocabulary(spm, spm, table, mc.c.vocab_size, (int[4]) {mc.pad_id, unk_id, mc.decoder_start_id, mc.eos_id});
+	source = TEXT_ARG_OR_NULL(6);
+	target = TEXT_ARG_OR_NULL(7);
+	if (source == NULL)
+		source = config_string(tokenizer, "src_lang", "");
+	if (target == NULL)
+		target = config_string(tokenizer, "tgt_lang", "");
+	code_datums = palloc(n_languages * sizeof(Datum));
+	id_datums = palloc(n_languages * sizeof(Datum));
+	for (i = 0; i < n_languages; i++)
+	{
+		code_datums[i] = CStringGetTextDatum(codes[i]);
+		id_datums[i] = Int32GetDatum(ids[i]);
+	}
+
+	initStringInfo(&engine_config);
+	appendStringInfo(&engine_config,
+					 "{\"num_encoder_layers\": %d, \"num_decoder_layers\": %d, \"d_model\": %d, \"num_heads\": %d, "
+					 "\"d_ff\": %d, \"dropout\": %.9g, \"attention_dropout\": %.9g, \"relu_dropout\": %.9g, "
+					 "\"vocab_size\": %d, \"max_positions\": %d, \"layer_norm_eps\": %.9g, "
+					 "\"activation\": \"%s\", \"logits_bias\": false, \"normalize_before\": true, "
+					 "\"scale_embedding\": %s, \"positions\": \"fairseq\"}",
+					 mc.c.num_encoder_layers, mc.c.num_decoder_layers, mc.c.d_model, mc.c.num_heads, mc.c.d_ff,
+					 mc.c.dropout, mc.c.attention_dropout, mc.c.relu_dropout, mc.c.vocab_size, mc.c.max_positions,
+					 M2M_LAYER_NORM_EPS, mc.activation, mc.c.scale_embedding ? "true" : "false");
+
+	SPI_connect();
+	free_import_name(model, !PG_ARGISNULL(8) && PG_GETARG_BOOL(8));
+	if (SPI_execute_with_args("INSERT INTO attention.vocabularies (name, vocab_size, pad_id, unk_id, bos_id, eos_id, "
+							  "model, target_model, pieces, languages, language_ids) "
+							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10)", 10,
+							  (Oid[]) {TEXTOID, INT4OID, INT4OID, INT4OID, INT4OID, INT4OID, BYTEAOID, TEXTARRAYOID,
+							  TEXTARRAYOID, INT4ARRAYOID},
+							  (Datum[]) {CStringGetTextDatum(model), Int32GetDatum(mc.c.vocab_size),
+								  Int32GetDatum(mc.pad_id), Int32GetDatum(unk_id), Int32GetDatum(mc.decoder_start_id),
+								  Int32GetDatum(mc.eos_id), PointerGetDatum(spm),
+								  PointerGetDatum(construct_array(table, mc.c.vocab_size, TEXTOID, -1, false,
+																  TYPALIGN_INT)),
+								  PointerGetDatum(construct_array(code_datums, n_languages, TEXTOID, -1, false,
+																  TYPALIGN_INT)),
+							  PointerGetDatum(construct_array(id_datums, n_languages, INT4OID, 4, true, TYPALIGN_INT))},
+							  NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not insert vocabulary \"%s\"", model);
+	if (SPI_execute_with_args("SELECT attention.create_model($1, $1, $2::jsonb)", 2, (Oid[]) {TEXTOID, TEXTOID},
+							  (Datum[]) {CStringGetTextDatum(model), CStringGetTextDatum(engine_config.data)},
+							  NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not create model \"%s\"", model);
+	model_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (SPI_execute_with_args("SELECT attention.set_languages($1, NULLIF($2, ''), NULLIF($3, ''))", 3,
+							  (Oid[]) {TEXTOID, TEXTOID, TEXTOID},
+							  (Datum[]) {CStringGetTextDatum(model), CStringGetTextDatum(source),
+							  CStringGetTextDatum(target)}, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not set the languages of model \"%s\"", model);
+	attention_config_from_jsonb(DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(engine_config.data))),
+								mc.c.vocab_size, mc.pad_id, &c);
+	if (SPI_execute_with_args("INSERT INTO attention.checkpoints (model_id, kind, step) VALUES ($1, 'imported', 0) "
+							  "RETURNING checkpoint_id", 1, (Oid[]) {INT4OID}, (Datum[]) {Int32GetDatum(model_id)},
+							  NULL, false, 1) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not insert a checkpoint of model \"%s\"", model);
+	checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	import_tensors(lo, &c, checkpoint_id);
+	SPI_finish();
+	PG_RETURN_INT64(checkpoint_id);
+}
+
+/* Writes n bytes to the large object fd; ERROR when it takes fewer. */
+static void
+lo_write_all(LargeObjectDesc *fd, const char *buf, size_t n)
+{
+	size_t		done = 0;
+
+	while (done < n)
+	{
+		int			want = (int) Min(n - done, (size_t) LO_PIECE);
+
+		CHECK_FOR_INTERRUPTS();
+		if (inv_write(fd, buf + done, want) != want)
+			ereport(ERROR, (errcode(ERRCODE_IO_ERROR), errmsg("could not write model.safetensors")));
+		done += want;
+	}
+}
+
+/*
+ * A new large object holding checkpoint_id's parameters as a safetensors
+ * file (transformers' names: the engine's; float32; metadata format pt),
+ * written one stored chunk at a time. Inside SPI.
+ */
+static Oid
+export_tensors(int64 checkpoint_id)
+{
+	StringInfoData header;
+	Oid			lo;
+	LargeObjectDesc *fd;
+	uint64		offset = 0,
+				len;
+	char		prefix[8];
+	int			n,
+				i,
+				k;
+	char	  **names;
+	SPITupleTable *list;
+
+	if (SPI_execute_with_args("SELECT name, shape, dtype FROM attention.checkpoint_tensors WHERE checkpoint_id = $1 "
+							  "AND chunk = 0 AND name NOT LIKE 'optimizer.%' AND name NOT LIKE 'rng.%' "
+							  "AND name NOT LIKE 'data.%' ORDER BY name", 1, (Oid[]) {INT8OID},
+							  (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the tensors of checkpoint %lld", (long long) checkpoint_id);
+	list = SPI_tuptable;
+	n = (int) SPI_processed;
+	if (n == 0)
+		ereport(ERROR, (errcode(ERRCODE_NO_DATA),
+						errmsg("checkpoint %lld has no parameter tensors", (long long) checkpoint_id)));
+	names = palloc(n * sizeof(char *));
+	initStringInfo(&header);
+	appendStringInfoString(&header, "{\"__metadata__\":{\"format\":\"pt\"}");
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+		Datum	   *dims;
+		int			ndims;
+		uint64		count = 1;
+
+		names[i] = SPI_getvalue(list->vals[i], list->tupdesc, 1);
+		if (strcmp(SPI_getvalue(list->vals[i], list->tupdesc, 3), "float32") != 0)
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+							errmsg("checkpoint %lld: tensor \"%s\" is not float32", (long long) checkpoint_id,
+								   names[i])));
+		deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(list->vals[i], list->tupdesc, 2, &isnull)), INT8OID, 8,
+						  true, TYPALIGN_DOUBLE, &dims, NULL, &ndims);
+		appendStringInfoChar(&header, ',');
+		escape_json(&header, names[i]);
+		appendStringInfoString(&header, ":{\"dtype\":\"F32\",\"shape\":[");
+		for (k = 0; k < ndims; k++)
+		{
+			appendStringInfo(&header, "%s%lld", k > 0 ? "," : "", (long long) DatumGetInt64(dims[k]));
+			count *= (uint64) DatumGetInt64(dims[k]);
+		}
+		appendStringInfo(&header, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long) offset,
+						 (unsigned long long) (offset + 4 * count));
+		offset += 4 * count;
+	}
+	appendStringInfoChar(&header, '}');
+	/* the data 8-byte aligned, as safetensors writes it */
+	while (header.len % 8 != 0)
+		appendStringInfoChar(&header, ' ');
+	len = header.len;
+	for (k = 0; k < 8; k++)
+		prefix[k] = (char) ((len >> (8 * k)) & 0xFF);
+
+	lo = inv_create(InvalidOid);
+	fd = inv_open(lo, INV_WRITE, CurrentMemoryContext);
+	lo_write_all(fd, prefix, 8);
+	lo_write_all(fd, header.data, header.len);
+	for (i = 0; i < n; i++)
+	{
+		if (SPI_execute_with_args("SELECT bytes FROM attention.checkpoint_tensors WHERE checkpoint_id = $1 "
+								  "AND name = $2 ORDER BY chunk", 2, (Oid[]) {INT8OID, TEXTOID},
+								  (Datum[]) {Int64GetDatum(checkpoint_id), CStringGetTextDatum(names[i])}, NULL,
+								  true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not read tensor \"%s\"", names[i]);
+		for (k = 0; k < (int) SPI_processed; k++)
+		{
+			bool		isnull;
+			bytea	   *b = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1, &isnull));
+
+			lo_write_all(fd, VARDATA_ANY(b), VARSIZE_ANY_EXHDR(b));
+		}
+		SPI_freetuptable(SPI_tuptable);
+	}
+	inv_close(fd);
+	return lo;
+}
+
+/* Appends a JSON array of the texts in a (a text[]) to s. */
+static void
+append_text_array(StringInfo s, Datum *texts, int n, const char *before, const char *after)
+{
+	int			i;
+
+	appendStringInfoChar(s, '[');
+	for (i = 0; i < n; i++)
+	{
+		if (i > 0)
+			appendStringInfoString(s, ", ");
+		escape_json(s, psprintf("%s%s%s", before, TextDatumGetCString(texts[i]), after));
+	}
+	appendStringInfoChar(s, ']');
+}
+
+/*
+ * export_huggingface_m2m100(checkpoint) returns table (file, data,
+ * large_object): the files of an M2M-100 (M2M100Tokenizer) or NLLB-200
+ * (NllbTokenizer) model directory, the layout told by the language tokens'
+ * pieces; model.safetensors as a new large object.
+ */
+Datum
+attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
+{
+	int64		checkpoint_id = PG_GETARG_INT64(0);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	char	   *model,
+			   *source,
+			   *target;
+	TfConfig	c;
+	Datum	   *pieces,
+			   *codes,
+			   *ids;
+	int			n_pieces,
+				n_languages,
+				first,
+				pad,
+				bos,
+				eos,
+				i;
+	bool		isnull,
+				nllb;
+	bytea	   *spm;
+	Oid			lo;
+	StringInfoData s;
+	static const char *const activations[] = {"relu", "swish", "gelu"};
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT m.name, m.config, v.vocab_size, v.pad_id, v.bos_id, v.eos_id, v.model, "
+							  "v.pieces, v.languages, v.language_ids, m.source_language, m.target_language "
+							  "FROM attention.checkpoints c JOIN attention.models m USING (model_id) "
+							  "JOIN attention.vocabularies v USING (vocabulary_id) WHERE c.checkpoint_id = $1", 1,
+							  (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read attention.checkpoints");
+	if (SPI_processed == 0)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+						errmsg("checkpoint %lld does not exist", (long long) checkpoint_id)));
+	tup = SPI_copytuple(SPI_tuptable->vals[0]);
+	desc = CreateTupleDescCopy(SPI_tuptable->tupdesc);
+	model = SPI_getvalue(tup, desc, 1);
+	require_model_owner(model, "export a checkpoint of");
+	pad = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
+	attention_config_from_jsonb(DatumGetJsonbP(SPI_getbinval(tup, desc, 2, &isnull)),
+								DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull)), pad, &c);
+	SPI_getbinval(tup, desc, 9, &isnull);
+	if (isnull || !c.normalize_before || c.positions != TF_POSITIONS_FAIRSEQ || c.logits_bias ||
+		c.layer_norm_eps != M2M_LAYER_NORM_EPS)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("model \"%s\" is not an M2M-100 model (multilingual, pre-norm, fairseq positions, "
+							   "no logits bias, layer_norm_eps 1e-05)", model),
+						errhint("MarianMT-shaped models go out through export_huggingface.")));
+	bos = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+	eos = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
+	spm = DatumGetByteaPP(SPI_getbinval(tup, desc, 7, &isnull));
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 8, &isnull)), TEXTOID, -1, false, TYPALIGN_INT,
+					  &pieces, NULL, &n_pieces);
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 9, &isnull)), TEXTOID, -1, false, TYPALIGN_INT,
+					  &codes, NULL, &n_languages);
+	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(tup, desc, 10, &isnull)), INT4OID, 4, true, TYPALIGN_INT,
+					  &ids, NULL, &n_languages);
+	source = SPI_getvalue(tup, desc, 11);
+	target = SPI_getvalue(tup, desc, 12);
+	first = DatumGetInt32(ids[0]);
+	nllb = strcmp(TextDatumGetCString(pieces[first]), TextDatumGetCString(codes[0])) == 0;
+	require_float_checkpoint(checkpoint_id, "exported");
+
+	lo = export_tensors(checkpoint_id);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+						 (Datum[]) {CStringGetTextDatum("model.safetensors"), (Datum) 0, ObjectIdGetDatum(lo)},
+						 (bool[]) {false, true, false});
+
+	initStringInfo(&s);
+	appendStringInfo(&s, "{\"architectures\": [\"M2M100ForConditionalGeneration\"], \"model_type\": \"m2m_100\", "
+					 "\"vocab_size\": %d, \"d_model\": %d, \"encoder_layers\": %d, \"decoder_layers\": %d, "
+					 "\"encoder_attention_heads\": %d, \"decoder_attention_heads\": %d, "
+					 "\"encoder_ffn_dim\": %d, \"decoder_ffn_dim\": %d, \"activation_function\": \"%s\", "
+					 "\"dropout\": %.9g, \"attention_dropout\": %.9g, \"activation_dropout\": %.9g, "
+					 "\"max_position_embeddings\": %d, \"scale_embedding\": %s, \"tie_word_embeddings\": true, "
+					 "\"is_encoder_decoder\": true, \"pad_token_id\": %d, \"bos_token_id\": 0, \"eos_token_id\": %d, "
+					 "\"decoder_start_token_id\": %d, \"encoder_layerdrop\": 0.0, \"decoder_layerdrop\": 0.0, "
+					 "\"init_std\": 0.02, \"use_cache\": true, \"torch_dtype\": \"float32\"}",
+					 c.vocab_size, c.d_model, c.num_encoder_layers, c.num_decoder_layers, c.num_heads, c.num_heads,
+					 c.d_ff, c.d_ff, activations[c.activation], c.dropout, c.attention_dropout, c.relu_dropout,
+					 c.max_positions, c.scale_embedding ? "true" : "false", pad, eos, bos);
+	put_json(rsinfo, "config.json", &s);
+	appendStringInfo(&s, "{\"bos_token_id\": 0, \"decoder_start_token_id\": %d, \"eos_token_id\": %d, "
+					 "\"pad_token_id\": %d, \"max_length\": %d, \"num_beams\": 4}", bos, eos, pad, c.max_positions);
+	put_json(rsinfo, "generation_config.json", &s);
+	put_file(rsinfo, "sentencepiece.bpe.model", VARDATA_ANY(spm), VARSIZE_ANY_EXHDR(spm));
+	if (!nllb)
+	{
+		/* vocab.json: the pieces before the language tokens */
+		appendStringInfoChar(&s, '{');
+		for (i = 0; i < first; i++)
+		{
+			if (i > 0)
+				appendStringInfoString(&s, ", ");
+			escape_json(&s, TextDatumGetCString(pieces[i]));
+			appendStringInfo(&s, ": %d", i);
+		}
+		appendStringInfoChar(&s, '}');
+		put_json(rsinfo, "vocab.json", &s);
+	}
+
+	/* the tokenizer: its class, the language tokens in id order (added tokens at their ids), the defaults */
+	appendStringInfo(&s, "{\"tokenizer_class\": \"%s\", \"bos_token\": \"<s>\", \"eos_token\": \"</s>\", "
+					 "\"sep_token\": \"</s>\", \"pad_token\": \"<pad>\", \"unk_token\": \"<unk>\", "
+					 "\"clean_up_tokenization_spaces\": true, \"model_max_length\": %d, \"sp_model_kwargs\": {}, ",
+					 nllb ? "NllbTokenizer" : "M2M100Tokenizer", c.max_positions);
+	if (nllb)
+		appendStringInfo(&s, "\"mask_token\": \"<mask>\", \"legacy_behaviour\": false, ");
+	else
+		appendStringInfo(&s, "\"language_codes\": \"m2m100\", \"num_madeup_words\": %d, ",
+						 c.vocab_size - first - n_languages);
+	appendStringInfoString(&s, "\"src_lang\": ");
+	escape_json(&s, source != NULL ? source : TextDatumGetCString(codes[0]));
+	appendStringInfoString(&s, ", \"tgt_lang\": ");
+	escape_json(&s, target != NULL ? target : TextDatumGetCString(codes[0]));
+	appendStringInfoString(&s, ", \"additional_special_tokens\": ");
+	append_text_array(&s, codes, n_languages, nllb ? "" : "__", nllb ? "" : "__");
+	appendStringInfoString(&s, ", \"added_tokens_decoder\": {");
+	for (i = 0; i < 4; i++)
+		appendStringInfo(&s, "%s\"%d\": {\"content\": \"%s\", \"lstrip\": false, \"normalized\": false, "
+						 "\"rstrip\": false, \"single_word\": false, \"special\": true}", i > 0 ? ", " : "", i,
+						 fairseq_specials[i]);
+	for (i = 0; i < n_languages + (nllb ? 1 : 0); i++)
+	{
+		int			id = i < n_languages ? DatumGetInt32(ids[i]) : first + n_languages;
+
+		appendStringInfo(&s, ", \"%d\": {\"content\": ", id);
+		escape_json(&s, TextDatumGetCString(pieces[id]));
+		appendStringInfoString(&s, ", \"lstrip\": false, \"normalized\": false, \"rstrip\": false, "
+							   "\"single_word\": false, \"special\": true}");
+	}
+	appendStringInfoString(&s, "}}");
+	put_json(rsinfo, "tokenizer_config.json", &s);
+	appendStringInfoString(&s, "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"sep_token\": \"</s>\", "
+						   "\"pad_token\": \"<pad>\", \"unk_token\": \"<unk>\", ");
+	if (nllb)
+		appendStringInfoString(&s, "\"mask_token\": \"<mask>\", ");
+	appendStringInfoString(&s, "\"additional_special_tokens\": ");
+	append_text_array(&s, codes, n_languages, nllb ? "" : "__", nllb ? "" : "__");
+	appendStringInfoChar(&s, '}');
+	put_json(rsinfo, "special_tokens_map.json", &s);
+	SPI_finish();
+	return (Datum) 0;
+}
