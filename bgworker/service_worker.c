@@ -273,13 +273,13 @@ service_model(int64 checkpoint_id)
 	return am;
 }
 
-/* Same decoding options (and kind)? */
+/* Same decoding options (and kind, and target language)? */
 static bool
 same_options(const ServiceRequest *a, const ServiceRequest *b)
 {
 	return a->kind == b->kind && a->checkpoint_id == b->checkpoint_id && a->beam_size == b->beam_size &&
 		a->nbest == b->nbest && a->length_penalty == b->length_penalty &&
-		a->max_length_offset == b->max_length_offset;
+		a->max_length_offset == b->max_length_offset && a->target_language == b->target_language;
 }
 
 /* Encodes a request's sources under its max_input_tokens; an ERROR is its answer. */
@@ -298,7 +298,7 @@ encode_request(AttentionModel *am, Call *c, MemoryContext cxt)
 		if (c->req.kind != SERVICE_SCORE)
 			for (i = 0; i < c->req.n; i++)
 				if (c->req.texts[i] != NULL)
-					c->encoded[i] = encode_text(am, c->req.texts[i], true, SPM_SOURCE);
+					c->encoded[i] = encode_text(am, c->req.texts[i], true, SPM_SOURCE, c->req.source_language);
 		MemoryContextSwitchTo(old);
 	}
 	PG_CATCH();
@@ -353,7 +353,7 @@ serve_group(AttentionModel *am, Call **calls, int n, int first, MemoryContext cx
 {
 	ServiceRequest *key = &calls[first]->req;
 	TfDecodeOptions opt = decode_options(am, key->beam_size, key->nbest, key->length_penalty,
-										 key->max_length_offset);
+										 key->max_length_offset, key->target_language);
 	int			total = 0,
 				saved = attention_max_input_tokens,
 				i,
@@ -418,11 +418,12 @@ serve_group(AttentionModel *am, Call **calls, int n, int first, MemoryContext cx
 			pq_sendint32(&buf, 0);
 			if (c->req.kind == SERVICE_NBEST)
 			{
-				pq_sendint32(&buf, c->encoded[0].n == 0 ? 1 : c->req.nbest);
-				nbest_hypotheses(am, c->req.texts[0], &opt, put_hypothesis, &buf);
+				pq_sendint32(&buf, c->encoded[0].n == c->encoded[0].prefix ? 1 : c->req.nbest);
+				nbest_hypotheses(am, c->req.texts[0], c->req.source_language, &opt, put_hypothesis, &buf);
 			}
 			else
-				pq_sendfloat8(&buf, score_text(am, c->req.texts[0], c->req.texts[1]));
+				pq_sendfloat8(&buf, score_text(am, c->req.texts[0], c->req.texts[1],
+											   (CallLanguages) {c->req.source_language, c->req.target_language}));
 		}
 		PG_CATCH();
 		{
@@ -603,7 +604,7 @@ stream_join(Call **join, int n, MemoryContext cxt)
 
 		stream_key = join[0]->req;
 		opt = decode_options(loaded, stream_key.beam_size, 1, stream_key.length_penalty,
-							 stream_key.max_length_offset);
+							 stream_key.max_length_offset, stream_key.target_language);
 		if (tf_stream_create(loaded->engine, &opt, &stream, err, sizeof(err)) != TF_OK)
 			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("%s", err)));
 		stream_model = loaded;
@@ -629,7 +630,7 @@ stream_join(Call **join, int n, MemoryContext cxt)
 		old = MemoryContextSwitchTo(c->cxt);
 		c->results = palloc0(Max(c->req.n, 1) * sizeof(text *));
 		for (j = 0; j < c->req.n; j++)
-			if (c->encoded[j].ids != NULL && c->encoded[j].n == 0)
+			if (c->encoded[j].ids != NULL && c->encoded[j].n == c->encoded[j].prefix)
 				c->results[j] = cstring_to_text("");
 			else if (c->encoded[j].ids != NULL)
 			{
@@ -655,7 +656,7 @@ stream_join(Call **join, int n, MemoryContext cxt)
 		while (place < places && streamed[place] != NULL)
 			place++;
 		for (j = 0; j < c->req.n; j++)
-			if (c->encoded[j].ids != NULL && c->encoded[j].n > 0)
+			if (c->encoded[j].ids != NULL && c->encoded[j].n > c->encoded[j].prefix)
 			{
 				int32	   *row = ids + (size_t) added * len;
 				int			t;
