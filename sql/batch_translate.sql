@@ -178,11 +178,11 @@ SELECT count(de) AS partially_updated FROM bt_many;
 CREATE ROLE regress_bt_reader;
 GRANT USAGE ON SCHEMA public TO regress_bt_reader;
 GRANT SELECT ON bt, bt_ref TO regress_bt_reader;
-REVOKE EXECUTE ON FUNCTION attention.translate(text, text, integer, double precision, integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION attention.translate(text, text, integer, double precision, integer, text, text) FROM PUBLIC;
 SET ROLE regress_bt_reader;
 SELECT id, attention.translate(en, 'bt_tiny', 1) FROM bt;
 RESET ROLE;
-GRANT EXECUTE ON FUNCTION attention.translate(text, text, integer, double precision, integer) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION attention.translate(text, text, integer, double precision, integer, text, text) TO PUBLIC;
 SET ROLE regress_bt_reader;
 SELECT count(*) AS rows, bool_and(t IS NOT DISTINCT FROM greedy) AS reader_equal
   FROM (SELECT id, attention.translate(en, 'bt_tiny', 1) AS t FROM bt OFFSET 0) AS x JOIN bt_ref USING (id);

@@ -124,6 +124,22 @@ SELECT attention.import_checkpoint('job', '\x2900000000000000'::bytea
                                           || convert_to('{"__metadata__":{"attention.format":"2"}}', 'UTF8'));
 SELECT attention.export_checkpoint(999999);
 
+-- a pre-norm model (normalize_before: each stack ends in a LayerNorm) trains as the post-norm one does
+SELECT attention.create_model('job_pre', 'tj_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1,
+  "d_model": 16, "num_heads": 2, "d_ff": 32, "max_positions": 64, "normalize_before": true}') > 0 AS created;
+SELECT config -> 'normalize_before' AS normalize_before FROM attention.models WHERE name = 'job_pre';
+SELECT attention.train('job_pre', 'tj_corpus', format('{"max_steps": 24, %s}', :'options')::jsonb) AS pre_job \gset
+SELECT attention.wait_training(:pre_job);
+SELECT status, step, valid_loss > 0 AS valid_loss, error FROM attention.training_jobs WHERE job_id = :pre_job;
+SELECT array_agg(t.name ORDER BY t.name) AS final_layer_norms
+  FROM attention.checkpoint_tensors t JOIN attention.checkpoints c USING (checkpoint_id)
+ WHERE c.job_id = :pre_job AND c.step = 24 AND t.name LIKE 'model.%coder.layer_norm.%';
+SELECT attention.initialize_checkpoint('job_pre', 3) AS pre_initial \gset
+SELECT (SELECT loss FROM attention.evaluate('job_pre', 'tj_corpus', 'valid',
+          (SELECT checkpoint_id FROM attention.checkpoints WHERE job_id = :pre_job AND step = 24), 1))
+     < (SELECT loss FROM attention.evaluate('job_pre', 'tj_corpus', 'valid', :pre_initial, 1)) AS loss_fell;
+SELECT attention.drop_model('job_pre');
+
 -- a model cannot be dropped while it trains; afterwards it can
 SELECT attention.drop_model('job_wide');
 SELECT attention.drop_model('job');

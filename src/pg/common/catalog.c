@@ -358,12 +358,22 @@ vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int 
 		languages = SPI_getbinval(tup, desc, first + 7, &isnull);
 		if (rc == 0 && !isnull)
 		{
-			/* a multilingual vocabulary's language tokens: decoding skips them */
+			/*
+			 * A multilingual vocabulary: the ids from its first language token
+			 * on are added tokens (language tokens, NLLB's <mask>, M2M-100's
+			 * made-up words), which decoding skips
+			 */
 			ArrayType  *a = DatumGetArrayTypeP(languages);
+			int			k = ARR_NDIM(a) == 1 && !ARR_HASNULL(a) ? ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)) : -1;
+			int			lowest = n,
+					   *skip;
 
-			if (ARR_NDIM(a) != 1 || ARR_HASNULL(a) ||
-				spm_set_skipped(vocab, (int *) ARR_DATA_PTR(a), ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)), err,
-								sizeof(err)) != 0)
+			for (i = 0; i < k; i++)
+				lowest = Min(lowest, ((int *) ARR_DATA_PTR(a))[i]);
+			skip = palloc(Max(n - lowest, 1) * sizeof(int));
+			for (i = lowest; i < n; i++)
+				skip[i - lowest] = i;
+			if (k < 1 || lowest < 0 || spm_set_skipped(vocab, skip, n - lowest, err, sizeof(err)) != 0)
 			{
 				spm_free(vocab);
 				ereport(ERROR, (errcode(sqlerrcode),

@@ -68,8 +68,9 @@ const char *vocabulary_columns(void);
 /*
  * The vocabulary in columns first .. first + 7 of an SPI row
  * (vocabulary_columns()): a SentencePiece model, or with target_model and
- * pieces a vocabulary pair (spm_load_pair; language_ids, when not NULL,
- * skipped by spm_decode); free with spm_free. ERROR
+ * pieces a vocabulary pair (spm_load_pair; with language_ids, every id
+ * from the lowest of them on is skipped by spm_decode: the added tokens of
+ * M2M-100's and NLLB's tokenizers); free with spm_free. ERROR
  * (sqlerrcode, naming `what`) when it does not load.
  */
 SpmModel   *vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int sqlerrcode);
