@@ -74,6 +74,10 @@ output_limit(const TfConfig *c, int n, int offset, int prefix)
 {
 	int64_t		limit = (int64_t) n - 1 + offset + prefix;
 
+	/* at least the forced token's step, whatever the source (a source_prefix as long as the source) */
+	if (limit < prefix)
+		limit = prefix;
+
 	return (int) (limit < c->max_positions - 1 ? limit : c->max_positions - 1);
 }
 

@@ -19,7 +19,7 @@ END
 $$;
 
 BEGIN;
-SELECT plan(26);
+SELECT plan(28);
 
 SELECT attention.create_corpus('model_privileges', 'en', 'de');
 SELECT attention.import_corpus('model_privileges', $$SELECT 'the package', 'das Paket'$$);
@@ -45,6 +45,10 @@ SELECT throws_ok($$SELECT attention.initialize_checkpoint('owned', 2)$$, '42501'
 SELECT throws_ok($$SELECT attention.average_checkpoints('owned', 1)$$, '42501', NULL, '... nor average');
 SELECT throws_ok($$SELECT attention.quantize(checkpoint_id) FROM attention.checkpoints c JOIN attention.models m
                     USING (model_id) WHERE m.name = 'owned'$$, '42501', NULL, '... nor quantize');
+SELECT throws_ok($$SELECT attention.set_languages('owned', NULL, NULL)$$, '42501', NULL,
+                 '... nor set its languages');
+SELECT throws_ok($$UPDATE attention.models SET target_language = 'de' WHERE name = 'owned'$$, '42501', NULL,
+                 '... nor change its row (set_languages does, for the owners)');
 SELECT throws_ok($$SELECT attention.deploy('owned')$$, '42501', NULL, '... nor deploy');
 SELECT throws_ok($$SELECT attention.delete_checkpoint(checkpoint_id) FROM attention.checkpoints$$, '42501', NULL,
                  '... nor delete a checkpoint');

@@ -66,7 +66,8 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                                        'create_model', 'initialize_checkpoint', 'deploy', 'average_checkpoints', 'quantize',
                                        'delete_checkpoint', 'drop_model', 'train', 'resume_training',
                                        'cancel_training', 'wait_training', 'import_checkpoint', 'evaluate',
-                                       'start_service', 'stop_service')
+                                       'start_service', 'stop_service', 'import_huggingface_m2m100',
+                                       'export_huggingface_m2m100')
                      AND NOT (p.provolatile = 'v' AND p.proparallel = 'u' AND NOT p.prosecdef)$$,
                 'functions that write are VOLATILE, PARALLEL UNSAFE and SECURITY INVOKER');
 
