@@ -575,6 +575,12 @@ attention_export_huggingface(PG_FUNCTION_ARGS)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						errmsg("model \"%s\" has layer_norm_eps %g; MarianMT's is fixed at 1e-05", model,
 							   c.layer_norm_eps)));
+	if (c.normalize_before || c.positions != TF_POSITIONS_PAPER || !c.scale_embedding)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("model \"%s\" is %s; a MarianMT model is post-norm with the paper's sinusoids and "
+							   "scaled embeddings", model, c.normalize_before ? "pre-norm (normalize_before)" :
+							   c.positions != TF_POSITIONS_PAPER ? "of fairseq's positions" : "of unscaled embeddings"),
+						errhint("Multilingual M2M-100 and NLLB-200 models go out through export_huggingface_m2m100.")));
 	unk = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
 	bos = DatumGetInt32(SPI_getbinval(tup, desc, 9, &isnull));
 	no_start = isnull;

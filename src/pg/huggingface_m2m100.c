@@ -307,6 +307,23 @@ lo_read_at(LargeObjectDesc *fd, int64 offset, char *buf, size_t n)
 	}
 }
 
+/* A 64-bit hash of n bytes (in pieces: hash_bytes_extended takes an int length). */
+static uint64
+bytes_hash(const char *data, size_t n)
+{
+	uint64		h = 0;
+	size_t		done = 0;
+
+	do
+	{
+		int			len = (int) Min(n - done, (size_t) (1 << 30));
+
+		h = hash_bytes_extended((const unsigned char *) data + done, len, h);
+		done += len;
+	} while (done < n);
+	return h;
+}
+
 /* True for a name transformers gives the one tied embedding. */
 static bool
 embedding_name(const char *name)
@@ -403,7 +420,7 @@ import_tensors(Oid lo, const TfConfig *c, int64 checkpoint_id)
 			if (seen[k])
 			{
 				/* a tied copy of the embedding: equal to the first (up to a 64-bit hash) */
-				if (hash_bytes_extended(t.data, (int) t.bytes, 0) != embedding_hash)
+				if (bytes_hash(t.data, t.bytes) != embedding_hash)
 					ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 									errmsg("model.safetensors: tensor \"%s\" differs from the embedding: only models "
 										   "with one shared, tied embedding can be imported", s->name)));
@@ -411,7 +428,7 @@ import_tensors(Oid lo, const TfConfig *c, int64 checkpoint_id)
 			else
 			{
 				if (strcmp(name, "model.shared.weight") == 0)
-					embedding_hash = hash_bytes_extended(t.data, (int) t.bytes, 0);
+					embedding_hash = bytes_hash(t.data, t.bytes);
 				write_tensors(checkpoint_id, &t, 1);
 				seen[k] = true;
 			}
@@ -752,6 +769,9 @@ attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
 					  &ids, NULL, &n_languages);
 	source = SPI_getvalue(tup, desc, 11);
 	target = SPI_getvalue(tup, desc, 12);
+	if (n_languages == 0 || DatumGetInt32(ids[0]) < 0 || DatumGetInt32(ids[0]) >= n_pieces)
+		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+						errmsg("the vocabulary of model \"%s\" has no valid language tokens", model)));
 	first = DatumGetInt32(ids[0]);
 	nllb = strcmp(TextDatumGetCString(pieces[first]), TextDatumGetCString(codes[0])) == 0;
 	require_float_checkpoint(checkpoint_id, "exported");

@@ -364,7 +364,7 @@ vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int 
 			 * made-up words), which decoding skips
 			 */
 			ArrayType  *a = DatumGetArrayTypeP(languages);
-			int			k = ARR_NDIM(a) == 1 && !ARR_HASNULL(a) ? ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)) : -1;
+			int			k = ARR_HASNULL(a) ? -1 : ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
 			int			lowest = n,
 					   *skip;
 
@@ -373,7 +373,7 @@ vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int 
 			skip = palloc(Max(n - lowest, 1) * sizeof(int));
 			for (i = lowest; i < n; i++)
 				skip[i - lowest] = i;
-			if (k < 1 || lowest < 0 || spm_set_skipped(vocab, skip, n - lowest, err, sizeof(err)) != 0)
+			if (k < 0 || lowest < 0 || spm_set_skipped(vocab, skip, n - lowest, err, sizeof(err)) != 0)
 			{
 				spm_free(vocab);
 				ereport(ERROR, (errcode(sqlerrcode),
