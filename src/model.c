@@ -1119,6 +1119,82 @@ norm_backward_add(TfModel *m, float *dx, float *dln, const float *x, const float
 	be->add(be, dx, dx, m->tmp, (size_t) rows * d);
 }
 
+/* Layer l's site, rows and activations (for the backward helpers). */
+#define LAYER_SITE(m, l) ((l) >= (m)->config.num_encoder_layers ? \
+						  SITE_DEC_LAYER((l) - (m)->config.num_encoder_layers) : SITE_ENC_LAYER(l))
+#define LAYER_ROWS(m, l) ((l) >= (m)->config.num_encoder_layers ? (m)->lay.Nt : (m)->lay.Ns)
+
+/*
+ * Backward of layer l's feed-forward network (eq. 2) from d(fc2 output) in
+ * m->tmp: its weights' gradients, and d(its input x) into dx (dx_beta 1
+ * adds, 0 writes). Uses m->g_h.
+ */
+static void
+ffn_backward(TfModel *m, int l, float *dx, float dx_beta, const float *x)
+{
+	TfBackend  *be = m->be;
+	const TfConfig *c = &m->config;
+	const LayerOffsets *o = &m->layer_off[l];
+	LayerActs  *a = &m->acts[l];
+	int			d = c->d_model,
+				F = c->d_ff,
+				rows = LAYER_ROWS(m, l);
+
+	linear_backward(be, m->g_h, 0.0f, m->grads + o->w2, m->grads + o->b2, m->tmp, a->h, m->params + o->w2, rows, F, d);
+	be->dropout_backward(be, m->g_h, m->g_h, (size_t) rows * F, m->p_relu, a->keep_relu);
+	be->activation_backward(be, c->activation, m->g_h, m->g_h, a->f1, (size_t) rows * F);
+	linear_backward(be, dx, dx_beta, m->grads + o->w1, m->grads + o->b1, m->g_h, x, m->params + o->w1, rows, d, F);
+}
+
+/*
+ * Backward of decoder layer l's encoder-decoder attention from d(out_proj
+ * output) in m->tmp: d(the queries' input x) into dx (dx_beta as
+ * ffn_backward), and d(the encoder output) added to m->g_enc.
+ */
+static void
+cross_backward(TfModel *m, int l, float *dx, float dx_beta, const float *x)
+{
+	TfBackend  *be = m->be;
+	const LayerOffsets *o = &m->layer_off[l];
+	LayerActs  *a = &m->acts[l];
+	const float *P = m->params;
+	float	   *G = m->grads;
+	int			d = m->config.d_model,
+				rows = LAYER_ROWS(m, l);
+	TfAttentionShape sh = attn_shape(m, ATTN_CROSS, LAYER_SITE(m, l) + SITE_CROSS_PROBS);
+
+	linear_backward(be, m->g_ctx, 0.0f, G + o->cross.w_out, G + o->cross.b_out, m->tmp, a->ctx_cross,
+					P + o->cross.w_out, rows, d, d);
+	be->attention_backward(be, m->g_qkv, m->g_kv, m->g_kv + d, m->g_ctx, a->probs_cross, a->q_cross, d, a->kv_cross,
+						   a->kv_cross + d, 2 * d, &sh);
+	linear_backward(be, dx, dx_beta, G + o->cross.w_qkv, G + o->cross.b_qkv, m->g_qkv, x, P + o->cross.w_qkv,
+					rows, d, d);
+	linear_backward(be, m->g_enc, 1.0f, G + o->cross.w_qkv + (size_t) d * d, G + o->cross.b_qkv + d, m->g_kv,
+					tf_encoder_output(m), P + o->cross.w_qkv + (size_t) d * d, m->lay.Ns, d, 2 * d);
+}
+
+/* Backward of layer l's self-attention from d(out_proj output) in m->tmp: d(its input x) into dx (as ffn_backward). */
+static void
+self_backward(TfModel *m, int l, float *dx, float dx_beta, const float *x)
+{
+	TfBackend  *be = m->be;
+	const LayerOffsets *o = &m->layer_off[l];
+	LayerActs  *a = &m->acts[l];
+	const float *P = m->params;
+	float	   *G = m->grads;
+	int			d = m->config.d_model,
+				rows = LAYER_ROWS(m, l);
+	bool		dec = l >= m->config.num_encoder_layers;
+	TfAttentionShape sh = attn_shape(m, dec ? ATTN_DECODER_SELF : ATTN_ENCODER, LAYER_SITE(m, l) + SITE_SELF_PROBS);
+
+	linear_backward(be, m->g_ctx, 0.0f, G + o->self.w_out, G + o->self.b_out, m->tmp, a->ctx, P + o->self.w_out,
+					rows, d, d);
+	be->attention_backward(be, m->g_qkv, m->g_qkv + d, m->g_qkv + 2 * d, m->g_ctx, a->probs, a->qkv, 3 * d,
+						   a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
+	linear_backward(be, dx, dx_beta, G + o->self.w_qkv, G + o->self.b_qkv, m->g_qkv, x, P + o->self.w_qkv, rows, d,
+					3 * d);
+}
+
 /*
  * Backward of one post-norm layer: dout (gradient of the layer output) in
  * m->g_a; leaves the gradient of the layer input in m->g_a. Decoder layers
@@ -1128,115 +1204,59 @@ static void
 post_norm_layer_backward(TfModel *m, int l)
 {
 	TfBackend  *be = m->be;
-	const TfConfig *c = &m->config;
 	const LayerOffsets *o = &m->layer_off[l];
 	LayerActs  *a = &m->acts[l];
-	bool		dec = l >= c->num_encoder_layers;
-	int			d = c->d_model,
-				F = c->d_ff;
-	int			rows = dec ? m->lay.Nt : m->lay.Ns;
-	uint32_t	site = dec ? SITE_DEC_LAYER(l - c->num_encoder_layers) : SITE_ENC_LAYER(l);
-	const float *P = m->params;
-	float	   *G = m->grads;
-	const float *ffn_in = dec ? a->ln_cross : a->ln_self;
-	TfAttentionShape sh;
+	bool		dec = l >= m->config.num_encoder_layers;
+	int			rows = LAYER_ROWS(m, l);
 
 	/* feed-forward: g_b = d(r_ffn) = d(ffn_in) so far; tmp = d(fc2 output) */
 	residual_norm_backward(m, m->g_b, m->tmp, m->g_a, a->r_ffn, a->mean_ffn, a->rstd_ffn,
 						   o->ln_ffn_g, o->ln_ffn_b, rows, a->keep_ffn);
-	linear_backward(be, m->g_h, 0.0f, G + o->w2, G + o->b2, m->tmp, a->h, P + o->w2, rows, F, d);
-	be->dropout_backward(be, m->g_h, m->g_h, (size_t) rows * F, m->p_relu, a->keep_relu);
-	be->activation_backward(be, c->activation, m->g_h, m->g_h, a->f1, (size_t) rows * F);
-	linear_backward(be, m->g_b, 1.0f, G + o->w1, G + o->b1, m->g_h, ffn_in, P + o->w1, rows, d, F);
-
+	ffn_backward(m, l, m->g_b, 1.0f, dec ? a->ln_cross : a->ln_self);
 	if (dec)
 	{
 		/* g_a = d(r_cross) = d(ln_self) so far; tmp = d(cross out_proj output) */
 		residual_norm_backward(m, m->g_a, m->tmp, m->g_b, a->r_cross, a->mean_cross, a->rstd_cross,
 							   o->ln_cross_g, o->ln_cross_b, rows, a->keep_cross);
-		linear_backward(be, m->g_ctx, 0.0f, G + o->cross.w_out, G + o->cross.b_out, m->tmp,
-						a->ctx_cross, P + o->cross.w_out, rows, d, d);
-		sh = attn_shape(m, ATTN_CROSS, site + SITE_CROSS_PROBS);
-		be->attention_backward(be, m->g_qkv, m->g_kv, m->g_kv + d, m->g_ctx, a->probs_cross,
-							   a->q_cross, d, a->kv_cross, a->kv_cross + d, 2 * d, &sh);
-		linear_backward(be, m->g_a, 1.0f, G + o->cross.w_qkv, G + o->cross.b_qkv, m->g_qkv,
-						a->ln_self, P + o->cross.w_qkv, rows, d, d);
-		linear_backward(be, m->g_enc, 1.0f, G + o->cross.w_qkv + (size_t) d * d, G + o->cross.b_qkv + d,
-						m->g_kv, tf_encoder_output(m), P + o->cross.w_qkv + (size_t) d * d, m->lay.Ns, d, 2 * d);
+		cross_backward(m, l, m->g_a, 1.0f, a->ln_self);
 		/* move d(ln_self) to g_b for the self-attention block */
-		be->copy(be, m->g_b, m->g_a, (size_t) rows * d);
+		be->copy(be, m->g_b, m->g_a, (size_t) rows * m->config.d_model);
 	}
-
 	/* self-attention: g_a = d(r_self) = d(x) so far; tmp = d(self out_proj output) */
 	residual_norm_backward(m, m->g_a, m->tmp, m->g_b, a->r_self, a->mean_self, a->rstd_self,
 						   o->ln_self_g, o->ln_self_b, rows, a->keep_self);
-	linear_backward(be, m->g_ctx, 0.0f, G + o->self.w_out, G + o->self.b_out, m->tmp, a->ctx,
-					P + o->self.w_out, rows, d, d);
-	sh = attn_shape(m, dec ? ATTN_DECODER_SELF : ATTN_ENCODER, site + SITE_SELF_PROBS);
-	be->attention_backward(be, m->g_qkv, m->g_qkv + d, m->g_qkv + 2 * d, m->g_ctx, a->probs,
-						   a->qkv, 3 * d, a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
-	linear_backward(be, m->g_a, 1.0f, G + o->self.w_qkv, G + o->self.b_qkv, m->g_qkv, a->x,
-					P + o->self.w_qkv, rows, d, 3 * d);
+	self_backward(m, l, m->g_a, 1.0f, a->x);
 }
 
 /*
  * Backward of one pre-norm layer, as post_norm_layer_backward: g_a holds
- * d(residual stream) throughout, each sub-layer adding its branch's
- * gradient through its LayerNorm (norm_backward_add).
+ * d(residual stream) throughout; each sub-layer's branch gradient (tmp:
+ * d(its output) before dropout, g_b: d(its LayerNorm's output)) is added
+ * through its LayerNorm (norm_backward_add).
  */
 static void
 pre_norm_layer_backward(TfModel *m, int l)
 {
 	TfBackend  *be = m->be;
-	const TfConfig *c = &m->config;
 	const LayerOffsets *o = &m->layer_off[l];
 	LayerActs  *a = &m->acts[l];
-	bool		dec = l >= c->num_encoder_layers;
-	int			d = c->d_model,
-				F = c->d_ff;
-	size_t		n;
-	int			rows = dec ? m->lay.Nt : m->lay.Ns;
-	uint32_t	site = dec ? SITE_DEC_LAYER(l - c->num_encoder_layers) : SITE_ENC_LAYER(l);
-	const float *P = m->params;
-	float	   *G = m->grads;
-	const float *ffn_res = dec ? a->r_cross : a->r_self;
-	TfAttentionShape sh;
+	bool		dec = l >= m->config.num_encoder_layers;
+	int			rows = LAYER_ROWS(m, l);
+	size_t		n = (size_t) rows * m->config.d_model;
 
-	n = (size_t) rows * d;
-	/* feed-forward: tmp = d(fc2 output), g_b = d(ln_ffn) */
 	be->dropout_backward(be, m->tmp, m->g_a, n, m->p_dropout, a->keep_ffn);
-	linear_backward(be, m->g_h, 0.0f, G + o->w2, G + o->b2, m->tmp, a->h, P + o->w2, rows, F, d);
-	be->dropout_backward(be, m->g_h, m->g_h, (size_t) rows * F, m->p_relu, a->keep_relu);
-	be->activation_backward(be, c->activation, m->g_h, m->g_h, a->f1, (size_t) rows * F);
-	linear_backward(be, m->g_b, 0.0f, G + o->w1, G + o->b1, m->g_h, a->ln_ffn, P + o->w1, rows, d, F);
-	norm_backward_add(m, m->g_a, m->g_b, ffn_res, a->mean_ffn, a->rstd_ffn, o->ln_ffn_g, o->ln_ffn_b, rows);
-
+	ffn_backward(m, l, m->g_b, 0.0f, a->ln_ffn);
+	norm_backward_add(m, m->g_a, m->g_b, dec ? a->r_cross : a->r_self, a->mean_ffn, a->rstd_ffn, o->ln_ffn_g,
+					  o->ln_ffn_b, rows);
 	if (dec)
 	{
-		/* g_a = d(r_cross); tmp = d(cross out_proj output), g_b = d(ln_cross) */
 		be->dropout_backward(be, m->tmp, m->g_a, n, m->p_dropout, a->keep_cross);
-		linear_backward(be, m->g_ctx, 0.0f, G + o->cross.w_out, G + o->cross.b_out, m->tmp,
-						a->ctx_cross, P + o->cross.w_out, rows, d, d);
-		sh = attn_shape(m, ATTN_CROSS, site + SITE_CROSS_PROBS);
-		be->attention_backward(be, m->g_qkv, m->g_kv, m->g_kv + d, m->g_ctx, a->probs_cross,
-							   a->q_cross, d, a->kv_cross, a->kv_cross + d, 2 * d, &sh);
-		linear_backward(be, m->g_b, 0.0f, G + o->cross.w_qkv, G + o->cross.b_qkv, m->g_qkv,
-						a->ln_cross, P + o->cross.w_qkv, rows, d, d);
-		linear_backward(be, m->g_enc, 1.0f, G + o->cross.w_qkv + (size_t) d * d, G + o->cross.b_qkv + d,
-						m->g_kv, tf_encoder_output(m), P + o->cross.w_qkv + (size_t) d * d, m->lay.Ns, d, 2 * d);
+		cross_backward(m, l, m->g_b, 0.0f, a->ln_cross);
 		norm_backward_add(m, m->g_a, m->g_b, a->r_self, a->mean_cross, a->rstd_cross, o->ln_cross_g,
 						  o->ln_cross_b, rows);
 	}
-
-	/* self-attention: g_a = d(r_self); tmp = d(self out_proj output), g_b = d(ln_self) */
 	be->dropout_backward(be, m->tmp, m->g_a, n, m->p_dropout, a->keep_self);
-	linear_backward(be, m->g_ctx, 0.0f, G + o->self.w_out, G + o->self.b_out, m->tmp, a->ctx,
-					P + o->self.w_out, rows, d, d);
-	sh = attn_shape(m, dec ? ATTN_DECODER_SELF : ATTN_ENCODER, site + SITE_SELF_PROBS);
-	be->attention_backward(be, m->g_qkv, m->g_qkv + d, m->g_qkv + 2 * d, m->g_ctx, a->probs,
-						   a->qkv, 3 * d, a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
-	linear_backward(be, m->g_b, 0.0f, G + o->self.w_qkv, G + o->self.b_qkv, m->g_qkv, a->ln_self,
-					P + o->self.w_qkv, rows, d, 3 * d);
+	self_backward(m, l, m->g_b, 0.0f, a->ln_self);
 	norm_backward_add(m, m->g_a, m->g_b, a->x, a->mean_self, a->rstd_self, o->ln_self_g, o->ln_self_b, rows);
 }
 

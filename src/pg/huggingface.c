@@ -111,6 +111,46 @@ config_string(Jsonb *config, const char *key, const char *dflt)
 	return pnstrdup(v->val.string.val, v->val.string.len);
 }
 
+void
+config_sizes(Jsonb *config, TfConfig *c, double attention_dropout)
+{
+	int			heads,
+				ffn;
+
+	c->d_model = config_int(config, "d_model", 1024);
+	c->num_encoder_layers = config_int(config, "encoder_layers", 12);
+	c->num_decoder_layers = config_int(config, "decoder_layers", 12);
+	heads = config_int(config, "encoder_attention_heads", 16);
+	ffn = config_int(config, "encoder_ffn_dim", 4096);
+	if (config_int(config, "decoder_attention_heads", 16) != heads)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("config.json: \"decoder_attention_heads\" differs from \"encoder_attention_heads\" %d",
+							   heads)));
+	if (config_int(config, "decoder_ffn_dim", 4096) != ffn)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("config.json: \"decoder_ffn_dim\" differs from \"encoder_ffn_dim\" %d", ffn)));
+	c->num_heads = heads;
+	c->d_ff = ffn;
+	c->dropout = (float) config_number(config, "dropout", 0.1);
+	c->attention_dropout = (float) config_number(config, "attention_dropout", attention_dropout);
+	c->relu_dropout = (float) config_number(config, "activation_dropout", 0.0);
+	c->max_positions = config_int(config, "max_position_embeddings", 1024);
+}
+
+const char *
+config_activation(Jsonb *config, const char *dflt)
+{
+	char	   *activation = config_string(config, "activation_function", dflt);
+
+	if (strcmp(activation, "swish") == 0 || strcmp(activation, "silu") == 0)
+		return "swish";
+	if (strcmp(activation, "gelu") != 0 && strcmp(activation, "relu") != 0)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("config.json: \"activation_function\" \"%s\" is not supported", activation),
+						errhint("Supported: swish (silu), gelu (exact) and relu.")));
+	return activation;
+}
+
 /* A MarianMT configuration, as this engine needs it. */
 typedef struct MarianConfig
 {
@@ -130,15 +170,11 @@ static void
 read_config(Jsonb *config, MarianConfig *mc)
 {
 	TfConfig   *c = &mc->c;
-	char	   *model_type,
-			   *activation;
-	int			heads,
-				ffn;
+	char	   *model_type;
 
 	if (!JB_ROOT_IS_OBJECT(config) || JB_ROOT_IS_SCALAR(config))
 		config_error("the configuration must be a JSON object");
 	model_type = config_string(config, "model_type", "");
-	activation = config_string(config, "activation_function", "gelu");
 	if (strcmp(model_type, "marian") != 0)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						errmsg("config.json: \"model_type\" is \"%s\"; only \"marian\" models can be imported",
@@ -159,32 +195,8 @@ read_config(Jsonb *config, MarianConfig *mc)
 						errmsg("config.json: \"decoder_vocab_size\" %d differs from \"vocab_size\" %d; "
 							   "only shared vocabularies can be imported",
 							   config_int(config, "decoder_vocab_size", 0), c->vocab_size)));
-	c->d_model = config_int(config, "d_model", 1024);
-	c->num_encoder_layers = config_int(config, "encoder_layers", 12);
-	c->num_decoder_layers = config_int(config, "decoder_layers", 12);
-	heads = config_int(config, "encoder_attention_heads", 16);
-	ffn = config_int(config, "encoder_ffn_dim", 4096);
-	if (config_int(config, "decoder_attention_heads", 16) != heads)
-		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						errmsg("config.json: \"decoder_attention_heads\" differs from \"encoder_attention_heads\" %d",
-							   heads)));
-	if (config_int(config, "decoder_ffn_dim", 4096) != ffn)
-		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						errmsg("config.json: \"decoder_ffn_dim\" differs from \"encoder_ffn_dim\" %d", ffn)));
-	c->num_heads = heads;
-	c->d_ff = ffn;
-	c->dropout = (float) config_number(config, "dropout", 0.1);
-	c->attention_dropout = (float) config_number(config, "attention_dropout", 0.0);
-	c->relu_dropout = (float) config_number(config, "activation_dropout", 0.0);
-	c->max_positions = config_int(config, "max_position_embeddings", 1024);
-	if (strcmp(activation, "swish") == 0 || strcmp(activation, "silu") == 0)
-		mc->activation = "swish";
-	else if (strcmp(activation, "gelu") == 0 || strcmp(activation, "relu") == 0)
-		mc->activation = activation;
-	else
-		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						errmsg("config.json: \"activation_function\" \"%s\" is not supported", activation),
-						errhint("Supported: swish (silu), gelu (exact) and relu.")));
+	config_sizes(config, c, 0.0);
+	mc->activation = config_activation(config, "gelu");
 	mc->pad_id = config_int(config, "pad_token_id", 58100);
 	mc->eos_id = config_int(config, "eos_token_id", 0);
 	mc->decoder_start_id = config_int(config, "decoder_start_token_id", 58100);

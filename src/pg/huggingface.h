@@ -14,6 +14,7 @@
 #include "utils/jsonb.h"
 
 #include "spm.h"
+#include "transformer.h"
 
 /* ERROR (invalid_parameter_value) about config.json. */
 #define config_error(...) \
@@ -33,6 +34,21 @@ void		config_require(Jsonb *config, const char *key, bool dflt, bool needed);
 
 /* A string of config.json (dflt when absent), palloc'd; ERROR naming the key when it is not a string. */
 char	   *config_string(Jsonb *config, const char *key, const char *dflt);
+
+/*
+ * The sizes and dropouts an encoder-decoder config.json (MarianConfig,
+ * M2M100Config) gives, with their defaults for absent keys (attention
+ * dropout: attention_dropout): d_model, encoder/decoder layers, heads and
+ * ffn dims (ERROR unless equal in encoder and decoder), dropout,
+ * attention_dropout, activation_dropout, max_position_embeddings.
+ */
+void		config_sizes(Jsonb *config, TfConfig *c, double attention_dropout);
+
+/*
+ * config.json's activation_function (dflt when absent) as this engine names
+ * it: swish (silu), gelu (exact) or relu; ERROR for another.
+ */
+const char *config_activation(Jsonb *config, const char *dflt);
 
 /*
  * vocab.json (an object piece -> id, ids 0 .. vocab_size - 1, each once) as

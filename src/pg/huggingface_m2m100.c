@@ -80,11 +80,8 @@ static void
 read_config(Jsonb *config, M2mConfig *mc)
 {
 	TfConfig   *c = &mc->c;
-	char	   *model_type,
-			   *activation;
+	char	   *model_type;
 	JsonbValue *scale;
-	int			heads,
-				ffn;
 
 	if (!JB_ROOT_IS_OBJECT(config) || JB_ROOT_IS_SCALAR(config))
 		config_error("the configuration must be a JSON object");
@@ -100,39 +97,14 @@ read_config(Jsonb *config, M2mConfig *mc)
 	c->vocab_size = config_int(config, "vocab_size", 128112);
 	if (c->vocab_size < 4 || c->vocab_size > (1 << 24))
 		config_error("\"vocab_size\" %d is not between 4 and 16777216", c->vocab_size);
-	c->d_model = config_int(config, "d_model", 1024);
-	c->num_encoder_layers = config_int(config, "encoder_layers", 12);
-	c->num_decoder_layers = config_int(config, "decoder_layers", 12);
-	heads = config_int(config, "encoder_attention_heads", 16);
-	ffn = config_int(config, "encoder_ffn_dim", 4096);
-	if (config_int(config, "decoder_attention_heads", 16) != heads)
-		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						errmsg("config.json: \"decoder_attention_heads\" differs from \"encoder_attention_heads\" %d",
-							   heads)));
-	if (config_int(config, "decoder_ffn_dim", 4096) != ffn)
-		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						errmsg("config.json: \"decoder_ffn_dim\" differs from \"encoder_ffn_dim\" %d", ffn)));
-	c->num_heads = heads;
-	c->d_ff = ffn;
-	c->dropout = (float) config_number(config, "dropout", 0.1);
-	c->attention_dropout = (float) config_number(config, "attention_dropout", 0.1);
-	c->relu_dropout = (float) config_number(config, "activation_dropout", 0.0);
-	c->max_positions = config_int(config, "max_position_embeddings", 1024);
+	config_sizes(config, c, 0.1);
 	c->normalize_before = true;
 	c->positions = TF_POSITIONS_FAIRSEQ;
 	scale = config_value(config, "scale_embedding");
 	if (scale != NULL && scale->type != jbvBool)
 		config_error("\"scale_embedding\" must be true or false");
 	c->scale_embedding = scale == NULL || scale->val.boolean;
-	activation = config_string(config, "activation_function", "relu");
-	if (strcmp(activation, "swish") == 0 || strcmp(activation, "silu") == 0)
-		mc->activation = "swish";
-	else if (strcmp(activation, "gelu") == 0 || strcmp(activation, "relu") == 0)
-		mc->activation = activation;
-	else
-		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						errmsg("config.json: \"activation_function\" \"%s\" is not supported", activation),
-						errhint("Supported: relu, gelu (exact) and swish (silu).")));
+	mc->activation = config_activation(config, "relu");
 	mc->pad_id = config_int(config, "pad_token_id", 1);
 	mc->eos_id = config_int(config, "eos_token_id", 2);
 	mc->decoder_start_id = config_int(config, "decoder_start_token_id", 2);
