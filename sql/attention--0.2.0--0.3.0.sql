@@ -256,10 +256,13 @@ ALTER TABLE models ADD COLUMN target_language text;
 COMMENT ON COLUMN models.source_language IS 'Source language a multilingual model reads when a call names none (set_languages).';
 COMMENT ON COLUMN models.target_language IS 'Target language a multilingual model writes when a call names none (set_languages).';
 
--- models has no UPDATE grant: its owners change the two columns through this function
+-- the owners of a model (and only they: row-level security) change its default languages
+GRANT UPDATE (source_language, target_language) ON models TO PUBLIC;
+CREATE POLICY models_languages ON models FOR UPDATE USING (pg_has_role(owner, 'MEMBER'));
+
 CREATE FUNCTION set_languages(model text, source_language text, target_language text)
 RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
