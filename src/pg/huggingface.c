@@ -111,6 +111,27 @@ config_string(Jsonb *config, const char *key, const char *dflt)
 	return pnstrdup(v->val.string.val, v->val.string.len);
 }
 
+int
+config_vocab_size(Jsonb *config, int dflt)
+{
+	int			vocab_size = config_int(config, "vocab_size", dflt);
+
+	if (vocab_size < 4 || vocab_size > (1 << 24))
+		config_error("\"vocab_size\" %d is not between 4 and 16777216", vocab_size);
+	return vocab_size;
+}
+
+void
+config_token_ids(Jsonb *config, int vocab_size, const int dflt[3], int *pad_id, int *eos_id, int *decoder_start_id)
+{
+	*pad_id = config_int(config, "pad_token_id", dflt[0]);
+	*eos_id = config_int(config, "eos_token_id", dflt[1]);
+	*decoder_start_id = config_int(config, "decoder_start_token_id", dflt[2]);
+	if (*pad_id >= vocab_size || *eos_id >= vocab_size || *decoder_start_id >= vocab_size)
+		config_error("\"pad_token_id\" %d, \"eos_token_id\" %d and \"decoder_start_token_id\" %d must be below "
+					 "\"vocab_size\" %d", *pad_id, *eos_id, *decoder_start_id, vocab_size);
+}
+
 void
 config_sizes(Jsonb *config, TfConfig *c, double attention_dropout)
 {
@@ -187,9 +208,7 @@ read_config(Jsonb *config, MarianConfig *mc)
 	config_require(config, "share_encoder_decoder_embeddings", true, true);
 	config_require(config, "tie_word_embeddings", true, true);
 	memset(mc, 0, sizeof(*mc));
-	c->vocab_size = config_int(config, "vocab_size", 58101);
-	if (c->vocab_size < 4 || c->vocab_size > (1 << 24))
-		config_error("\"vocab_size\" %d is not between 4 and 16777216", c->vocab_size);
+	c->vocab_size = config_vocab_size(config, 58101);
 	if (config_int(config, "decoder_vocab_size", c->vocab_size) != c->vocab_size)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						errmsg("config.json: \"decoder_vocab_size\" %d differs from \"vocab_size\" %d; "
@@ -197,12 +216,8 @@ read_config(Jsonb *config, MarianConfig *mc)
 							   config_int(config, "decoder_vocab_size", 0), c->vocab_size)));
 	config_sizes(config, c, 0.0);
 	mc->activation = config_activation(config, "gelu");
-	mc->pad_id = config_int(config, "pad_token_id", 58100);
-	mc->eos_id = config_int(config, "eos_token_id", 0);
-	mc->decoder_start_id = config_int(config, "decoder_start_token_id", 58100);
-	if (mc->pad_id >= c->vocab_size || mc->eos_id >= c->vocab_size || mc->decoder_start_id >= c->vocab_size)
-		config_error("\"pad_token_id\" %d, \"eos_token_id\" %d and \"decoder_start_token_id\" %d must be below "
-					 "\"vocab_size\" %d", mc->pad_id, mc->eos_id, mc->decoder_start_id, c->vocab_size);
+	config_token_ids(config, c->vocab_size, (int[3]) {58100, 0, 58100}, &mc->pad_id, &mc->eos_id,
+					 &mc->decoder_start_id);
 }
 
 /*

@@ -35,6 +35,17 @@ void		config_require(Jsonb *config, const char *key, bool dflt, bool needed);
 /* A string of config.json (dflt when absent), palloc'd; ERROR naming the key when it is not a string. */
 char	   *config_string(Jsonb *config, const char *key, const char *dflt);
 
+/* config.json's vocab_size (dflt when absent); ERROR unless between 4 and 2^24. */
+int			config_vocab_size(Jsonb *config, int dflt);
+
+/*
+ * config.json's pad_token_id, eos_token_id and decoder_start_token_id
+ * (dflt[0..2] when absent) into *pad_id, *eos_id, *decoder_start_id;
+ * ERROR unless each is below vocab_size.
+ */
+void		config_token_ids(Jsonb *config, int vocab_size, const int dflt[3], int *pad_id, int *eos_id,
+							 int *decoder_start_id);
+
 /*
  * The sizes and dropouts an encoder-decoder config.json (MarianConfig,
  * M2M100Config) gives, with their defaults for absent keys (attention

@@ -94,9 +94,7 @@ read_config(Jsonb *config, M2mConfig *mc)
 	config_require(config, "tie_word_embeddings", true, true);
 	memset(mc, 0, sizeof(*mc));
 	tf_config_base(c, 4);
-	c->vocab_size = config_int(config, "vocab_size", 128112);
-	if (c->vocab_size < 4 || c->vocab_size > (1 << 24))
-		config_error("\"vocab_size\" %d is not between 4 and 16777216", c->vocab_size);
+	c->vocab_size = config_vocab_size(config, 128112);
 	config_sizes(config, c, 0.1);
 	c->normalize_before = true;
 	c->positions = TF_POSITIONS_FAIRSEQ;
@@ -105,12 +103,7 @@ read_config(Jsonb *config, M2mConfig *mc)
 		config_error("\"scale_embedding\" must be true or false");
 	c->scale_embedding = scale == NULL || scale->val.boolean;
 	mc->activation = config_activation(config, "relu");
-	mc->pad_id = config_int(config, "pad_token_id", 1);
-	mc->eos_id = config_int(config, "eos_token_id", 2);
-	mc->decoder_start_id = config_int(config, "decoder_start_token_id", 2);
-	if (mc->pad_id >= c->vocab_size || mc->eos_id >= c->vocab_size || mc->decoder_start_id >= c->vocab_size)
-		config_error("\"pad_token_id\" %d, \"eos_token_id\" %d and \"decoder_start_token_id\" %d must be below "
-					 "\"vocab_size\" %d", mc->pad_id, mc->eos_id, mc->decoder_start_id, c->vocab_size);
+	config_token_ids(config, c->vocab_size, (int[3]) {1, 2, 2}, &mc->pad_id, &mc->eos_id, &mc->decoder_start_id);
 }
 
 /* The tokenizer layout tokenizer_config.json names; ERROR for another. */
