@@ -14,17 +14,17 @@ ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tenso
 ENGINE_CXX = src/spm.cc
 # src/pg/common/: the leaves of the SQL glue (settings, catalogue, the model
 # cache, translation, the services' registry, training options, the dataset
-# feed, tensor files, starting workers), which include nothing of src/pg/ or
+# feed, tensor files, starting workers, SVG pictures), which include nothing of src/pg/ or
 # bgworker/; then the SQL-callable functions (src/pg/) and the background
 # workers (bgworker/), which build on the leaves and the engine only
 # (scripts/check-structure).
 GLUE_LEAVES = src/pg/common/settings.c src/pg/common/cpu_budget.c src/pg/common/catalog.c src/pg/common/model_cache.c \
 	src/pg/common/translation.c src/pg/common/service_registry.c src/pg/common/train_options.c \
-	src/pg/common/dataset.c src/pg/common/tensor_file.c src/pg/common/workers.c
+	src/pg/common/dataset.c src/pg/common/tensor_file.c src/pg/common/workers.c src/pg/common/svg.c
 GLUE_C = $(GLUE_LEAVES) src/pg/attention.c src/pg/bleu_functions.c src/pg/corpus.c src/pg/vocabulary.c \
 	src/pg/models.c src/pg/checkpoint.c src/pg/translate.c src/pg/inspect.c src/pg/translate_column.c \
 	src/pg/batch_translate.c src/pg/service.c src/pg/checkpoint_file.c src/pg/huggingface.c src/pg/huggingface_m2m100.c src/pg/evaluate.c \
-	src/pg/jobs.c
+	src/pg/jobs.c src/pg/training_plot.c
 WORKER_C = bgworker/worker.c bgworker/launcher.c bgworker/ranks.c bgworker/service_worker.c
 OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o) $(WORKER_C:.c=.o)
 

@@ -682,7 +682,7 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'attention_train'
 LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION train(text, text, jsonb) IS
-'Submits a training job (options: max_steps, max_epochs, max_minutes, batch_tokens, warmup_steps, learning_rate_scale, label_smoothing, dropout, accumulate_batches, batches_per_step, checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, validate_every_steps, validation_bleu_sentences, seed, init_checkpoint (a checkpoint of the model to start from: fine-tuning), device ("cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all": one rank per GPU), precision ("fp32" or "bf16"; bf16 by default on CUDA devices), threads, nodes) and returns its id at once; a background worker connected as the caller trains.';
+'Submits a training job (options: max_steps, max_epochs, max_minutes, batch_tokens, warmup_steps, learning_rate_scale, label_smoothing, dropout, accumulate_batches, batches_per_step, checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, keep_history, validate_every_steps, validation_bleu_sentences, seed, init_checkpoint (a checkpoint of the model to start from: fine-tuning), device ("cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all": one rank per GPU), precision ("fp32" or "bf16"; bf16 by default on CUDA devices), threads, nodes) and returns its id at once; a background worker connected as the caller trains.';
 
 CREATE FUNCTION resume_training(job bigint, options jsonb DEFAULT '{}')
 RETURNS bigint
@@ -1080,3 +1080,69 @@ AS 'MODULE_PATHNAME', 'attention_export_huggingface_m2m100'
 LANGUAGE C VOLATILE STRICT ROWS 6;
 COMMENT ON FUNCTION export_huggingface_m2m100(bigint) IS
 'A checkpoint of a multilingual model as the files of a Hugging Face M2M-100 or NLLB-200 model directory that M2M100ForConditionalGeneration and the model''s tokenizer load; model.safetensors is written tensor by tensor into a new large object (large_object; the caller unlinks it), the other files are data. Needs the model''s owner. scripts/export-hf writes them to a directory.';
+
+-----------------------------------------------------------------------------
+-- Pictures: the training history, training curves and attention heatmaps
+-- as SVG (plot_training, plot_attention, plot_alignment)
+-----------------------------------------------------------------------------
+
+CREATE TABLE training_history (
+    job_id            bigint NOT NULL REFERENCES jobs ON DELETE CASCADE,
+    step              bigint NOT NULL CHECK (step >= 0),
+    recorded_at       timestamptz NOT NULL DEFAULT now(),
+    epoch             integer NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+    tokens_seen       bigint NOT NULL DEFAULT 0 CHECK (tokens_seen >= 0),
+    train_loss        double precision,
+    learning_rate     double precision,
+    tokens_per_second double precision,
+    valid_loss        double precision,
+    valid_bleu        double precision,
+    PRIMARY KEY (job_id, step)
+);
+COMMENT ON TABLE training_history IS 'Every progress update and validation of a training job, one row per step (the worker writes them; a resumed job''s later rows replace those of the steps it repeats); at most the job''s keep_history rows, thinned evenly beyond that; deleted with the job; readable by every role, as jobs are.';
+COMMENT ON COLUMN training_history.train_loss IS 'Label-smoothed training loss per target token (nats), mean since the previous row; NULL where no step ran since.';
+COMMENT ON COLUMN training_history.tokens_per_second IS 'Source plus target tokens (no padding) trained per wall-clock second since the previous row.';
+COMMENT ON COLUMN training_history.valid_loss IS 'Validation cross-entropy per target token (nats) measured at this step, else NULL.';
+COMMENT ON COLUMN training_history.valid_bleu IS 'BLEU of greedy translations of the first validation_bleu_sentences validation pairs measured at this step, else NULL.';
+
+ALTER TABLE training_history ENABLE ROW LEVEL SECURITY;
+CREATE POLICY training_history_read ON training_history FOR SELECT USING (true);
+CREATE POLICY training_history_write ON training_history FOR INSERT
+    WITH CHECK (attention.owns_model((SELECT j.model_id FROM attention.jobs j WHERE j.job_id = training_history.job_id)));
+CREATE POLICY training_history_update ON training_history FOR UPDATE
+    USING (attention.owns_model((SELECT j.model_id FROM attention.jobs j WHERE j.job_id = training_history.job_id)));
+CREATE POLICY training_history_delete ON training_history FOR DELETE
+    USING (attention.owns_model((SELECT j.model_id FROM attention.jobs j WHERE j.job_id = training_history.job_id)));
+GRANT SELECT, INSERT, UPDATE, DELETE ON training_history TO PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('training_history', '');
+
+CREATE FUNCTION plot_training(job bigint, width integer DEFAULT 800, height integer DEFAULT 500)
+RETURNS text
+AS 'MODULE_PATHNAME', 'attention_plot_training'
+LANGUAGE C STABLE STRICT;
+COMMENT ON FUNCTION plot_training(bigint, integer, integer) IS
+'An SVG picture of a training job''s curves from attention.training_history: training and validation loss against steps, validation BLEU on a second axis; self-contained (no scripts or external references). \o training.svg then SELECT attention.plot_training(job) writes a file to open.';
+
+CREATE FUNCTION plot_training(jobs bigint[], width integer DEFAULT 800, height integer DEFAULT 500)
+RETURNS text
+AS 'MODULE_PATHNAME', 'attention_plot_training_array'
+LANGUAGE C STABLE STRICT;
+COMMENT ON FUNCTION plot_training(bigint[], integer, integer) IS
+'An SVG picture of several training jobs'' curves on one plot (at most 10), one colour per job.';
+
+CREATE FUNCTION plot_attention(source text, target text, model text, kind text, layer integer,
+                               head integer DEFAULT NULL,
+                               target_language text DEFAULT NULL, source_language text DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'attention_plot_attention'
+LANGUAGE C STABLE PARALLEL SAFE COST 100000;
+COMMENT ON FUNCTION plot_attention(text, text, text, text, integer, integer, text, text) IS
+'An SVG heatmap of one head''s attention probabilities (kind encoder, decoder or cross; layer and head from 0 as attention_weights numbers them; head NULL: every head of the layer in a grid), queries down and keys across with the pieces as labels, as the paper''s Figures 3-5 show them; target NULL: the model''s own translation; model NULL: the default model.';
+
+CREATE FUNCTION plot_alignment(source text, target text, model text DEFAULT NULL,
+                               target_language text DEFAULT NULL, source_language text DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'attention_plot_alignment'
+LANGUAGE C STABLE PARALLEL SAFE COST 10000;
+COMMENT ON FUNCTION plot_alignment(text, text, text, text, text) IS
+'The word alignment of attention.align as an SVG heatmap: target pieces and EOS down, source pieces and EOS across.';

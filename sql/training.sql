@@ -64,6 +64,7 @@ SELECT checkpoint_id AS full_24 FROM attention.checkpoints WHERE job_id = :full_
 -- Adam moments, step, dropout RNG and data position (all but the elapsed time)
 SELECT attention.train('job', 'tj_corpus', format('{"max_steps": 10, %s}', :'options')::jsonb) AS part_job \gset
 SELECT attention.wait_training(:part_job);
+INSERT INTO attention.training_history (job_id, step, train_loss) VALUES (:part_job, 20, 99);
 SELECT attention.resume_training(:part_job, '{"seed": 4}');
 SELECT attention.resume_training(:part_job, '{"max_steps": 24}') = :part_job AS resumed;
 SELECT attention.wait_training(:part_job);
@@ -73,6 +74,21 @@ SELECT count(*) AS tensors, bool_and(a.bytes = b.bytes AND a.shape = b.shape) AS
   FROM attention.checkpoint_tensors a JOIN attention.checkpoint_tensors b USING (name, chunk)
  WHERE a.checkpoint_id = :full_24 AND b.checkpoint_id = :part_24 AND name <> 'data.elapsed_ms';
 SELECT (SELECT count(*) FROM attention.checkpoint_tensors WHERE checkpoint_id = :full_24) AS all_tensors;
+
+-- the training history: a row per progress update and validation, one curve per job (a
+-- resumed job's later rows replace the steps it repeats: the row a first run left past its
+-- checkpoint goes), the resumed job's validations equal the uninterrupted job's
+SELECT array_agg(step ORDER BY step) FILTER (WHERE valid_loss IS NOT NULL) AS validated_steps,
+       bool_and(valid_bleu IS NOT NULL) FILTER (WHERE valid_loss IS NOT NULL) AS with_bleu,
+       count(train_loss) >= 3 AS train_losses, bool_and(train_loss > 0) AS positive,
+       bool_and(learning_rate > 0) AS learning_rates, max(step) AS last_step
+  FROM attention.training_history WHERE job_id = :full_job;
+SELECT array_agg(step ORDER BY step) FILTER (WHERE valid_loss IS NOT NULL) AS validated_steps,
+       count(*) FILTER (WHERE train_loss = 99) AS stale_rows
+  FROM attention.training_history WHERE job_id = :part_job;
+SELECT bool_and(a.valid_loss = b.valid_loss AND a.valid_bleu = b.valid_bleu) AS same_validations, count(*)
+  FROM attention.training_history a JOIN attention.training_history b USING (step)
+ WHERE a.job_id = :full_job AND b.job_id = :part_job AND a.valid_loss IS NOT NULL AND b.valid_loss IS NOT NULL;
 
 -- training lowered the validation loss below the initial model's (same seed, same initialisation)
 SELECT attention.initialize_checkpoint('job', 3) AS initial \gset
@@ -128,9 +144,14 @@ SELECT attention.export_checkpoint(999999);
 SELECT attention.create_model('job_pre', 'tj_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 1,
   "d_model": 16, "num_heads": 2, "d_ff": 32, "max_positions": 64, "normalize_before": true}') > 0 AS created;
 SELECT config -> 'normalize_before' AS normalize_before FROM attention.models WHERE name = 'job_pre';
-SELECT attention.train('job_pre', 'tj_corpus', format('{"max_steps": 24, %s}', :'options')::jsonb) AS pre_job \gset
+SELECT attention.train('job_pre', 'tj_corpus', format('{"max_steps": 24, "validate_every_steps": 1, "keep_history": 4, %s}',
+                                                    :'options')::jsonb) AS pre_job \gset
 SELECT attention.wait_training(:pre_job);
 SELECT status, step, valid_loss > 0 AS valid_loss, error FROM attention.training_jobs WHERE job_id = :pre_job;
+-- a validation every step, at most keep_history rows: thinned evenly, the first and last kept
+SELECT count(*) <= 4 AS bounded, min(step) AS first, max(step) AS last, bool_and(valid_loss IS NOT NULL) AS validated
+  FROM attention.training_history WHERE job_id = :pre_job;
+SELECT attention.train('job_pre', 'tj_corpus', '{"keep_history": -1}');
 SELECT array_agg(t.name ORDER BY t.name) AS final_layer_norms
   FROM attention.checkpoint_tensors t JOIN attention.checkpoints c USING (checkpoint_id)
  WHERE c.job_id = :pre_job AND c.step = 24 AND t.name LIKE 'model.%coder.layer_norm.%';
@@ -140,7 +161,50 @@ SELECT (SELECT loss FROM attention.evaluate('job_pre', 'tj_corpus', 'valid',
      < (SELECT loss FROM attention.evaluate('job_pre', 'tj_corpus', 'valid', :pre_initial, 1)) AS loss_fell;
 SELECT attention.drop_model('job_pre');
 
+-- training curves as SVG: well-formed XML, a curve per measured series, one colour per job
+SELECT xml_is_well_formed_document(svg) AS xml, svg LIKE '<svg xmlns="http://www.w3.org/2000/svg" width="800" height="500" %' AS sized,
+       (length(svg) - length(replace(svg, '<polyline class="series"', ''))) / length('<polyline class="series"') AS curves,
+       svg LIKE '%Training of job ' || :full_job || ' (model job)%' AS titled, svg ~ '<script|href=|url\(' AS external
+  FROM attention.plot_training(:full_job) AS svg;
+SELECT xml_is_well_formed_document(svg) AS xml, svg LIKE '%width="1200" height="700"%' AS sized,
+       (length(svg) - length(replace(svg, '<polyline class="series"', ''))) / length('<polyline class="series"') AS curves,
+       (length(svg) - length(replace(svg, 'stroke="#ff7f0e"', ''))) > 0 AS second_colour
+  FROM attention.plot_training(ARRAY[:full_job, :part_job, :full_job], 1200, 700) AS svg;
+SELECT attention.plot_training(999999);
+SELECT attention.plot_training(:full_job, 100, 500);
+SELECT attention.plot_training(:full_job, 800, 5000);
+SELECT attention.plot_training('{}'::bigint[]);
+SELECT attention.plot_training(ARRAY[:full_job, NULL]);
+SELECT attention.plot_training(ARRAY(SELECT generate_series(1, 11)::bigint));
+SELECT attention.plot_training(ARRAY[:long_job, :full_job, :part_job], 300, 200);
+-- attention heatmaps: a cell per probability attention_weights returns, well-formed XML
+SELECT xml_is_well_formed_document(svg) AS xml,
+       (length(svg) - length(replace(svg, '<rect class="cell"', ''))) / length('<rect class="cell"')
+       = (SELECT count(*) FROM attention.attention_weights('the package provides data files for python', NULL, 'job')
+           WHERE kind = 'cross' AND layer = 0 AND head = 1) AS one_cell_per_weight
+  FROM attention.plot_attention('the package provides data files for python', NULL, 'job', 'cross', 0, 1) AS svg;
+SELECT kind, xml_is_well_formed_document(svg) AS xml,
+       (length(svg) - length(replace(svg, '<rect class="cell"', ''))) / length('<rect class="cell"') AS cells,
+       (length(svg) - length(replace(svg, '<g class="panel"', ''))) / length('<g class="panel"') AS panels
+  FROM unnest(ARRAY['encoder', 'decoder', 'cross']) AS kind,
+       attention.plot_attention('the package provides data files', 'das Paket enthält Dateien', 'job', kind, 0) AS svg;
+SELECT xml_is_well_formed_document(svg) AS xml,
+       (length(svg) - length(replace(svg, '<rect class="cell"', ''))) / length('<rect class="cell"')
+       = (SELECT count(*) FROM attention.align('the package provides data files', 'das Paket enthält Dateien', 'job'))
+       AS one_cell_per_weight
+  FROM attention.plot_alignment('the package provides data files', 'das Paket enthält Dateien', 'job') AS svg;
+SELECT attention.plot_attention(NULL, NULL, 'job', 'cross', 0) IS NULL AS null_source,
+       attention.plot_alignment('the package', NULL, 'job') IS NULL AS null_target;
+SELECT attention.plot_attention('the package', NULL, 'job', 'sideways', 0);
+SELECT attention.plot_attention('the package', NULL, 'job', NULL, 0);
+SELECT attention.plot_attention('the package', NULL, 'job', 'encoder', 1);
+SELECT attention.plot_attention('the package', NULL, 'job', 'decoder', 0, 2);
+SELECT attention.plot_attention(repeat('data ', 18), NULL, 'job', 'encoder', 0);
+SELECT length(attention.plot_attention(repeat('data ', 18), NULL, 'job', 'encoder', 0, 0)) > 0 AS one_head_draws;
+SELECT attention.plot_attention('the package', NULL, 'nope', 'encoder', 0);
+
 -- a model cannot be dropped while it trains; afterwards it can
 SELECT attention.drop_model('job_wide');
 SELECT attention.drop_model('job');
 SELECT count(*) AS jobs_left FROM attention.training_jobs;
+SELECT count(*) AS history_left FROM attention.training_history;

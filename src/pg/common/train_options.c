@@ -49,6 +49,7 @@ static const OptionSpec option_specs[] = {
 	{"checkpoint_every_steps", OPT_INT64, offsetof(TrainOptions, checkpoint_every_steps), 0, 1e15, true},
 	{"checkpoint_every_minutes", OPT_FLOAT, offsetof(TrainOptions, checkpoint_every_minutes), 0, 1e7, true},
 	{"keep_checkpoints", OPT_INT32, offsetof(TrainOptions, keep_checkpoints), 0, 1e6, true},
+	{"keep_history", OPT_INT32, offsetof(TrainOptions, keep_history), 0, 1e8, true},
 	{"validate_every_steps", OPT_INT64, offsetof(TrainOptions, validate_every_steps), 0, 1e15, true},
 	{"validation_bleu_sentences", OPT_INT32, offsetof(TrainOptions, validation_bleu_sentences), 0, 1e6, true},
 	{"seed", OPT_INT64, offsetof(TrainOptions, seed), 0, 9.0e18, false},
@@ -73,6 +74,7 @@ train_options_default(TrainOptions *o)
 	o->checkpoint_every_steps = 1000;
 	o->checkpoint_every_minutes = 10;
 	o->keep_checkpoints = 5;
+	o->keep_history = 10000;
 	o->seed = 1;
 	strlcpy(o->device, "cpu", sizeof(o->device));
 	o->nodes = 1;
@@ -152,7 +154,7 @@ train_options_parse(Jsonb *options, bool only_resumable, TrainOptions *o)
 								errmsg("unknown training option \"%s\"", key),
 								errhint("Options: max_steps, max_epochs, max_minutes, batch_tokens, warmup_steps, "
 										"learning_rate_scale, label_smoothing, dropout, accumulate_batches, batches_per_step, "
-										"checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, "
+										"checkpoint_every_steps, checkpoint_every_minutes, keep_checkpoints, keep_history, "
 										"validate_every_steps, validation_bleu_sentences, seed, init_checkpoint, device, precision, "
 										"threads, nodes.")));
 			saw_device |= strcmp(key, "device") == 0;

@@ -25,6 +25,7 @@ typedef struct TrainOptions
 	int64		checkpoint_every_steps; /* 0: never by steps */
 	double		checkpoint_every_minutes;	/* 0: never by time */
 	int32		keep_checkpoints;	/* trained checkpoints kept per job; 0: all */
+	int32		keep_history;	/* rows of attention.training_history kept per job; 0: all */
 	int64		validate_every_steps;	/* 0: at checkpoints only */
 	int32		validation_bleu_sentences;	/* 0: no BLEU */
 	int64		seed;
