@@ -19,7 +19,7 @@ END
 $$;
 
 BEGIN;
-SELECT plan(29);
+SELECT plan(33);
 
 SELECT attention.create_corpus('model_privileges', 'en', 'de');
 SELECT attention.import_corpus('model_privileges', $$SELECT 'the package', 'das Paket'$$);
@@ -73,6 +73,15 @@ SET LOCAL ROLE attention_other;
 SELECT is((SELECT sentences FROM attention.evaluate('owned', 'model_privileges', 'train', NULL, 1)), 1,
           'with them it evaluates the deployed checkpoint');
 SELECT isnt_empty($$SELECT 1 FROM attention.training_jobs$$, 'and everyone sees the jobs');
+RESET ROLE;
+INSERT INTO attention.training_history (job_id, step, train_loss) SELECT job_id, 1, 5.0 FROM attention.jobs;
+SET LOCAL ROLE attention_other;
+SELECT isnt_empty($$SELECT 1 FROM attention.training_history$$, 'everyone reads the training history, as the jobs,');
+SELECT ok((SELECT bool_and(attention.plot_training(job_id) LIKE '<svg %') FROM attention.jobs), '... and plots it,');
+SELECT is_empty($$UPDATE attention.training_history SET train_loss = 0 RETURNING 1$$,
+                '... but only the model''s owners change it (row-level security),');
+SELECT throws_ok($$INSERT INTO attention.training_history (job_id, step) SELECT job_id, 2 FROM attention.jobs$$,
+                 '42501', NULL, '... or add to it');
 
 SET LOCAL ROLE attention_member;
 SELECT lives_ok($$SELECT attention.deploy('owned')$$, 'a member of the owner role may deploy');

@@ -1,11 +1,11 @@
 -- The schema of attention 0.3.0 (0.1.0 and its upgrade scripts): tables, keys,
 -- constraints, comments, function labels, and registration for pg_dump.
 BEGIN;
-SELECT plan(31);
+SELECT plan(32);
 
 SELECT has_schema('attention');
 SELECT tables_are('attention', ARRAY['corpora', 'corpus_pairs', 'vocabularies', 'models', 'jobs',
-                                     'checkpoints', 'checkpoint_tensors', 'job_ranks']);
+                                     'checkpoints', 'checkpoint_tensors', 'job_ranks', 'training_history']);
 SELECT views_are('attention', ARRAY['training_jobs', 'services', 'cpu_budget']);
 SELECT col_is_pk('attention', 'corpora', 'corpus_id', 'corpora keyed by corpus_id');
 SELECT col_is_pk('attention', 'checkpoint_tensors', ARRAY['checkpoint_id', 'name', 'chunk'],
@@ -18,6 +18,7 @@ SELECT fk_ok('attention', 'checkpoint_tensors', 'checkpoint_id', 'attention', 'c
 SELECT fk_ok('attention', 'jobs', 'model_id', 'attention', 'models', 'model_id');
 SELECT fk_ok('attention', 'checkpoints', 'job_id', 'attention', 'jobs', 'job_id');
 SELECT fk_ok('attention', 'job_ranks', 'job_id', 'attention', 'jobs', 'job_id');
+SELECT fk_ok('attention', 'training_history', 'job_id', 'attention', 'jobs', 'job_id');
 SELECT col_is_unique('attention', 'corpora', 'name', 'corpus names are unique');
 SELECT col_is_unique('attention', 'vocabularies', 'name', 'vocabulary names are unique');
 
@@ -38,8 +39,9 @@ SELECT is_empty($$SELECT c.relname FROM pg_class c
                      AND obj_description(c.oid, 'pg_class') IS NULL$$, 'every table and view has a comment');
 SELECT is_empty($$SELECT c.relname FROM pg_class c
                    WHERE c.relnamespace = 'attention'::regnamespace AND c.relkind = 'r' AND NOT c.relrowsecurity
-                     AND c.relname IN ('models', 'jobs', 'checkpoints', 'checkpoint_tensors', 'job_ranks')$$,
-                'models, jobs, checkpoints and job ranks are guarded by row-level security');
+                     AND c.relname IN ('models', 'jobs', 'checkpoints', 'checkpoint_tensors', 'job_ranks',
+                                       'training_history')$$,
+                'models, jobs, checkpoints, job ranks and the training history are guarded by row-level security');
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                    WHERE p.pronamespace = 'attention'::regnamespace
                      AND obj_description(p.oid, 'pg_proc') IS NULL$$, 'every function has a comment');
@@ -73,9 +75,10 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
 
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                    WHERE p.pronamespace = 'attention'::regnamespace
-                     AND p.proname IN ('translate', 'translate_nbest', 'score', 'attention_weights', 'align')
+                     AND p.proname IN ('translate', 'translate_nbest', 'score', 'attention_weights', 'align',
+                                       'plot_attention', 'plot_alignment')
                      AND NOT (p.provolatile = 's' AND p.proparallel = 's' AND p.procost >= 10000 AND NOT p.prosecdef)$$,
-                'translation functions are STABLE PARALLEL SAFE, costly, SECURITY INVOKER');
+                'translation and attention-picture functions are STABLE PARALLEL SAFE, costly, SECURITY INVOKER');
 SELECT is((SELECT count(*)::int FROM pg_proc p
             WHERE p.pronamespace = 'attention'::regnamespace AND p.proname = 'translate'), 3,
           'translate(text), translate(text, model, ...) and translate(text[], ...)');

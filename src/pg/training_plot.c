@@ -128,7 +128,7 @@ plot_jobs(const int64 *job_ids, int n, int width, int height)
 			c->y = jobs[i].y[s];
 			c->n = jobs[i].n[s];
 			c->right_axis = s == 2;
-			c->color = i;
+			c->color = n == 1 ? s : i;	/* one job: a colour per curve; several: per job */
 			c->style = styles[s];
 			c->markers = s > 0;
 			count++;
