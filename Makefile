@@ -25,7 +25,7 @@ GLUE_C = $(GLUE_LEAVES) src/pg/attention.c src/pg/bleu_functions.c src/pg/corpus
 	src/pg/models.c src/pg/checkpoint.c src/pg/translate.c src/pg/inspect.c src/pg/translate_column.c \
 	src/pg/batch_translate.c src/pg/service.c src/pg/checkpoint_file.c src/pg/huggingface.c src/pg/huggingface_m2m100.c src/pg/evaluate.c \
 	src/pg/jobs.c src/pg/training_plot.c
-WORKER_C = bgworker/worker.c bgworker/launcher.c bgworker/ranks.c bgworker/service_worker.c
+WORKER_C = bgworker/worker.c bgworker/history.c bgworker/launcher.c bgworker/ranks.c bgworker/service_worker.c
 OBJS = $(ENGINE_C:.c=.o) $(ENGINE_NN:.c=.o) $(ENGINE_CXX:.cc=.o) $(GLUE_C:.c=.o) $(WORKER_C:.c=.o)
 
 # sql/attention.sql is the current version's install script (copied to

@@ -1,7 +1,8 @@
 /*
  * worker.c - the training worker: a dynamic background worker that runs
  * one job. It connects as the role that submitted the job, encodes the
- * corpus once, trains with the engine, keeps attention.jobs current, writes
+ * corpus once, trains with the engine, keeps attention.jobs current and
+ * attention.training_history growing (history.c), writes
  * checkpoints (parameters, optimizer state, data position) in one
  * transaction each, and stops at its limits, on cancel_training (read
  * once a second, also during validation: it ends with a checkpoint of the
@@ -40,6 +41,7 @@
 #include "catalog.h"
 #include "cpu_budget.h"
 #include "dataset.h"
+#include "history.h"
 #include "parallel.h"
 #include "ranks.h"
 #include "settings.h"
@@ -440,103 +442,6 @@ validate(Job *j)
 	j->validated = true;
 }
 
-/*
- * Keeps at most keep_history rows of the job's history (0: all): beyond it,
- * every second row (not the last) of those without a validation goes, or
- * of all rows when fewer than three lack one, so the curve keeps its shape
- * at half the resolution.
- */
-static void
-thin_history(Job *j)
-{
-	Datum		id = Int64GetDatum(j->job_id);
-	bool		isnull;
-	int64		total,
-				plain;
-
-	if (j->o.keep_history == 0)
-		return;
-	if (SPI_execute_with_args("SELECT count(*), count(*) FILTER (WHERE valid_loss IS NULL AND valid_bleu IS NULL) "
-							  "FROM attention.training_history WHERE job_id = $1", 1, (Oid[]) {INT8OID}, &id, NULL,
-							  false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not count the training history of job %lld", (long long) j->job_id);
-	total = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	plain = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	if (total <= j->o.keep_history)
-		return;
-	if (SPI_execute_with_args(psprintf("DELETE FROM attention.training_history h WHERE h.job_id = $1 AND h.step IN ("
-									   "SELECT s.step FROM (SELECT t.step, row_number() OVER (ORDER BY t.step) AS n, "
-									   "count(*) OVER () AS rows FROM attention.training_history t WHERE t.job_id = $1 %s) s "
-									   "WHERE s.n %% 2 = 0 AND s.n < s.rows)",
-									   plain >= 3 ? "AND t.valid_loss IS NULL AND t.valid_bleu IS NULL" : ""),
-							  1, (Oid[]) {INT8OID}, &id, NULL, false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "could not thin the training history of job %lld", (long long) j->job_id);
-}
-
-/*
- * Records the job's progress at its current step in attention.training_history:
- * a row per step, whose values a later write at the same step (a checkpoint
- * after a progress update, a resumed run repeating the step) replaces where
- * it has them. Inside a transaction.
- */
-static void
-record_history(Job *j, Datum train_loss, Datum tokens_per_second, const bool *nulls)
-{
-	Datum		values[9];
-	char		n[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	bool		isnull[9] = {false};
-	int			i;
-
-	values[0] = Int64GetDatum(j->job_id);
-	values[1] = Int64GetDatum(steps(j));
-	values[2] = Int32GetDatum((int32) EPOCH(j));
-	values[3] = Int64GetDatum(TOKENS_SEEN(j));
-	values[4] = train_loss;
-	isnull[4] = nulls[0];
-	values[5] = float8_or_null(j->learning_rate, &isnull[5]);
-	values[6] = tokens_per_second;
-	isnull[6] = nulls[1];
-	values[7] = float8_or_null(j->validated ? j->valid_loss : NAN, &isnull[7]);
-	values[8] = float8_or_null(j->validated ? j->valid_bleu : NAN, &isnull[8]);
-	for (i = 0; i < 9; i++)
-		n[i] = isnull[i] ? 'n' : ' ';
-	if (SPI_execute_with_args("INSERT INTO attention.training_history AS h (job_id, step, epoch, tokens_seen, train_loss, "
-							  "learning_rate, tokens_per_second, valid_loss, valid_bleu) "
-							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (job_id, step) DO UPDATE SET "
-							  "recorded_at = now(), epoch = excluded.epoch, tokens_seen = excluded.tokens_seen, "
-							  "train_loss = coalesce(excluded.train_loss, h.train_loss), "
-							  "learning_rate = coalesce(excluded.learning_rate, h.learning_rate), "
-							  "tokens_per_second = coalesce(excluded.tokens_per_second, h.tokens_per_second), "
-							  "valid_loss = coalesce(excluded.valid_loss, h.valid_loss), "
-							  "valid_bleu = coalesce(excluded.valid_bleu, h.valid_bleu)", 9,
-							  (Oid[]) {INT8OID, INT8OID, INT4OID, INT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID,
-								  FLOAT8OID}, values, n, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not record the training history of job %lld", (long long) j->job_id);
-	thin_history(j);
-}
-
-/*
- * A resumed job repeats the steps after its checkpoint: the rows its
- * earlier run wrote past the step it resumes from go, so the history
- * keeps one curve. Also learns whether the schema has the history.
- */
-static void
-start_history(Job *j)
-{
-	worker_begin();
-	if (SPI_execute("SELECT pg_catalog.to_regclass('attention.training_history') IS NOT NULL", true, 1) !=
-		SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not look up attention.training_history");
-	j->history = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &(bool) {false}));
-	if (j->history &&
-		SPI_execute_with_args("DELETE FROM attention.training_history WHERE job_id = $1 AND step > $2", 2,
-							  (Oid[]) {INT8OID, INT8OID},
-							  (Datum[]) {Int64GetDatum(j->job_id), Int64GetDatum(steps(j))}, NULL, false, 0) !=
-		SPI_OK_DELETE)
-		elog(ERROR, "could not trim the training history of job %lld", (long long) j->job_id);
-	worker_commit();
-}
-
 /* Writes the progress columns (and status, when final); returns cancel_requested. Inside a transaction. */
 static bool
 write_progress(Job *j, const char *final_status)
@@ -586,7 +491,14 @@ write_progress(Job *j, const char *final_status)
 		elog(ERROR, "could not update training job %lld", (long long) j->job_id);
 	cancel = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (j->history)
-		record_history(j, values[4], interval_rate, (bool[]) {nulls[4], interval_null});
+	{
+		HistoryRow	row = {.step = steps(j), .epoch = (int32) EPOCH(j), .tokens_seen = TOKENS_SEEN(j),
+			.train_loss = nulls[4] ? NAN : DatumGetFloat8(values[4]), .learning_rate = j->learning_rate,
+			.tokens_per_second = interval_null ? NAN : DatumGetFloat8(interval_rate),
+			.valid_loss = j->validated ? j->valid_loss : NAN, .valid_bleu = j->validated ? j->valid_bleu : NAN};
+
+		history_record(j->job_id, &row, j->o.keep_history);
+	}
 	j->validated = false;
 	elog(DEBUG1, "attention: training job %lld at step %lld", (long long) j->job_id, (long long) steps(j));
 	j->loss_sum = 0;
@@ -867,7 +779,7 @@ run_job(Job *j, MemoryContext ctx)
 	j->valid_bleu = NAN;
 	j->learning_rate = NAN;
 	load_data(j, ctx);
-	start_history(j);
+	j->history = history_start(j->job_id, steps(j));
 	j->run_start = j->train_start = j->interval_start = now_seconds();
 	j->checkpoint_step = steps(j);
 	j->checkpoint_time = last_progress = j->cancel_polled = now_seconds();

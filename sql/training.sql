@@ -177,6 +177,13 @@ SELECT attention.plot_training('{}'::bigint[]);
 SELECT attention.plot_training(ARRAY[:full_job, NULL]);
 SELECT attention.plot_training(ARRAY(SELECT generate_series(1, 11)::bigint));
 SELECT attention.plot_training(ARRAY[:long_job, :full_job, :part_job], 300, 200);
+-- extreme values (the owner may write any): steps near 2^63 one float8 ulp apart, losses of
+-- 1e300 and -1e-300: a picture, in finite time
+INSERT INTO attention.jobs (model_id, corpus_id, status, finished_at)
+SELECT model_id, corpus_id, 'failed', now() FROM attention.jobs WHERE job_id = :full_job RETURNING job_id AS odd_job \gset
+INSERT INTO attention.training_history (job_id, step, train_loss, valid_loss)
+VALUES (:odd_job, 9000000000000000000, 1e300, NULL), (:odd_job, 9000000000000001024, -1e-300, 'NaN');
+SELECT xml_is_well_formed_document(attention.plot_training(:odd_job)) AS extreme_values_plot;
 -- attention heatmaps: a cell per probability attention_weights returns, well-formed XML
 SELECT xml_is_well_formed_document(svg) AS xml,
        (length(svg) - length(replace(svg, '<rect class="cell"', ''))) / length('<rect class="cell"')

@@ -159,8 +159,26 @@ axis_over(double lo, double hi, int target)
 	a.step = nice_step(hi - lo, target);
 	a.lo = floor(lo / a.step + 1e-9) * a.step;
 	a.hi = ceil(hi / a.step - 1e-9) * a.step;
-	a.decimals = a.step >= 1 ? 0 : (int) ceil(-log10(a.step) - 1e-9);
+	a.decimals = a.step >= 1 ? 0 : Min(12, (int) ceil(-log10(a.step) - 1e-9));
 	return a;
+}
+
+/* The number of ticks of axis a (at most 1000: far beyond what double precision resolves, none lost). */
+static int
+tick_count(const Axis *a)
+{
+	double		n = floor((a->hi - a->lo) / a->step + 0.5) + 1;
+
+	return isfinite(n) && n >= 1 ? (int) Min(n, 1000) : 1;
+}
+
+/* Tick t of axis a (0 prints as 0, not -0). */
+static double
+tick(const Axis *a, int t)
+{
+	double		v = a->lo + t * a->step;
+
+	return fabs(v) < a->step * 1e-6 ? 0.0 : v;
 }
 
 /* Pixel position of v on axis a mapped onto [from, to]. */
@@ -201,9 +219,9 @@ svg_line_chart(const SvgChart *c)
 				bottom;
 	Axis		ax,
 				ay[2];
-	double		v;
 	int			i,
-				k;
+				k,
+				t;
 
 	for (i = 0; i < c->num_series; i++)
 	{
@@ -230,7 +248,7 @@ svg_line_chart(const SvgChart *c)
 	left = 72;
 	plot_right = c->width - (right ? 72 : 28);
 	bottom = c->height - 48 - 18 * (c->num_series > 0 ? legend_rows : 0);
-	if (bottom - top < 60)
+	if (bottom - top < 40)
 		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 						errmsg("a chart of %d x %d pixels has no room for its %d legend rows", c->width, c->height,
 							   legend_rows),
@@ -252,29 +270,31 @@ svg_line_chart(const SvgChart *c)
 	document_begin(&buf, c->width, c->height, c->title);
 	/* grid, ticks and their labels */
 	appendStringInfoString(&buf, "<g stroke=\"#e3e3e3\" stroke-width=\"1\">\n");
-	for (v = ax.lo; v <= ax.hi + ax.step * 1e-6; v += ax.step)
+	for (t = 0; t < tick_count(&ax); t++)
 		appendStringInfo(&buf, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n",
-						 scale(&ax, v, left, plot_right), top, scale(&ax, v, left, plot_right), bottom);
-	for (v = ay[0].lo; v <= ay[0].hi + ay[0].step * 1e-6; v += ay[0].step)
+						 scale(&ax, tick(&ax, t), left, plot_right), top, scale(&ax, tick(&ax, t), left, plot_right),
+						 bottom);
+	for (t = 0; t < tick_count(&ay[0]); t++)
 		appendStringInfo(&buf, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n",
-						 left, scale(&ay[0], v, bottom, top), plot_right, scale(&ay[0], v, bottom, top));
+						 left, scale(&ay[0], tick(&ay[0], t), bottom, top), plot_right,
+						 scale(&ay[0], tick(&ay[0], t), bottom, top));
 	appendStringInfoString(&buf, "</g>\n");
 	appendStringInfo(&buf, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
 					 "stroke=\"#333333\" stroke-width=\"1\"/>\n", left, top, plot_right - left, bottom - top);
-	for (v = ax.lo; v <= ax.hi + ax.step * 1e-6; v += ax.step)
+	for (t = 0; t < tick_count(&ax); t++)
 	{
 		char		label[64];
 
-		snprintf(label, sizeof(label), "%.*f", ax.decimals, fabs(v) < ax.step * 1e-6 ? 0.0 : v);
-		text_at(&buf, scale(&ax, v, left, plot_right), bottom + 16, "middle", 12, 0, NULL, label, 0);
+		snprintf(label, sizeof(label), "%.*f", ax.decimals, tick(&ax, t));
+		text_at(&buf, scale(&ax, tick(&ax, t), left, plot_right), bottom + 16, "middle", 12, 0, NULL, label, 0);
 	}
 	for (k = 0; k < (right ? 2 : 1); k++)
-		for (v = ay[k].lo; v <= ay[k].hi + ay[k].step * 1e-6; v += ay[k].step)
+		for (t = 0; t < tick_count(&ay[k]); t++)
 		{
 			char		label[64];
 
-			snprintf(label, sizeof(label), "%.*f", ay[k].decimals, fabs(v) < ay[k].step * 1e-6 ? 0.0 : v);
-			text_at(&buf, k == 0 ? left - 6 : plot_right + 6, scale(&ay[k], v, bottom, top) + 4,
+			snprintf(label, sizeof(label), "%.*f", ay[k].decimals, tick(&ay[k], t));
+			text_at(&buf, k == 0 ? left - 6 : plot_right + 6, scale(&ay[k], tick(&ay[k], t), bottom, top) + 4,
 					k == 0 ? "end" : "start", 12, 0, NULL, label, 0);
 		}
 	text_at(&buf, (left + plot_right) / 2, bottom + 34, "middle", 13, 0, NULL, c->x_label, 0);
