@@ -434,7 +434,7 @@ RETURNS text
 AS 'MODULE_PATHNAME', 'attention_plot_training'
 LANGUAGE C STABLE STRICT;
 COMMENT ON FUNCTION plot_training(bigint, integer, integer) IS
-'An SVG picture of a training job''s curves from attention.training_history: training and validation loss against steps, validation BLEU on a second axis; self-contained (no scripts or external references). \o training.svg then SELECT attention.plot_training(job) writes a file to open.';
+'An SVG picture of a training job''s curves from attention.training_history: training and validation loss against steps, validation BLEU on a second axis; self-contained (no scripts or external references). In psql, \a \t (the value alone), \o training.svg, then SELECT attention.plot_training(job) writes a file to open.';
 
 CREATE FUNCTION plot_training(jobs bigint[], width integer DEFAULT 800, height integer DEFAULT 500)
 RETURNS text
