@@ -449,29 +449,25 @@ write_progress(Job *j, const char *final_status)
 	Datum		values[10];
 	bool		nulls[10];
 	char		n[10];
-	bool		isnull,
-				interval_null;
+	bool		isnull;
 	int			i;
 	bool		cancel;
 	double		elapsed = now_seconds() - j->interval_start;
-	Datum		interval_rate = float8_or_null(j->tokens > 0 && elapsed > 0 ? j->tokens / elapsed : NAN,
-											   &interval_null);
+	double		train_loss = j->loss_tokens > 0 ? j->loss_sum / j->loss_tokens : NAN;
+	double		interval_rate = j->tokens > 0 && elapsed > 0 ? j->tokens / elapsed : NAN;
 
 	values[0] = Int64GetDatum(j->job_id);
 	values[1] = Int64GetDatum(steps(j));
 	values[2] = Int32GetDatum((int32) EPOCH(j));
 	values[3] = Int64GetDatum(TOKENS_SEEN(j));
-	values[4] = float8_or_null(j->loss_tokens > 0 ? j->loss_sum / j->loss_tokens : NAN, &nulls[4]);
+	values[4] = float8_or_null(train_loss, &nulls[4]);
 	values[5] = float8_or_null(j->learning_rate, &nulls[5]);
 	/* wall-clock throughput since the last update; at the end, over the whole run */
 	if (final_status != NULL)
 		values[6] = float8_or_null(j->run_tokens > 0 ? j->run_tokens / (now_seconds() - j->train_start) : NAN,
 								   &nulls[6]);
 	else
-	{
-		values[6] = interval_rate;
-		nulls[6] = interval_null;
-	}
+		values[6] = float8_or_null(interval_rate, &nulls[6]);
 	values[7] = float8_or_null(j->valid_loss, &nulls[7]);
 	values[8] = float8_or_null(j->valid_bleu, &nulls[8]);
 	values[9] = final_status ? CStringGetTextDatum(final_status) : (Datum) 0;
@@ -493,8 +489,7 @@ write_progress(Job *j, const char *final_status)
 	if (j->history)
 	{
 		HistoryRow	row = {.step = steps(j), .epoch = (int32) EPOCH(j), .tokens_seen = TOKENS_SEEN(j),
-			.train_loss = nulls[4] ? NAN : DatumGetFloat8(values[4]), .learning_rate = j->learning_rate,
-			.tokens_per_second = interval_null ? NAN : DatumGetFloat8(interval_rate),
+			.train_loss = train_loss, .learning_rate = j->learning_rate, .tokens_per_second = interval_rate,
 			.valid_loss = j->validated ? j->valid_loss : NAN, .valid_bleu = j->validated ? j->valid_bleu : NAN};
 
 		history_record(j->job_id, &row, j->o.keep_history);

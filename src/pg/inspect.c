@@ -266,16 +266,19 @@ label_strings(const Datum *texts, int n)
 	return s;
 }
 
-/* ERROR (54000) when a picture would have more than `limit` pieces along an axis. */
+/*
+ * ERROR (54000) when a picture of `function` would have more than `limit`
+ * pieces along an axis; the hint names `rows`, the function giving the
+ * same weights as rows.
+ */
 static void
-check_plot_size(const char *what, int pieces, int limit, const char *function)
+check_plot_size(const char *what, int pieces, int limit, const char *function, const char *rows)
 {
 	if (pieces > limit)
 		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 						errmsg("the %s has %d pieces: %s draws at most %d along an axis", what, pieces, function,
 							   limit),
-						errhint("Plot a shorter sentence, or read the weights as rows with attention.%s().",
-								strcmp(function, "plot_alignment") == 0 ? "align" : "attention_weights")));
+						errhint("Plot a shorter sentence, or read the weights as rows with attention.%s().", rows)));
 }
 
 /* The attention kind named by plot_attention's kind argument; ERROR (22023) for another name. */
@@ -355,11 +358,12 @@ attention_plot_attention(PG_FUNCTION_ARGS)
 	}
 	heads = head >= 0 ? 1 : c->num_heads;
 	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, SPM_SOURCE, lang.source_id);
-	check_plot_size("source", source.n + 1, head >= 0 ? PLOT_MAX_PIECES : PLOT_MAX_PIECES_HEADS, "plot_attention");
+	check_plot_size("source", source.n + 1, head >= 0 ? PLOT_MAX_PIECES : PLOT_MAX_PIECES_HEADS, "plot_attention",
+					"attention_weights");
 	target = inspection_target(am, &source, PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1), lang);
 	if (kind != TF_ENCODER_SELF)
 		check_plot_size("target", target.n + 1, head >= 0 ? PLOT_MAX_PIECES : PLOT_MAX_PIECES_HEADS,
-						"plot_attention");
+						"plot_attention", "attention_weights");
 	teacher_forced(am, &source, &target);
 	p = fetch_attention(am, kind, layer, &q, &k);
 	src_labels = label_strings(token_texts(am, &source, -1, am->eos_id), source.n + 1);
@@ -409,8 +413,8 @@ attention_plot_alignment(PG_FUNCTION_ARGS)
 	am = inspected_model(fcinfo, 2, 3, 4, &lang);
 	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, SPM_SOURCE, lang.source_id);
 	target = encode_text(am, PG_GETARG_TEXT_PP(1), false, SPM_TARGET, lang.target_id);
-	check_plot_size("source", source.n + 1, PLOT_MAX_PIECES, "plot_alignment");
-	check_plot_size("target", target.n + 1, PLOT_MAX_PIECES, "plot_alignment");
+	check_plot_size("source", source.n + 1, PLOT_MAX_PIECES, "plot_alignment", "align");
+	check_plot_size("target", target.n + 1, PLOT_MAX_PIECES, "plot_alignment", "align");
 	a = alignment(am, &source, &target, &q, &k);
 	map.title = psprintf("Alignment (last decoder layer's cross-attention, mean of heads): model %s", am->name);
 	map.row_axis = "target pieces";
