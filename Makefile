@@ -154,7 +154,26 @@ test/cuda/test_harness_tsan: test/cuda/test_harness.cu kernels/emu/cuda_emu.h $(
 test/cuda/test_kernels_race: test/cuda/test_kernels_race.cu $(CUDA_DEPS)
 	$(CXX) $(EMU_CXXFLAGS) -O1 -fsanitize=thread -DCUEMU_UCONTEXT -o $@ -x c++ test/cuda/test_kernels_race.cu \
 		$(filter-out kernels/backend_cuda.cu,$(CUDA_SRCS)) -x none $(EMU_LIBS)
-EXTRA_CLEAN += $(CUDA_EMU_LIB) test/cuda/test_harness test/cuda/test_harness_tsan test/cuda/test_kernels_race
+# The census build (kernels/emu/census.h): the kernels instrumented by -fsanitize=thread, whose
+# hooks (census_hooks.cc, not ThreadSanitizer's runtime) count each global access; no
+# vectorisation or store merging, so one hook is one access as written. bench/gpu_census.
+CUDA_CENSUS_LIB = attention_cuda_census$(DLSUFFIX)
+CENSUS_OBJS = $(patsubst kernels/%.cu,kernels/census/%.o,$(CUDA_SRCS))
+kernels/census/%.o: kernels/%.cu $(CUDA_DEPS)
+	@mkdir -p kernels/census
+	$(CXX) $(EMU_CXXFLAGS) -DCUEMU_CENSUS -fsanitize=thread --param tsan-instrument-func-entry-exit=0 \
+		-fno-tree-vectorize -fno-tree-slp-vectorize -fno-store-merging -mtls-dialect=gnu2 -c -o $@ -x c++ $<
+$(CUDA_CENSUS_LIB): $(CENSUS_OBJS) kernels/emu/census_hooks.cc $(EMU_SHIMS)
+	$(CXX) $(EMU_CXXFLAGS) -DCUEMU_CENSUS -mtls-dialect=gnu2 -shared -Wl,--no-undefined -o $@ $(CENSUS_OBJS) \
+		kernels/emu/census_hooks.cc $(EMU_SHIMS) $(EMU_LIBS)
+test/cuda/test_census: test/cuda/test_census.cu kernels/emu/cuda_emu.h kernels/emu/census.h kernels/emu/census_hooks.cc
+	$(CXX) $(EMU_CXXFLAGS) -DCUEMU_CENSUS -fsanitize=thread --param tsan-instrument-func-entry-exit=0 \
+		-fno-tree-vectorize -fno-tree-slp-vectorize -fno-store-merging -mtls-dialect=gnu2 -c -o test/cuda/test_census.o \
+		-x c++ test/cuda/test_census.cu
+	$(CXX) $(EMU_CXXFLAGS) -DCUEMU_CENSUS -mtls-dialect=gnu2 -o $@ test/cuda/test_census.o kernels/emu/census_hooks.cc -pthread
+EXTRA_CLEAN += test/cuda/test_census test/cuda/test_census.o
+EXTRA_CLEAN += $(CUDA_EMU_LIB) $(CUDA_CENSUS_LIB) kernels/census test/cuda/test_harness test/cuda/test_harness_tsan \
+	test/cuda/test_kernels_race
 # training jobs on emulated GPUs through the server: one device, then data parallelism
 REGRESS += cuda cuda_parallel
 endif
@@ -187,7 +206,7 @@ $(ENGINE_TEST_BIN): $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) $(wildcard src/
 		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl
 
 # Benchmarks (bench/run drives them).
-BENCH_BIN = bench/train_step bench/decode bench/parallel_counts bench/cpu_matmul
+BENCH_BIN = bench/train_step bench/decode bench/parallel_counts bench/cpu_matmul bench/census_step
 EXTRA_CLEAN += $(BENCH_BIN)
 bench/train_step: bench/train_step.c bench/corpus.h bench/device.h $(ENGINE_NN) $(wildcard src/*.h) test/engine/spm.o
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/train_step.c $(ENGINE_NN) test/engine/spm.o \
@@ -200,6 +219,8 @@ test/cuda/precision_debian: test/cuda/precision_debian.c bench/corpus.h $(ENGINE
 EXTRA_CLEAN += test/cuda/precision_debian
 bench/decode: bench/decode.c bench/device.h $(ENGINE_NN) $(wildcard src/*.h)
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/decode.c $(ENGINE_NN) $(ENGINE_LIBS) -ldl
+bench/census_step: bench/census_step.c bench/device.h $(ENGINE_NN) $(wildcard src/*.h)
+	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/census_step.c $(ENGINE_NN) $(ENGINE_LIBS) -ldl
 bench/cpu_matmul: bench/cpu_matmul.c
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/cpu_matmul.c $(ENGINE_LIBS)
 bench/parallel_counts: bench/parallel_counts.c $(ENGINE_NN) $(wildcard src/*.h)

@@ -163,6 +163,7 @@ submit(const Collective &o, ncclDataType_t type)
 	{
 		counts.all_reduces++;
 		counts.all_reduce_bytes += (long) (o.count * sizeof(float));
+		CENSUS(cuemu::census::record("allreduce bytes=%zu", o.count * sizeof(float)));
 	}
 	if (group_depth > 0)
 	{

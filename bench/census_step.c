@@ -1,0 +1,196 @@
+/*
+ * census_step.c - the steps bench/gpu_census counts: on the census build of the
+ * CUDA library (ATTENTION_CUDA_LIBRARY=./attention_cuda_census.so,
+ * CUEMU_CENSUS=FILE), a training step and a beam-search step of the base
+ * model (6+6 layers, d_model 512, 37,000 pieces), each run once before it is
+ * counted (a shape's first step allocates its workspaces), between census
+ * marks.
+ *
+ *   census_step TOKENS SENTENCES [--precision fp32|bf16]
+ *
+ * Training: sentences of 20 to 40 tokens on both sides (mean 30, the
+ * paper's WMT batches), about TOKENS source and TOKENS target tokens, ids
+ * Zipf-distributed over the vocabulary. Decoding: SENTENCES sources of the
+ * same lengths, beam 4, the census of the 4th step. Prints one line
+ * describing each: sentences, tokens and the step's attention FLOPs (the
+ * matrix products of the census count the rest).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#include "transformer.h"
+
+#define VOCAB 37000
+#define FIRST_ID 4				/* pad 0, unk 1, BOS 2, EOS 3 */
+
+static void (*census_mark) (const char *label);
+
+static void
+mark(const char *label)
+{
+	if (census_mark != NULL)
+		census_mark(label);
+}
+
+/* Deterministic generator (xorshift64*). */
+static uint64_t rng_state = 88172645463325252ull;
+
+static uint64_t
+next_random(void)
+{
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return rng_state * 2685821657736338717ull;
+}
+
+static int
+sentence_length(void)
+{
+	return 20 + (int) (next_random() % 21);
+}
+
+/* A piece id with probability proportional to 1 / rank (Zipf, s = 1). */
+static int32_t
+zipf_id(void)
+{
+	double		u = (double) (next_random() >> 11) / 9007199254740992.0,
+				h = log((double) (VOCAB - FIRST_ID)) + 0.5772156649;
+	long		r = (long) exp(u * h);
+
+	if (r < 1)
+		r = 1;
+	if (r > VOCAB - FIRST_ID)
+		r = VOCAB - FIRST_ID;
+	return (int32_t) (FIRST_ID + r - 1);
+}
+
+static void
+fail(const char *what, const char *err)
+{
+	fprintf(stderr, "census_step: %s: %s\n", what, err);
+	exit(1);
+}
+
+int
+main(int argc, char **argv)
+{
+	TfConfig	c;
+	TfModel    *m;
+	TfOptimizer opt;
+	TfDecodeOptions dopt;
+	TfStream   *stream;
+	char		err[TF_ERRLEN];
+	int			tokens,
+				sentences,
+				b,
+				n = 0,
+				src_tokens = 0,
+				tgt_tokens = 0,
+				max_s = 0,
+				max_t = 0,
+				ls[4096],
+				lt[4096];
+	int32_t    *src,
+			   *tgt_in,
+			   *labels;
+	double		attention_flops = 0;
+	void	   *lib;
+
+	argc = bench_device_option(argc, argv);
+	if (argc != 3 || (tokens = atoi(argv[1])) < 40 || (sentences = atoi(argv[2])) < 1 || sentences > 4096)
+	{
+		fprintf(stderr, "usage: census_step TOKENS SENTENCES [--precision fp32|bf16]\n");
+		return 2;
+	}
+	tf_config_base(&c, VOCAB);
+	m = tf_model_create(&c, 1, "cuda", 1, err, sizeof(err));
+	if (m == NULL)
+		fail("model", err);
+	bench_set_precision(m);
+	lib = dlopen(getenv("ATTENTION_CUDA_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
+	if (lib != NULL)
+		*(void **) &census_mark = dlsym(lib, "cuemu_census_mark");
+	if (census_mark == NULL)
+		fprintf(stderr, "census_step: the CUDA library has no census (build attention_cuda_census.so)\n");
+
+	/* the training batch: sentences until both sides reach TOKENS */
+	while ((src_tokens < tokens || tgt_tokens < tokens) && n < 4096)
+	{
+		ls[n] = sentence_length(), lt[n] = sentence_length();
+		src_tokens += ls[n], tgt_tokens += lt[n];
+		max_s = ls[n] > max_s ? ls[n] : max_s, max_t = lt[n] > max_t ? lt[n] : max_t;
+		/* per layer, QK^T and PV: 2 * 2 * lq * lk * d_model, forward (x1) and backward (x2) */
+		attention_flops += 3.0 * 4.0 * c.d_model * ((double) c.num_encoder_layers * ls[n] * ls[n] +
+													(double) c.num_decoder_layers * (lt[n] * (lt[n] + 1) / 2.0 + (double) lt[n] * ls[n]));
+		n++;
+	}
+	src = calloc((size_t) n * (max_s + 1), sizeof(int32_t));
+	tgt_in = calloc((size_t) n * (max_t + 1), sizeof(int32_t));
+	labels = calloc((size_t) n * (max_t + 1), sizeof(int32_t));
+	for (b = 0; b < n; b++)
+	{
+		int			j;
+
+		for (j = 0; j < ls[b]; j++)
+			src[(size_t) b * (max_s + 1) + j] = zipf_id();
+		src[(size_t) b * (max_s + 1) + ls[b]] = 3;
+		tgt_in[(size_t) b * (max_t + 1)] = 2;
+		for (j = 0; j < lt[b]; j++)
+		{
+			int32_t		id = zipf_id();
+
+			labels[(size_t) b * (max_t + 1) + j] = id;
+			tgt_in[(size_t) b * (max_t + 1) + j + 1] = id;
+		}
+		labels[(size_t) b * (max_t + 1) + lt[b]] = 3;
+	}
+	src_tokens += n, tgt_tokens += n;	/* EOS; BOS */
+	printf("train sentences=%d src_tokens=%d tgt_tokens=%d attention_flops=%.0f\n", n, src_tokens, tgt_tokens,
+		   attention_flops);
+
+	tf_optimizer_default(&opt);
+	for (int step = 0; step < 2; step++)
+	{
+		TfBatch		tb = {n, max_s + 1, max_t + 1, src, tgt_in, labels, 0};
+		TfStepStats st;
+
+		if (step == 1)
+			mark("train-begin");
+		if (tf_model_forward(m, &tb, true, NULL, NULL, err, sizeof(err)) != TF_OK ||
+			tf_model_backward(m, (float) (1.0 / tgt_tokens), err, sizeof(err)) != TF_OK ||
+			tf_model_step(m, &opt, &st, err, sizeof(err)) != TF_OK)
+			fail("training step", err);
+		if (step == 1)
+			mark("train-end");
+	}
+
+	/* beam search: the first SENTENCES sources of the batch */
+	tf_decode_options_default(&dopt);
+	dopt.beam_size = 4;
+	if (tf_stream_create(m, &dopt, &stream, err, sizeof(err)) != TF_OK ||
+		tf_stream_add(stream, src, sentences < n ? sentences : n, max_s + 1, NULL, err, sizeof(err)) != TF_OK)
+		fail("beam search", err);
+	for (int step = 0; step < 4; step++)
+	{
+		if (step == 3)
+			mark("decode-begin");
+		if (tf_stream_step(stream, err, sizeof(err)) != TF_OK)
+			fail("beam search step", err);
+		if (step == 3)
+			mark("decode-end");
+	}
+	printf("decode sentences=%d beam=4 live=%d\n", sentences < n ? sentences : n, tf_stream_sentences(stream));
+	tf_stream_free(stream);
+	tf_model_free(m);
+	free(src);
+	free(tgt_in);
+	free(labels);
+	return 0;
+}

@@ -1,0 +1,241 @@
+"""gpu_census.py - the census of bench/gpu_census, scaled to the base step and
+priced on an H100 SXM. An ESTIMATE from counted traffic and one documented
+model (docs/gpus.md, "The census"), never a measurement.
+
+  gpu_census.py CENSUS_1 OUT_1 CENSUS_2 OUT_2 [--tokens 25000] [--sentences 64] [--check]
+
+CENSUS_i: the census file of a run of bench/gpu_census at a size; OUT_i: its
+stdout (sentences and tokens). Every per-launch count is taken as linear in
+the size (a + b * tokens, through the two runs: weights and other fixed
+traffic stay fixed, per-token traffic scales) and evaluated at --tokens per
+side for the training step and at --sentences for the beam-search step.
+--check: the smoke checks of the test command (exit 1 when one fails).
+"""
+import math
+import re
+import sys
+from collections import OrderedDict
+
+# The H100 model. NVIDIA's published figures (H100 SXM5 datasheet and the
+# Hopper architecture whitepaper):
+HBM_BW = 3.35e12            # bytes/s, HBM3
+BF16_DENSE = 989.4e12       # FLOP/s, dense bf16 tensor cores (wgmma: cuBLAS)
+FP32 = 66.9e12              # FLOP/s, non-tensor fp32 (cublasSgemm)
+SMS = 132
+L2_BYTES = 50e6
+PCIE_BW = 64e9              # bytes/s one way, PCIe 5.0 x16
+# mma.sync (what wmma compiles to) is Ampere's instruction: credited with
+# A100's per-SM rate (312 TFLOP/s / 108 SMs / 1.41 GHz = 2048 FLOP/clock),
+# at H100's 132 SMs and 1.83 GHz: half of wgmma's peak.
+MMA_SYNC_BF16 = 2048 * SMS * 1.83e9
+# Not published by NVIDIA; from microbenchmarks (Luo et al. 2024, "Benchmarking
+# and Dissecting the Nvidia Hopper GPU Architecture"), rounded:
+L2_BW = 5.5e12              # bytes/s, L2 to SMs
+L1_BW = 128 * SMS * 1.83e9  # bytes/s: 128 bytes per clock and SM (A100 whitepaper's L1 figure)
+ACCESS_LATENCY = 150e-9     # s per access of one thread's serial chain (~270 cycles, an L2 hit)
+# Assumptions of this model:
+MIN_KERNEL = 2e-6           # s: no launch finishes faster (launch latency and tail)
+SYNC_COST = 10e-6           # s per host synchronisation: the stream drains, the host waits
+
+RECORD = re.compile(r"(\w+)=(\S+)")
+
+
+def parse(census_path, out_path):
+    sections, cur = {}, None
+    for line in open(census_path):
+        kind, _, rest = line.strip().partition(" ")
+        fields = dict(RECORD.findall(rest))
+        if kind == "mark":
+            label = fields["label"]
+            if label.endswith("-begin"):
+                cur = sections.setdefault(label[:-6], [])
+            else:
+                cur = None
+        elif cur is not None:
+            cur.append((kind, fields))
+    info = {}
+    for line in open(out_path):
+        kind, _, rest = line.strip().partition(" ")
+        if kind in ("train", "decode"):
+            info[kind] = {k: float(v) for k, v in RECORD.findall(rest)}
+    return sections, info
+
+
+def numbers(fields):
+    out = {}
+    for k, v in fields.items():
+        if k in ("grid", "block"):
+            x, y, z = (int(a) for a in v.split("x"))
+            out[k] = x * y * z
+        else:
+            try:
+                out[k] = float(v)
+            except ValueError:
+                pass
+    return out
+
+
+def extrapolate(recs1, recs2, size1, size2, size):
+    """Each record's numbers as a + b * size through the two runs."""
+    if [(k, f.get("name")) for k, f in recs1] != [(k, f.get("name")) for k, f in recs2]:
+        sys.exit("gpu_census: the two runs issued different sequences of operations; cannot scale")
+    out = []
+    for (kind, f1), (_, f2) in zip(recs1, recs2):
+        n1, n2 = numbers(f1), numbers(f2)
+        n = {k: max(0.0, n1[k] + (n2[k] - n1[k]) * (size - size1) / (size2 - size1)) for k in n1}
+        n["name"] = f1.get("name", kind)
+        n["threads"] = n1.get("block", 0)   # threads per block do not scale
+        n["type"] = f1.get("type")
+        out.append((kind, n))
+    return out
+
+
+def kernel_time(n):
+    """A launch's time: the slowest of its L1, L2 and DRAM traffic and its serial chain."""
+    l1 = 32 * (n["rsec"] + n["wsec"])      # every warp instruction's sectors
+    l2 = 32 * n["bsec"]                     # each block's distinct sectors (L1 holds a block's data)
+    unique = 32 * n["unique"]
+    miss = max(0.0, 1 - L2_BYTES / unique) if unique else 0.0
+    dram = unique + max(0.0, l2 - unique) * miss   # re-reads miss in the share L2 cannot hold
+    fill = max(min(1.0, n["grid"] / SMS), 1e-9)
+    t_mem = max(dram / HBM_BW, l2 / L2_BW, l1 / L1_BW) / fill
+    t_chain = n["chain"] * ACCESS_LATENCY
+    return max(t_mem, t_chain, MIN_KERNEL), dram, t_chain > t_mem
+
+
+def gemm_cost(n):
+    es = 2 if n["type"] == "bf16" else 4
+    m, nn, k, b = n["m"], n["n"], n["k"], n["batch"]
+    flops = 2 * m * nn * k * b
+    byts = ((m * k + k * nn) * es + m * nn * 4 * (1 + n["beta"])) * b
+    peak = BF16_DENSE if n["type"] == "bf16" else FP32
+    return max(flops / peak, byts / HBM_BW, MIN_KERNEL), flops, byts
+
+
+def price(recs):
+    kernels = OrderedDict()
+    totals = dict(launches=0, gemms=0, syncs=0, mallocs=0, frees=0, h2d=0.0, d2h=0.0, d2d=0.0,
+                  t_kernels=0.0, t_gemm=0.0, t_other=0.0, flops=0.0)
+    for kind, n in recs:
+        if kind == "launch":
+            t, dram, chained = kernel_time(n)
+            k = kernels.setdefault(n["name"], dict(launches=0, blocks=0, threads=n["threads"], sectors=0.0, bsec=0.0,
+                                                   unique=0.0, dram=0.0, rreq=0.0, wreq=0.0, lanes=0.0,
+                                                   chain=0.0, t=0.0, t_chain=0.0))
+            k["launches"] += 1
+            k["blocks"] = max(k["blocks"], n["grid"])
+            k["sectors"] += n["rsec"] + n["wsec"]
+            k["bsec"] += n["bsec"]
+            k["unique"] += n["unique"]
+            k["dram"] += dram
+            k["rreq"] += n["rreq"]
+            k["wreq"] += n["wreq"]
+            k["lanes"] += n["lanes"]
+            k["chain"] = max(k["chain"], n["chain"])
+            k["t"] += t
+            k["t_chain"] += t if chained else 0
+            totals["launches"] += 1
+            totals["t_kernels"] += t
+        elif kind == "gemm":
+            t, flops, _ = gemm_cost(n)
+            totals["gemms"] += 1
+            totals["t_gemm"] += t
+            totals["flops"] += flops
+        elif kind == "sync":
+            totals["syncs"] += 1
+            totals["t_other"] += SYNC_COST
+        elif kind == "malloc":
+            totals["mallocs"] += 1
+        elif kind == "free":
+            totals["frees"] += 1
+        elif kind == "copy":
+            totals[n["kind_name"] if n["kind_name"] in ("h2d", "d2h") else "d2d"] += n["bytes"]
+        elif kind == "memset":
+            totals["d2d"] += n["bytes"] / 2
+    totals["t_other"] += (totals["h2d"] + totals["d2h"]) / PCIE_BW + 2 * totals["d2d"] / HBM_BW
+    return kernels, totals
+
+
+def report(title, kernels, totals, extra_flops):
+    step = totals["t_kernels"] + totals["t_gemm"] + totals["t_other"]
+    flops = totals["flops"] + extra_flops
+    print(f"## {title}")
+    print(f"{'kernel':32} {'launches':>8} {'blocks':>9} {'thr':>4} {'GB L1':>8} {'GB L2':>8} {'GB uniq':>8} "
+          f"{'reread':>6} {'B/req':>6} {'lanes':>5} {'chain':>9} {'est ms':>8} {'share':>6}  notes")
+    for name, k in sorted(kernels.items(), key=lambda kv: -kv[1]["t"]):
+        req = k["rreq"] + k["wreq"]
+        reread = k["bsec"] / k["unique"] if k["unique"] else 0
+        notes = []
+        if reread > 4 and k["bsec"] * 32 > 1e8:
+            notes.append(f"re-reads x{reread:.0f}")
+        if k["t_chain"] > 0.5 * k["t"] and k["t"] > 1e-4:
+            notes.append(f"serial chain of {k['chain']:.0f} accesses")
+        if k["blocks"] < SMS:
+            notes.append(f"{k['blocks']:.0f} blocks for {SMS} SMs")
+        if req and 32 * k["sectors"] / req > 256:
+            notes.append("uncoalesced")
+        print(f"{name[:32]:32} {k['launches']:8d} {k['blocks']:9.0f} {k['threads']:4.0f} {32 * k['sectors'] / 1e9:8.3f} "
+              f"{32 * k['bsec'] / 1e9:8.3f} {32 * k['unique'] / 1e9:8.3f} {reread:6.1f} {32 * k['sectors'] / req if req else 0:6.0f} "
+              f"{k['lanes'] / req if req else 0:5.1f} {k['chain']:9.0f} {k['t'] * 1e3:8.3f} "
+              f"{k['t'] / step * 100:5.1f}%  {'; '.join(notes)}")
+    print(f"{'GEMMs (cuBLAS, ' + str(totals['gemms']) + ' calls)':32} {'':>78} {totals['t_gemm'] * 1e3:8.3f} "
+          f"{totals['t_gemm'] / step * 100:5.1f}%")
+    print(f"{'copies, memsets, host syncs':32} {'':>78} {totals['t_other'] * 1e3:8.3f} "
+          f"{totals['t_other'] / step * 100:5.1f}%")
+    print(f"step estimate {step * 1e3:.1f} ms: kernels {totals['t_kernels'] * 1e3:.1f}, GEMMs {totals['t_gemm'] * 1e3:.1f}, "
+          f"other {totals['t_other'] * 1e3:.1f}; {flops / 1e12:.2f} TFLOP -> MFU {flops / step / BF16_DENSE * 100:.1f}%")
+    print(f"launches {totals['launches']} kernels + {totals['gemms']} GEMMs; host synchronisations {totals['syncs']}; "
+          f"device allocations {totals['mallocs']}, frees {totals['frees']}; copied host->device "
+          f"{totals['h2d'] / 1e6:.2f} MB, device->host {totals['d2h'] / 1e6:.2f} MB")
+    print()
+    return step
+
+
+def main(argv):
+    args = [a for a in argv if not a.startswith("--")]
+    opts = dict(tokens=25000.0, sentences=64.0)
+    for i, a in enumerate(argv):
+        if a in ("--tokens", "--sentences"):
+            opts[a[2:]] = float(argv[i + 1])
+            args.remove(argv[i + 1])
+    c1, o1, c2, o2 = args[:4]
+    s1, i1 = parse(c1, o1)
+    s2, i2 = parse(c2, o2)
+    results = {}
+    for section, size_key, size in (("train", "tgt_tokens", opts["tokens"]),
+                                    ("decode", "sentences", opts["sentences"])):
+        if section not in s1 or section not in s2:
+            sys.exit(f"gpu_census: no {section} section in the census")
+        recs = extrapolate(s1[section], s2[section], i1[section][size_key], i2[section][size_key], size)
+        # copy kinds are words: carry them through
+        for (kind, n), (_, f) in zip(recs, s1[section]):
+            if kind == "copy":
+                n["kind_name"] = f["kind"]
+        kernels, totals = price(recs)
+        extra = 0.0
+        if section == "train":
+            a1, a2 = i1["train"]["attention_flops"], i2["train"]["attention_flops"]
+            t1, t2 = i1["train"][size_key], i2["train"][size_key]
+            extra = a1 + (a2 - a1) * (size - t1) / (t2 - t1)
+            title = f"training step, base model, {size:.0f} + {size:.0f} tokens, H100 SXM (estimate)"
+        else:
+            title = f"beam-search step, base model, {size:.0f} sentences x beam 4, H100 SXM (estimate)"
+        results[section] = (kernels, totals, report(title, kernels, totals, extra))
+    if "--check" in argv:
+        return check(s1, results)
+    return 0
+
+
+def check(s1, results):
+    """Smoke checks: counts the code must produce."""
+    failures = []
+    kernels, totals, _ = results["train"]
+    if totals["mallocs"] or totals["frees"]:
+        failures.append(f"device allocations in a repeated training step: {totals['mallocs']} + {totals['frees']} frees")
+    for f in failures:
+        print("FAIL", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,132 @@
+/*
+ * test_census.cu - the census build's counts (kernels/emu/census.h) against
+ * values worked out by hand for kernels whose traffic is known: a coalesced
+ * read (32 lanes, 4 consecutive bytes each: 4 sectors per warp
+ * instruction), a strided one (lanes 256 bytes apart: 32 sectors), a
+ * broadcast (every lane the same word: 1 sector), a serial loop (one thread,
+ * 100 dependent reads: a chain of 100) and a block re-reading what an earlier
+ * block read (unique sectors once, block sectors twice). Built like the
+ * census library (instrumented, census_hooks.cc instead of ThreadSanitizer).
+ * Prints "N checks, M failed"; exit 1 on a failure.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu/cuda_emu.h"
+
+static int	checks, failures;
+
+__global__ void
+copy_kernel(float *out, const float *in, int stride)
+{
+	int			i = blockIdx.x * blockDim.x + threadIdx.x;
+
+	out[i] = in[(size_t) i * stride];
+}
+
+__global__ void
+chain_kernel(float *out, const float *in, int n)
+{
+	float		s = 0.0f;
+
+	for (int i = 0; i < n; i++)
+		s += in[i];
+	out[0] = s;
+}
+
+/* The last launch's record: its counts by key. */
+static unsigned long long
+field(const char *line, const char *key)
+{
+	char		k[32];
+	const char *p;
+
+	snprintf(k, sizeof(k), " %s=", key);
+	p = strstr(line, k);
+	return p ? strtoull(p + strlen(k), NULL, 10) : ~0ull;
+}
+
+static void
+last_launch(const char *path, char *line, size_t n)
+{
+	FILE	   *f = fopen(path, "r");
+	char		buf[1024];
+
+	line[0] = 0;
+	while (f && fgets(buf, sizeof(buf), f))
+		if (strncmp(buf, "launch ", 7) == 0)
+			snprintf(line, n, "%s", buf);
+	if (f)
+		fclose(f);
+}
+
+static void
+expect(const char *what, const char *line, const char *key, unsigned long long want)
+{
+	unsigned long long got = field(line, key);
+
+	checks++;
+	if (got != want)
+	{
+		failures++;
+		printf("FAIL %s: %s = %llu, expected %llu\n", what, key, got, want);
+	}
+}
+
+int
+main(void)
+{
+	const char *path = getenv("CUEMU_CENSUS");
+	char		line[1024];
+	float	   *in,
+			   *out;
+
+	if (!path)
+	{
+		fprintf(stderr, "set CUEMU_CENSUS to a file\n");
+		return 2;
+	}
+	cudaMalloc((void **) &in, 64 * 64 * sizeof(float));
+	cudaMalloc((void **) &out, 256 * sizeof(float));
+	cudaMemset(in, 0, 64 * 64 * sizeof(float));
+
+	/* 2 blocks of 32 lanes, 4 consecutive bytes each: per warp 4 read and 4 written sectors */
+	LAUNCH(copy_kernel, 2, 32, 0, 0)(out, in, 1);
+	last_launch(path, line, sizeof(line));
+	expect("coalesced", line, "rreq", 2);
+	expect("coalesced", line, "rsec", 8);
+	expect("coalesced", line, "wsec", 8);
+	expect("coalesced", line, "lanes", 128);
+	expect("coalesced", line, "unique", 16);
+	expect("coalesced", line, "chain", 2);
+
+	/* lanes 64 floats (256 bytes) apart: a sector per lane */
+	LAUNCH(copy_kernel, 1, 32, 0, 0)(out, in, 64);
+	last_launch(path, line, sizeof(line));
+	expect("strided", line, "rreq", 1);
+	expect("strided", line, "rsec", 32);
+	expect("strided", line, "wsec", 4);
+
+	/* every lane the same word */
+	LAUNCH(copy_kernel, 1, 32, 0, 0)(out, in, 0);
+	last_launch(path, line, sizeof(line));
+	expect("broadcast", line, "rsec", 1);
+
+	/* one thread, 100 reads then a write: a chain of 101, 100 floats = 13 sectors (4-byte aligned start) */
+	LAUNCH(chain_kernel, 1, 1, 0, 0)(out, in, 100);
+	last_launch(path, line, sizeof(line));
+	expect("serial", line, "chain", 101);
+	expect("serial", line, "rreq", 100);
+	expect("serial", line, "lanes", 101);
+
+	/* two blocks read the same 32 floats: each block's 4 sectors count, the launch's once */
+	LAUNCH(copy_kernel, 2, 32, 0, 0)(out, in, 0);	/* warm: broadcast, both blocks one sector */
+	LAUNCH(chain_kernel, 2, 1, 0, 0)(out, in, 32);
+	last_launch(path, line, sizeof(line));
+	expect("re-read", line, "bsec", 2 * (4 + 1));
+	expect("re-read", line, "unique", 4 + 1);
+
+	printf("census: %d checks, %d failed\n", checks, failures);
+	return failures ? 1 : 0;
+}
