@@ -377,10 +377,10 @@ cuda_embed(TfBackend *be, float *out, const int32_t *ids, const int32_t *positio
 }
 
 static void
-cuda_embed_backward(TfBackend *be, float *dembedding, const float *dout, const int32_t *ids, int rows, int d,
-					float scale)
+cuda_embed_backward(TfBackend *be, float *dembedding, const float *dout, const int32_t *ids, const int32_t *groups,
+					int unique, int rows, int d, float scale)
 {
-	k_embed_backward(dembedding, dout, ids, rows, d, scale, state(be)->stream);
+	k_embed_backward(dembedding, dout, groups, unique, d, scale, state(be)->stream);
 	launched(be, "embed_backward");
 }
 

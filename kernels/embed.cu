@@ -20,18 +20,35 @@ embed_kernel(float *out, const int32_t *ids, const int32_t *positions, const flo
 }
 
 /*
- * One thread per column, rows in order: repeated ids add up without atomics
- * and in the CPU backend's order.
+ * One warp per (id, chunk of 32 columns), lanes on consecutive columns: the
+ * id's rows (groups, tf_group_by_id) in increasing order, so repeated ids
+ * add up without atomics and in the CPU backend's order. 4 warps a block.
  */
-__global__ void
-embed_backward_kernel(float *dembedding, const float *dout, const int32_t *ids, int rows, int d, float scale)
-{
-	int			c = blockIdx.x * blockDim.x + threadIdx.x;
+#define EMBED_WARPS 4
 
-	if (c >= d)
-		return;
-	for (int r = 0; r < rows; r++)
-		dembedding[(size_t) ids[r] * d + c] += scale * dout[(size_t) r * d + c];
+__global__ void
+embed_backward_kernel(float *dembedding, const float *dout, const int32_t *groups, int unique, int d, float scale)
+{
+	const int32_t *start = groups,
+			   *id = groups + unique + 1,
+			   *rows = id + unique;
+	int			chunks = (d + 31) / 32;
+
+	for (long w = (long) blockIdx.x * EMBED_WARPS + threadIdx.x / 32; w < (long) unique * chunks;
+		 w += (long) gridDim.x * EMBED_WARPS)
+	{
+		int			u = (int) (w / chunks),
+					c = (int) (w % chunks) * 32 + threadIdx.x % 32;
+		float	   *de = dembedding + (size_t) id[u] * d + c;
+		float		acc;
+
+		if (c >= d)
+			continue;
+		acc = *de;
+		for (int i = start[u]; i < start[u + 1]; i++)
+			acc += scale * dout[(size_t) rows[i] * d + c];
+		*de = acc;
+	}
 }
 
 void
@@ -43,8 +60,12 @@ k_embed(float *out, const int32_t *ids, const int32_t *positions, const float *e
 }
 
 void
-k_embed_backward(float *dembedding, const float *dout, const int32_t *ids, int rows, int d, float scale,
+k_embed_backward(float *dembedding, const float *dout, const int32_t *groups, int unique, int d, float scale,
 				 cudaStream_t stream)
 {
-	LAUNCH(embed_backward_kernel, blocks_for(d, 64), 64, 0, stream)(dembedding, dout, ids, rows, d, scale);
+	size_t		warps = (size_t) unique * ((d + 31) / 32);
+
+	if (warps > 0)
+		LAUNCH(embed_backward_kernel, blocks_for(warps, EMBED_WARPS), EMBED_WARPS * 32, 0, stream)
+			(dembedding, dout, groups, unique, d, scale);
 }

@@ -37,7 +37,8 @@ void		k_dropout_backward(float *dx, const float *dout, size_t n, float p, const 
 /* embed.cu */
 void		k_embed(float *out, const int32_t *ids, const int32_t *positions, const float *embedding,
 					const float *pe, int rows, int d, float scale, cudaStream_t stream);
-void		k_embed_backward(float *dembedding, const float *dout, const int32_t *ids, int rows, int d,
+/* groups: the rows grouped by id (tf_group_by_id), of unique ids */
+void		k_embed_backward(float *dembedding, const float *dout, const int32_t *groups, int unique, int d,
 							 float scale, cudaStream_t stream);
 
 /* layernorm.cu (parameter gradients: workspace of column_chunks(...) * 2 * d floats) */

@@ -151,3 +151,37 @@ tf_backend_create(const char *kind, int device, int threads, char *err, size_t e
 	snprintf(err, errlen, "unknown backend \"%s\" (expected \"cpu\" or \"cuda\")", kind);
 	return NULL;
 }
+
+static int
+compare_int64(const void *a, const void *b)
+{
+	int64_t		x = *(const int64_t *) a,
+				y = *(const int64_t *) b;
+
+	return (x > y) - (x < y);
+}
+
+int
+tf_group_by_id(const int32_t *ids, int n, int32_t *groups, int64_t *scratch)
+{
+	int			i,
+				u = 0;
+	int32_t    *start,
+			   *id,
+			   *rows;
+
+	for (i = 0; i < n; i++)
+		scratch[i] = (int64_t) ids[i] << 32 | i;	/* ids are >= 0: (id, row) order */
+	qsort(scratch, (size_t) n, sizeof(int64_t), compare_int64);
+	for (i = 0; i < n; i++)
+		u += i == 0 || scratch[i] >> 32 != scratch[i - 1] >> 32;
+	start = groups, id = start + u + 1, rows = id + u;
+	for (i = 0, u = 0; i < n; i++)
+	{
+		if (i == 0 || scratch[i] >> 32 != scratch[i - 1] >> 32)
+			start[u] = i, id[u++] = (int32_t) (scratch[i] >> 32);
+		rows[i] = (int32_t) (scratch[i] & 0xffffffff);
+	}
+	start[u] = n;
+	return u;
+}

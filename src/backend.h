@@ -152,9 +152,14 @@ struct TfBackend
 	void		(*embed) (TfBackend *be, float *out, const int32_t *ids, const int32_t *positions,
 						  const float *embedding, const float *pe, int rows, int d, float scale);
 
-	/* dE[ids[i], :] += scale * dout[i, :]. */
+	/*
+	 * dE[ids[i], :] += scale * dout[i, :], rows in order. groups: the same
+	 * rows grouped by id (tf_group_by_id, uploaded), of `unique` ids; the CPU
+	 * backend reads ids, the CUDA backend groups.
+	 */
 	void		(*embed_backward) (TfBackend *be, float *dembedding, const float *dout,
-								   const int32_t *ids, int rows, int d, float scale);
+								   const int32_t *ids, const int32_t *groups, int unique, int rows, int d,
+								   float scale);
 
 	/*
 	 * out = x * keep / (1 - p), keep = uniform(seed, stream, i) >= p; with
@@ -321,6 +326,14 @@ struct TfBackend
  * [positions, d] (host memory): PE(pos, 2i) = sin(pos / 10000^(2i/d)),
  * PE(pos, 2i+1) = cos(pos / 10000^(2i/d)), positions from 0.
  */
+/*
+ * Groups rows 0 .. n-1 by ids[row] for embed_backward: writes groups
+ * = start [u+1], id [u], rows [n] (the rows of id[j] are rows[start[j]] ..
+ * rows[start[j+1] - 1], increasing; ids increasing), at most 3n + 1 ints,
+ * and returns u, the distinct ids. scratch: n int64 of workspace.
+ */
+int			tf_group_by_id(const int32_t *ids, int n, int32_t *groups, int64_t *scratch);
+
 void		tf_positional_encoding(float *pe, int positions, int d);
 
 /*

@@ -292,7 +292,7 @@ cpu_embed_int8(TfBackend *be, float *out, const int32_t *ids, const int32_t *pos
 
 static void
 cpu_embed_backward(TfBackend *be, float *dembedding, const float *dout, const int32_t *ids,
-				   int rows, int d, float scale)
+				   const int32_t *groups, int unique, int rows, int d, float scale)
 {
 	int			blocks = (d + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
 	int			blk;

@@ -629,9 +629,11 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 	}
 	if (lay->ints_used > m->idx_capacity)
 	{
+		size_t		ints = lay->ints_used + lay->ints_used / 4;	/* distinct ids vary too */
+
 		m->be->free(m->be, m->idx);
-		m->idx = m->be->alloc(m->be, lay->ints_used * sizeof(int32_t));
-		m->idx_capacity = m->idx != NULL ? lay->ints_used : 0;
+		m->idx = m->be->alloc(m->be, ints * sizeof(int32_t));
+		m->idx_capacity = m->idx != NULL ? ints : 0;
 	}
 	if (longs > m->pstart_capacity)
 	{
@@ -1345,7 +1347,8 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	for (l = layers - 1; l >= c->num_encoder_layers; l--)
 		reduced_layer_backward(m, l);
 	be->dropout_backward(be, m->g_a, m->g_a, (size_t) Nt * d, m->p_dropout, m->keep_dec_embed);
-	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, TGT_IDS(m), Nt, d, emb_scale);
+	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, TGT_IDS(m), TGT_GROUPS(m), m->lay.tgt_unique, Nt, d,
+					   emb_scale);
 
 	if (c->normalize_before)
 		final_norm_backward(m, false, m->g_a, m->g_enc);
@@ -1354,7 +1357,8 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	for (l = c->num_encoder_layers - 1; l >= 0; l--)
 		reduced_layer_backward(m, l);
 	be->dropout_backward(be, m->g_a, m->g_a, (size_t) Ns * d, m->p_dropout, m->keep_enc_embed);
-	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, SRC_IDS(m), Ns, d, emb_scale);
+	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, SRC_IDS(m), SRC_GROUPS(m), m->lay.src_unique, Ns, d,
+					   emb_scale);
 	if (m->reduce_grads)
 		be->all_reduce(be, m->grads + m->off_embedding, (size_t) c->vocab_size * d, true);
 	m->reduce_grads = false;

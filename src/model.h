@@ -84,7 +84,9 @@ typedef struct LayerActs
 /*
  * The padding-free layout of the current batch (batch.c). Host staging:
  * ints = src_start [B+1], tgt_start [B+1], src ids [Ns], tgt ids [Nt],
- * labels [Nt], src positions [Ns], tgt positions [Nt]; longs = offsets of
+ * labels [Nt], src positions [Ns], tgt positions [Nt], src ids grouped
+ * [3 Ns + 1 at most], tgt ids grouped [3 Nt + 1 at most] (the embedding
+ * gradient's rows by id, tf_group_by_id); longs = offsets of
  * the encoder self, decoder self and cross attention probabilities
  * [3 x (B+1)]. The model keeps a device copy of both with the same layout.
  */
@@ -96,6 +98,10 @@ typedef struct BatchLayout
 	int			max_src,
 				max_tgt;		/* longest sentence of each side */
 	int			index;			/* training: TfBatch.index (dropout key); else 0 */
+	int			src_groups,
+				tgt_groups;		/* offsets in ints of each side's ids grouped (tf_group_by_id) */
+	int			src_unique,
+				tgt_unique;		/* their distinct ids */
 	int32_t    *ints;
 	size_t		ints_used,
 				ints_capacity;
@@ -111,6 +117,8 @@ typedef struct BatchLayout
 #define LABELS(m) (TGT_IDS(m) + (m)->lay.Nt)
 #define SRC_POS(m) (LABELS(m) + (m)->lay.Nt)
 #define TGT_POS(m) (SRC_POS(m) + (m)->lay.Ns)
+#define SRC_GROUPS(m) ((m)->idx + (m)->lay.src_groups)
+#define TGT_GROUPS(m) ((m)->idx + (m)->lay.tgt_groups)
 
 /*
  * y[rows, out] = x[rows, in] W^T + b with W [out, in] as in nn.Linear

@@ -62,7 +62,9 @@ main(void)
 				labels_h[R] = {4, 0, 17, 69, 3, 9},
 				qs_h[3] = {0, 4, 6};
 	int64_t		ps_h[3] = {0, H * 16, H * 16 + H * 4};
+	int32_t		groups_h[3 * R + 1] = {0, 1, 3, 4, 5, 6, 0, 1, 2, 3, 5, 3, 0, 2, 5, 4, 1};	/* ids_h by id: 5 distinct */
 	int32_t    *ids = device_copy(ids_h, R),
+			   *groups = device_copy(groups_h, 3 * R + 1),
 			   *labels = device_copy(labels_h, R),
 			   *qs = device_copy(qs_h, 3),
 			   *top_id = NULL;
@@ -94,7 +96,7 @@ main(void)
 	k_dropout(out, x, R * D, 0.3f, 1, 2, mask, s);
 	k_dropout_backward(out, y, R * D, 0.3f, mask, s);
 	k_embed(out, ids, ids, x, y, R, D, 2.0f, s);
-	k_embed_backward(x, y, ids, R, D, 2.0f, s);
+	k_embed_backward(x, y, groups, 5, D, 2.0f, s);
 	k_layernorm(out, mean, rstd, x, g, b, R, D, 1e-5f, s);
 	k_layernorm_backward(out, g, b, y, x, mean, rstd, g, R, D, work, 4096, s);
 	sh.batch = 2, sh.num_heads = H, sh.head_dim = DK, sh.q_start = qs, sh.k_start = qs, sh.p_start = ps;

@@ -142,7 +142,11 @@ compare_elementwise(Both *b)
 			   *dE = up(b->gpu, E, (size_t) V * D * 4),
 			   *dpe;
 	int32_t    *dids,
-			   *dpos;
+			   *dpos,
+			   *dgroups,
+				groups[3 * R + 1];
+	int64_t		scratch[R];
+	int			unique;
 	uint8_t    *mask = malloc(n),
 			   *dmask = b->gpu->alloc(b->gpu, n),
 			   *hmask;
@@ -160,6 +164,8 @@ compare_elementwise(Both *b)
 	}
 	dids = up(b->gpu, ids, sizeof(ids));
 	dpos = up(b->gpu, pos, sizeof(pos));
+	unique = tf_group_by_id(ids, R, groups, scratch);
+	dgroups = up(b->gpu, groups, sizeof(groups));
 
 	b->cpu->add(b->cpu, out, x, y, n);
 	b->gpu->add(b->gpu, dout, dx, dy, n);
@@ -196,8 +202,8 @@ compare_elementwise(Both *b)
 	b->cpu->embed(b->cpu, out, ids, pos, E, pe, R, D, 2.5f);
 	b->gpu->embed(b->gpu, dout, dids, dpos, dE, dpe, R, D, 2.5f);
 	same(b, "embed", dout, out, n);
-	b->cpu->embed_backward(b->cpu, E, y, ids, R, D, 2.5f);
-	b->gpu->embed_backward(b->gpu, dE, dy, dids, R, D, 2.5f);
+	b->cpu->embed_backward(b->cpu, E, y, ids, NULL, 0, R, D, 2.5f);
+	b->gpu->embed_backward(b->gpu, dE, dy, dids, dgroups, unique, R, D, 2.5f);
 	same(b, "embed_backward", dE, E, (size_t) V * D);
 	/* dropout: the same bits, so bitwise the same values and mask */
 	b->cpu->dropout(b->cpu, out, x, n - 3, 0.3f, 77, (5ull << 32) | 9, mask);
@@ -241,6 +247,7 @@ compare_elementwise(Both *b)
 	free(x), free(y), free(out), free(bias), free(E), free(pe), free(mask), free(hmask);
 	b->gpu->free(b->gpu, dx), b->gpu->free(b->gpu, dy), b->gpu->free(b->gpu, dout), b->gpu->free(b->gpu, dbias);
 	b->gpu->free(b->gpu, dE), b->gpu->free(b->gpu, dpe), b->gpu->free(b->gpu, dids), b->gpu->free(b->gpu, dpos);
+	b->gpu->free(b->gpu, dgroups);
 	b->gpu->free(b->gpu, dmask), b->gpu->free(b->gpu, dsum);
 }
 

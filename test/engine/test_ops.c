@@ -307,7 +307,7 @@ check_simple_ops(TfBackend *be)
 	be->embed(be, out, ids, pos, e, pe, R, D, 2.0f);
 	CHECK(fabsf(out[3 * D + 1] - (e[0 * D + 1] * 2.0f + 1.0f)) < 1e-6f,
 		  "position 0 column 1 should add cos(0) = 1");
-	be->embed_backward(be, de, w, ids, R, D, 2.0f);
+	be->embed_backward(be, de, w, ids, NULL, 0, R, D, 2.0f);
 	for (j = 0; j < D; j++)
 		CHECK(fabsf(de[1 * D + j] - 2.0f * (w[0 * D + j] + w[2 * D + j])) < 1e-6f &&
 			  de[2 * D + j] == 0.0f, "embedding gradient of a repeated id");
