@@ -22,7 +22,8 @@ embed_kernel(float *out, const int32_t *ids, const int32_t *positions, const flo
 /*
  * One warp per (id, chunk of 32 columns), lanes on consecutive columns: the
  * id's rows (groups, tf_group_by_id) in increasing order, so repeated ids
- * add up without atomics and in the CPU backend's order. 4 warps a block.
+ * add up without atomics and in the CPU backend's order. The row numbers
+ * come 32 at a time, one per lane, and go round by shuffles. 4 warps a block.
  */
 #define EMBED_WARPS 4
 
@@ -32,22 +33,32 @@ embed_backward_kernel(float *dembedding, const float *dout, const int32_t *group
 	const int32_t *start = groups,
 			   *id = groups + unique + 1,
 			   *rows = id + unique;
-	int			chunks = (d + 31) / 32;
+	int			chunks = (d + 31) / 32,
+				lane = threadIdx.x % 32;
 
 	for (long w = (long) blockIdx.x * EMBED_WARPS + threadIdx.x / 32; w < (long) unique * chunks;
 		 w += (long) gridDim.x * EMBED_WARPS)
 	{
 		int			u = (int) (w / chunks),
-					c = (int) (w % chunks) * 32 + threadIdx.x % 32;
+					c = (int) (w % chunks) * 32 + lane,
+					end = start[u + 1];
 		float	   *de = dembedding + (size_t) id[u] * d + c;
-		float		acc;
+		float		acc = c < d ? *de : 0.0f;
 
-		if (c >= d)
-			continue;
-		acc = *de;
-		for (int i = start[u]; i < start[u + 1]; i++)
-			acc += scale * dout[(size_t) rows[i] * d + c];
-		*de = acc;
+		for (int i0 = start[u]; i0 < end; i0 += 32)
+		{
+			int			mine = i0 + lane < end ? rows[i0 + lane] : 0;
+
+			for (int t = 0; t < 32 && i0 + t < end; t++)
+			{
+				int			r = __shfl_sync(0xffffffffu, mine, t);
+
+				if (c < d)
+					acc += scale * dout[(size_t) r * d + c];
+			}
+		}
+		if (c < d)
+			*de = acc;
 	}
 }
 

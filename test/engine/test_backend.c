@@ -294,18 +294,18 @@ compare_layernorm(Both *b)
 }
 
 /*
- * Attention over 3 sentences (queries 5, 1, 7; keys 6, 3, 7 for cross or
- * the query counts for self), 3 heads of 5, q/k/v inside wider rows.
+ * Attention over B sentences of lq[i] queries (keys lk_cross[i] for cross,
+ * else the query counts), H heads of DK, q/k/v inside wider rows.
  */
 static void
-compare_attention_case(Both *b, bool causal, bool cross, float dropout)
+compare_attention_shape(Both *b, bool causal, bool cross, float dropout, int B, const int *lq, const int *lk_cross,
+						int H, int DK)
 {
-	enum {B = 3, H = 3, DK = 5, D = H * DK, LD = 3 * D + 2};
-	int			lq[B] = {5, 1, 7},
-				lk_cross[B] = {6, 3, 7};
-	int32_t		q_start[B + 1],
-				k_start[B + 1];
-	int64_t		p_start[B + 1];
+	int			D = H * DK,
+				LD = 3 * D + 2;
+	int32_t    *q_start = malloc((B + 1) * sizeof(int32_t)),
+			   *k_start = malloc((B + 1) * sizeof(int32_t));
+	int64_t    *p_start = malloc((B + 1) * sizeof(int64_t));
 	int			i,
 				max_q = 0,
 				max_k = 0;
@@ -329,7 +329,7 @@ compare_attention_case(Both *b, bool causal, bool cross, float dropout)
 	int64_t    *d_ps;
 	TfAttentionShape sh = {0},
 				dsh;
-	char		what[80];
+	char		what[120];
 
 	q_start[0] = k_start[0] = 0;
 	p_start[0] = 0;
@@ -352,8 +352,8 @@ compare_attention_case(Both *b, bool causal, bool cross, float dropout)
 	d_dctx = up(b->gpu, dctx, nq * D * 4);
 	d_ctx = b->gpu->alloc(b->gpu, nq * D * 4), d_probs = b->gpu->alloc(b->gpu, np * 4);
 	d_dq = up(b->gpu, dq, (nq > nk ? nq : nk) * LD * 4), d_dkv = up(b->gpu, dkv, (nq > nk ? nq : nk) * LD * 4);
-	d_qs = up(b->gpu, q_start, sizeof(q_start)), d_ks = up(b->gpu, k_start, sizeof(k_start));
-	d_ps = up(b->gpu, p_start, sizeof(p_start));
+	d_qs = up(b->gpu, q_start, (B + 1) * sizeof(int32_t)), d_ks = up(b->gpu, k_start, (B + 1) * sizeof(int32_t));
+	d_ps = up(b->gpu, p_start, (B + 1) * sizeof(int64_t));
 	sh.batch = B, sh.num_heads = H, sh.head_dim = DK, sh.causal = causal, sh.dropout = dropout;
 	sh.seed = 11, sh.stream = (3ull << 32) | 4, sh.max_q = max_q, sh.max_k = max_k, sh.p_total = p_start[B];
 	sh.q_start = q_start, sh.k_start = k_start, sh.p_start = p_start;
@@ -364,8 +364,8 @@ compare_attention_case(Both *b, bool causal, bool cross, float dropout)
 	/* queries at column 1 of the rows, keys at D + 1, values at 2D + 1 (leading dimension LD) */
 	b->cpu->attention(b->cpu, ctx, probs, qkv + 1, LD, qkv + D + 1, qkv + 2 * D + 1, LD, &sh);
 	b->gpu->attention(b->gpu, d_ctx, d_probs, d_qkv + 1, LD, d_qkv + D + 1, d_qkv + 2 * D + 1, LD, &dsh);
-	snprintf(what, sizeof(what), "attention%s%s dropout %.1f", causal ? " causal" : "", cross ? " cross" : "",
-			 dropout);
+	snprintf(what, sizeof(what), "attention%s%s dropout %.1f, %d heads of %d, longest %d x %d", causal ? " causal" : "",
+			 cross ? " cross" : "", dropout, H, DK, max_q, max_k);
 	same(b, what, d_ctx, ctx, nq * D);
 	same(b, "attention probabilities", d_probs, probs, np);
 	b->cpu->attention_backward(b->cpu, dq + 1, dkv + D + 1, dkv + 2 * D + 1, dctx, probs, qkv + 1, LD,
@@ -381,6 +381,70 @@ compare_attention_case(Both *b, bool causal, bool cross, float dropout)
 	b->gpu->free(b->gpu, d_qkv), b->gpu->free(b->gpu, d_dctx), b->gpu->free(b->gpu, d_ctx);
 	b->gpu->free(b->gpu, d_probs), b->gpu->free(b->gpu, d_dq), b->gpu->free(b->gpu, d_dkv);
 	b->gpu->free(b->gpu, d_qs), b->gpu->free(b->gpu, d_ks), b->gpu->free(b->gpu, d_ps);
+	free(q_start), free(k_start), free(p_start);
+}
+
+/* The embedding gradient with ids repeated more than a warp's 32 row numbers at a time (70 rows of id 1). */
+static void
+compare_embed_backward_repeats(Both *b)
+{
+	enum {R = 100, D = 40, V = 5};
+	float	   *dout = randoms((size_t) R * D),
+			   *E = randoms((size_t) V * D),
+			   *d_dout = up(b->gpu, dout, (size_t) R * D * 4),
+			   *dE = up(b->gpu, E, (size_t) V * D * 4);
+	int32_t		ids[R],
+				groups[3 * R + 1],
+			   *d_ids,
+			   *d_groups;
+	int64_t		scratch[R];
+	int			unique;
+
+	for (int i = 0; i < R; i++)
+		ids[i] = i % 10 < 7 ? 1 : 3 + i % 2;
+	unique = tf_group_by_id(ids, R, groups, scratch);
+	CHECK(unique == 3 && groups[0] == 0 && groups[1] == 70 && groups[4] == 1 && groups[7] == 0 && groups[8] == 1,
+		  "tf_group_by_id: 3 ids, id 1's 70 rows first, in order (got %d ids, start %d %d)", unique, groups[0],
+		  groups[1]);
+	d_ids = up(b->gpu, ids, sizeof(ids));
+	d_groups = up(b->gpu, groups, sizeof(groups));
+	b->cpu->embed_backward(b->cpu, E, dout, ids, NULL, 0, R, D, 0.5f);
+	b->gpu->embed_backward(b->gpu, dE, d_dout, d_ids, d_groups, unique, R, D, 0.5f);
+	same(b, "embed_backward, an id on 70 rows", dE, E, (size_t) V * D);
+	free(dout), free(E);
+	b->gpu->free(b->gpu, d_dout), b->gpu->free(b->gpu, dE), b->gpu->free(b->gpu, d_ids), b->gpu->free(b->gpu, d_groups);
+}
+
+/* 3 small sentences (queries 5, 1, 7; keys 6, 3, 7 for cross), 3 heads of 5. */
+static void
+compare_attention_case(Both *b, bool causal, bool cross, float dropout)
+{
+	int			lq[3] = {5, 1, 7},
+				lk[3] = {6, 3, 7};
+
+	compare_attention_shape(b, causal, cross, dropout, 3, lq, lk, 3, 5);
+}
+
+/*
+ * Sentences of 1, 31, 64, 65 and 200 tokens (the tiled kernels' tiles of 64
+ * rows: one, one short, exactly one, one over, several), 2 heads of 64, and
+ * one of 460 (its slices exceed the tiled kernels' shared memory: the
+ * per-row kernels), causal and not, dropout on and off.
+ */
+static void
+compare_attention_lengths(Both *b)
+{
+	int			lq[5] = {1, 31, 64, 65, 200},
+				lk[5] = {65, 200, 1, 31, 64},
+				long_q[1] = {460};
+
+	for (int causal = 0; causal < 2; causal++)
+		for (int dropout = 0; dropout < 2; dropout++)
+		{
+			compare_attention_shape(b, causal, false, dropout ? 0.2f : 0.0f, 5, lq, lq, 2, 64);
+			compare_attention_shape(b, false, true, dropout ? 0.2f : 0.0f, 5, lq, lk, 2, 64);
+		}
+	compare_attention_shape(b, true, false, 0.1f, 1, long_q, long_q, 2, 64);
 }
 
 /* Incremental decoding's attention: one query per row over k_len keys of a strided cache. */
@@ -619,6 +683,8 @@ test_backend(const char *fixtures)
 		compare_attention_case(&b, true, false, 0.2f);
 		compare_attention_case(&b, false, true, 0.0f);
 		compare_attention_case(&b, false, true, 0.2f);
+		compare_embed_backward_repeats(&b);
+		compare_attention_lengths(&b);
 		compare_attention_cache(&b);
 		compare_cross_entropy(&b);
 		compare_gather(&b);
