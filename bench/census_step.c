@@ -6,8 +6,11 @@
  * counted (a shape's first step allocates its workspaces), between census
  * marks.
  *
- *   census_step TOKENS SENTENCES [--precision fp32|bf16]
+ *   census_step TOKENS SENTENCES [--precision fp32|bf16] [--layers N]
  *
+ * --layers N: a tiny model instead (N + N layers, d_model 64, 4 heads, d_ff
+ * 128, 1,000 pieces), for the test command's smoke census (launches per
+ * layer, host synchronisations and allocations per step).
  * Training: sentences of 20 to 40 tokens on both sides (mean 30, the
  * paper's WMT batches), about TOKENS source and TOKENS target tokens, ids
  * Zipf-distributed over the vocabulary. Decoding: SENTENCES sources of the
@@ -26,7 +29,7 @@
 #include "device.h"
 #include "transformer.h"
 
-#define VOCAB 37000
+static int	vocab = 37000;
 #define FIRST_ID 4				/* pad 0, unk 1, BOS 2, EOS 3 */
 
 static void (*census_mark) (const char *label);
@@ -61,13 +64,13 @@ static int32_t
 zipf_id(void)
 {
 	double		u = (double) (next_random() >> 11) / 9007199254740992.0,
-				h = log((double) (VOCAB - FIRST_ID)) + 0.5772156649;
+				h = log((double) (vocab - FIRST_ID)) + 0.5772156649;
 	long		r = (long) exp(u * h);
 
 	if (r < 1)
 		r = 1;
-	if (r > VOCAB - FIRST_ID)
-		r = VOCAB - FIRST_ID;
+	if (r > vocab - FIRST_ID)
+		r = vocab - FIRST_ID;
 	return (int32_t) (FIRST_ID + r - 1);
 }
 
@@ -95,6 +98,7 @@ main(int argc, char **argv)
 				tgt_tokens = 0,
 				max_s = 0,
 				max_t = 0,
+				layers = 0,
 				ls[4096],
 				lt[4096];
 	int32_t    *src,
@@ -104,12 +108,22 @@ main(int argc, char **argv)
 	void	   *lib;
 
 	argc = bench_device_option(argc, argv);
-	if (argc != 3 || (tokens = atoi(argv[1])) < 40 || (sentences = atoi(argv[2])) < 1 || sentences > 4096)
+	if (argc == 5 && strcmp(argv[3], "--layers") == 0)
+		layers = atoi(argv[4]), argc = 3;
+	if (argc != 3 || layers < 0 || layers > 12|| (tokens = atoi(argv[1])) < 40 || (sentences = atoi(argv[2])) < 1 || sentences > 4096)
 	{
-		fprintf(stderr, "usage: census_step TOKENS SENTENCES [--precision fp32|bf16]\n");
+		fprintf(stderr, "usage: census_step TOKENS SENTENCES [--precision fp32|bf16] [--layers N]\n");
 		return 2;
 	}
-	tf_config_base(&c, VOCAB);
+	if (layers > 0)
+	{
+		vocab = 1000;
+		tf_config_small(&c, vocab);
+		c.num_encoder_layers = c.num_decoder_layers = layers;
+		c.d_model = 64, c.num_heads = 4, c.d_ff = 128;
+	}
+	else
+		tf_config_base(&c, vocab);
 	m = tf_model_create(&c, 1, "cuda", 1, err, sizeof(err));
 	if (m == NULL)
 		fail("model", err);
