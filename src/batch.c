@@ -47,28 +47,35 @@ target_length(const int32_t *in, const int32_t *labels, int len, int pad_id)
 	return n;
 }
 
-/* Grows the host staging buffers to hold `ints` int32 and `longs` int64 values. */
+/*
+ * Grows the host staging buffer to hold `longs` int64 then `ints` int32
+ * values and the workspace to `scratch` int64, and points lay->longs and
+ * lay->ints into it.
+ */
 static int
-grow_staging(BatchLayout *lay, size_t ints, size_t longs)
+grow_staging(BatchLayout *lay, size_t ints, size_t longs, size_t scratch)
 {
-	if (ints > lay->ints_capacity)
-	{
-		int32_t    *p = realloc(lay->ints, ints * sizeof(int32_t));
+	size_t		bytes = longs * sizeof(int64_t) + ints * sizeof(int32_t);
 
-		if (p == NULL)
-			return TF_ERROR;
-		lay->ints = p;
-		lay->ints_capacity = ints;
-	}
-	if (longs > lay->longs_capacity)
+	if (bytes > lay->staging_bytes)
 	{
-		int64_t    *p = realloc(lay->longs, longs * sizeof(int64_t));
+		int64_t    *p = realloc(lay->longs, bytes);
 
 		if (p == NULL)
 			return TF_ERROR;
 		lay->longs = p;
-		lay->longs_capacity = longs;
+		lay->staging_bytes = bytes;
 	}
+	if (scratch > lay->scratch_capacity)
+	{
+		int64_t    *p = realloc(lay->scratch, scratch * sizeof(int64_t));
+
+		if (p == NULL)
+			return TF_ERROR;
+		lay->scratch = p;
+		lay->scratch_capacity = scratch;
+	}
+	lay->ints = (int32_t *) (lay->longs + longs);
 	return TF_OK;
 }
 
@@ -99,7 +106,7 @@ tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 		return TF_ERROR;
 	}
 	if (grow_staging(lay, 5 * (size_t) B * b->src_len + 6 * (size_t) B * b->tgt_len + 2 * (size_t) (B + 1) + 2,
-					 3 * (size_t) (B + 1) + (size_t) B * (b->src_len > b->tgt_len ? b->src_len : b->tgt_len)) != TF_OK)
+					 3 * (size_t) (B + 1), (size_t) B * (b->src_len > b->tgt_len ? b->src_len : b->tgt_len)) != TF_OK)
 	{
 		snprintf(err, errlen, "out of memory for a batch of %d sentences", B);
 		return TF_ERROR;
@@ -192,11 +199,11 @@ tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 			tgt_pos[tgt_start[r] + t] = t;
 		}
 	}
-	/* the embedding gradient's rows by id (longs past the offsets: sort workspace) */
+	/* the embedding gradient's rows by id */
 	lay->src_groups = (int) (tgt_pos + lay->Nt - lay->ints);
-	lay->src_unique = tf_group_by_id(src_ids, lay->Ns, lay->ints + lay->src_groups, lay->longs + 3 * (B + 1));
+	lay->src_unique = tf_group_by_id(src_ids, lay->Ns, lay->ints + lay->src_groups, lay->scratch);
 	lay->tgt_groups = lay->src_groups + 2 * lay->src_unique + 1 + lay->Ns;
-	lay->tgt_unique = tf_group_by_id(tgt_ids, lay->Nt, lay->ints + lay->tgt_groups, lay->longs + 3 * (B + 1));
+	lay->tgt_unique = tf_group_by_id(tgt_ids, lay->Nt, lay->ints + lay->tgt_groups, lay->scratch);
 	lay->ints_used = (size_t) lay->tgt_groups + 2 * lay->tgt_unique + 1 + lay->Nt;
 	return TF_OK;
 }

@@ -413,9 +413,7 @@ tf_model_weights_changed(TfModel *m)
 void
 tf_model_reset_stats(TfModel *m)
 {
-	static const double zero[4] = {0.0, 0.0, 0.0, 0.0};
-
-	m->be->upload(m->be, m->stats, zero, sizeof(zero));
+	m->be->zero(m->be, (float *) m->stats, 4 * sizeof(double) / sizeof(float));
 	m->pending_tokens = 0;
 }
 
@@ -435,8 +433,7 @@ tf_model_free(TfModel *m)
 		m->be->free(m->be, m->pe);
 		m->be->free(m->be, m->arena);
 		m->be->free(m->be, m->mask_arena);
-		m->be->free(m->be, m->idx);
-		m->be->free(m->be, m->pstart);
+		m->be->free(m->be, m->layout);
 		m->be->free(m->be, m->dec_arena);
 		m->be->free(m->be, m->dec_idx);
 		m->be->free(m->be, m->dec_pstart);
@@ -444,8 +441,8 @@ tf_model_free(TfModel *m)
 		m->be->free(m->be, m->row_loss);
 		m->be->destroy(m->be);
 	}
-	free(m->lay.ints);
 	free(m->lay.longs);
+	free(m->lay.scratch);
 	free(m->entries);
 	free(m->layer_off);
 	free(m->acts);
@@ -610,7 +607,8 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 	const BatchLayout *lay = &m->lay;
 	size_t		need = layout_activations(m, NULL);
 	size_t		masks = layout_masks(m, NULL);
-	size_t		longs = 3 * (size_t) (lay->B + 1);
+	size_t		longs = 3 * (size_t) (lay->B + 1),
+				layout = longs * sizeof(int64_t) + lay->ints_used * sizeof(int32_t);
 	int			longest = lay->max_src > lay->max_tgt ? lay->max_src : lay->max_tgt;
 	int64_t		probs = 0;
 	int			kind;
@@ -627,19 +625,12 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 		m->arena = m->be->alloc(m->be, need * sizeof(float));
 		m->arena_floats = m->arena != NULL ? need : 0;
 	}
-	if (lay->ints_used > m->idx_capacity)
+	if (layout > m->layout_bytes)
 	{
-		size_t		ints = lay->ints_used + lay->ints_used / 4;	/* distinct ids vary too */
-
-		m->be->free(m->be, m->idx);
-		m->idx = m->be->alloc(m->be, ints * sizeof(int32_t));
-		m->idx_capacity = m->idx != NULL ? ints : 0;
-	}
-	if (longs > m->pstart_capacity)
-	{
-		m->be->free(m->be, m->pstart);
-		m->pstart = m->be->alloc(m->be, longs * sizeof(int64_t));
-		m->pstart_capacity = m->pstart != NULL ? longs : 0;
+		layout += layout / 4;	/* distinct ids vary from batch to batch */
+		m->be->free(m->be, m->layout);
+		m->layout = m->be->alloc(m->be, layout);
+		m->layout_bytes = m->layout != NULL ? layout : 0;
 	}
 	if (masks > m->mask_bytes)
 	{
@@ -654,7 +645,7 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 		m->row_loss = m->be->alloc(m->be, (size_t) lay->Nt * sizeof(double));
 		m->row_loss_capacity = m->row_loss != NULL ? (size_t) lay->Nt : 0;
 	}
-	if (m->arena == NULL || m->idx == NULL || m->pstart == NULL || m->mask_arena == NULL ||
+	if (m->arena == NULL || m->layout == NULL || m->mask_arena == NULL ||
 		m->row_loss == NULL || !m->be->reserve(m->be, (size_t) longest * longest, (size_t) probs))
 	{
 		snprintf(err, errlen, "out of memory for the activations of %d source and %d target tokens (%zu MB)",
@@ -663,8 +654,9 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 	}
 	layout_activations(m, m->arena);
 	layout_masks(m, m->mask_arena);
-	m->be->upload(m->be, m->idx, lay->ints, lay->ints_used * sizeof(int32_t));
-	m->be->upload(m->be, m->pstart, lay->longs, longs * sizeof(int64_t));
+	m->pstart = m->layout;
+	m->idx = (int32_t *) (m->pstart + longs);
+	m->be->upload(m->be, m->layout, lay->longs, longs * sizeof(int64_t) + lay->ints_used * sizeof(int32_t));
 	return TF_OK;
 }
 
@@ -1070,9 +1062,7 @@ forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *
 	m->pending_tokens += batch_tokens;
 	if (loss_sum != NULL)
 	{
-		static const double zero = 0.0;
-
-		be->upload(be, m->stats + 1, &zero, sizeof(zero));
+		be->zero(be, (float *) (m->stats + 1), sizeof(double) / sizeof(float));
 		be->accumulate(be, m->stats + 1, m->row_loss, (size_t) m->lay.Nt);
 		be->download(be, loss_sum, m->stats + 1, sizeof(double));
 	}

@@ -88,7 +88,8 @@ typedef struct LayerActs
  * [3 Ns + 1 at most], tgt ids grouped [3 Nt + 1 at most] (the embedding
  * gradient's rows by id, tf_group_by_id); longs = offsets of
  * the encoder self, decoder self and cross attention probabilities
- * [3 x (B+1)]. The model keeps a device copy of both with the same layout.
+ * [3 x (B+1)]. One host buffer holds longs, then ints; the model keeps a
+ * device copy of it, uploaded in one copy per batch.
  */
 typedef struct BatchLayout
 {
@@ -102,11 +103,12 @@ typedef struct BatchLayout
 				tgt_groups;		/* offsets in ints of each side's ids grouped (tf_group_by_id) */
 	int			src_unique,
 				tgt_unique;		/* their distinct ids */
+	int64_t    *longs;			/* the staging buffer: longs, then ints right after them */
 	int32_t    *ints;
 	size_t		ints_used,
-				ints_capacity;
-	int64_t    *longs;
-	size_t		longs_capacity;
+				staging_bytes;
+	int64_t    *scratch;		/* tf_group_by_id's workspace */
+	size_t		scratch_capacity;
 } BatchLayout;
 
 /* Device pointers into the uploaded layout (see BatchLayout). */
@@ -226,10 +228,10 @@ struct TfModel
 
 	/* the current batch, and the arena of its activations */
 	BatchLayout lay;
-	int32_t    *idx;			/* device copy of lay.ints */
-	int64_t    *pstart;			/* device copy of lay.longs */
-	size_t		idx_capacity,
-				pstart_capacity;
+	void	   *layout;			/* device copy of lay's staging buffer */
+	size_t		layout_bytes;
+	int32_t    *idx;			/* its ints (lay.ints) */
+	int64_t    *pstart;			/* its longs (lay.longs) */
 	float	   *arena;
 	size_t		arena_floats;
 	uint8_t    *mask_arena;		/* dropout masks kept for the backward */
