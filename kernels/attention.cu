@@ -390,7 +390,11 @@ attention_dq_tile_kernel(float *dq, float *dscores, const float *dctx, const flo
 	}
 }
 
-/* Key side for key rows [tile * TILE_ROWS, ...): as attention_dkv_kernel, queries and dctx in shared memory. */
+/*
+ * Key side for key rows [tile * TILE_ROWS, ...): as attention_dkv_kernel,
+ * queries and dctx in shared memory; each warp copies its key's column of
+ * (dropped-out) probabilities and score gradients to shared memory first.
+ */
 __global__ void
 attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dscores, const float *dctx, const float *probs,
 						  const float *q, int ldq, int ldk, const int32_t *q_start, const int32_t *k_start,
@@ -400,13 +404,16 @@ attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dscores, cons
 	DYNAMIC_SHARED(float, sm);
 	int			b = blockIdx.x / num_heads,
 				h = blockIdx.x % num_heads,
+				lane = threadIdx.x % 32,
 				warp = threadIdx.x / 32,
 				d = num_heads * dk;
 	Pair		a = pair_of(q_start, k_start, p_start, NULL, b, h);
 	int			j0 = blockIdx.y * TILE_ROWS,
 				j1 = min(a.lk, j0 + TILE_ROWS);
 	float	   *qs = sm,
-			   *ds = qs + (size_t) a.lq * (dk + 1);
+			   *ds = qs + (size_t) a.lq * (dk + 1),
+			   *pcol = ds + (size_t) a.lq * (dk + 1) + warp * 2 * a.lq,
+			   *scol = pcol + a.lq;
 	float		keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
 
 	if (j0 >= a.lk)
@@ -415,24 +422,33 @@ attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dscores, cons
 	load_slice(ds, dctx, a.q0, a.lq, d, h, dk, false);
 	__syncthreads();
 	for (int j = j0 + warp; j < j1; j += TILE_WARPS)
-		for (int c = threadIdx.x % 32; c < dk; c += 32)
+	{
+		for (int i = lane; i < a.lq; i += 32)
+		{
+			size_t		e = a.p_off + (size_t) i * a.lk + j;
+			float		p = probs[e];
+
+			if (dropout > 0.0f)
+				p = device_uniform(seed, stream, e) >= dropout ? p * keep_scale : 0.0f;
+			pcol[i] = p;
+			scol[i] = dscores[e];
+		}
+		__syncwarp();
+		for (int c = lane; c < dk; c += 32)
 		{
 			float		gk = 0.0f,
 						gv = 0.0f;
 
 			for (int i = 0; i < a.lq; i++)
 			{
-				size_t		e = a.p_off + (size_t) i * a.lk + j;
-				float		p = probs[e];
-
-				if (dropout > 0.0f)
-					p = device_uniform(seed, stream, e) >= dropout ? p * keep_scale : 0.0f;
-				gv += p * ds[i * (dk + 1) + c];
-				gk += dscores[e] * qs[i * (dk + 1) + c];
+				gv += pcol[i] * ds[i * (dk + 1) + c];
+				gk += scol[i] * qs[i * (dk + 1) + c];
 			}
 			dkey[(a.k0 + j) * ldk + h * dk + c] = gk;
 			dvalue[(a.k0 + j) * ldk + h * dk + c] = gv;
 		}
+		__syncwarp();			/* pcol and scol are the next key's */
+	}
 }
 
 /* Dynamic shared memory of the tiled kernels for this call (the largest of the three). */
@@ -440,7 +456,7 @@ static size_t
 tiled_shared(const TfAttentionShape *sh)
 {
 	size_t		kv = (2 * (size_t) sh->max_k * (sh->head_dim + 1) + TILE_WARPS * (size_t) (sh->head_dim + sh->max_k)),
-				qd = 2 * (size_t) sh->max_q * (sh->head_dim + 1);
+				qd = 2 * (size_t) sh->max_q * (sh->head_dim + 1) + TILE_WARPS * 2 * (size_t) sh->max_q;
 
 	return (kv > qd ? kv : qd) * sizeof(float);
 }
