@@ -11,15 +11,20 @@
  * --layers N: a tiny model instead (N + N layers, d_model 64, 4 heads, d_ff
  * 128, 1,000 pieces), for the test command's smoke census (launches per
  * layer, host synchronisations and allocations per step).
+ *
  * Training: sentences of 20 to 40 tokens on both sides (mean 30, the
  * paper's WMT batches), about TOKENS source and TOKENS target tokens, ids
  * Zipf-distributed over the vocabulary. Decoding: SENTENCES sources of the
  * same lengths, beam 4, the census of the 4th step. Prints one line
  * describing each: sentences, tokens and the step's attention FLOPs (the
- * matrix products of the census count the rest).
+ * matrix products of the census count the rest), and a line "timed" with
+ * the wall time of the counted training and beam steps (each ends in a
+ * download, so on a GPU it is the step's time; under emulation it means
+ * nothing).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
+#include <time.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,6 +38,15 @@ static int	vocab = 37000;
 #define FIRST_ID 4				/* pad 0, unk 1, BOS 2, EOS 3 */
 
 static void (*census_mark) (const char *label);
+
+static double
+now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static void
 mark(const char *label)
@@ -81,6 +95,19 @@ fail(const char *what, const char *err)
 	exit(1);
 }
 
+/* Waits for the model's device (a download is complete on return); outside the census marks. */
+static void
+sync_device(TfModel *m)
+{
+	char		err[TF_ERRLEN];
+	float		x;
+	size_t		count;
+
+	if (tf_model_download(m, &x, tf_model_param(m, "model.shared.weight", &count), sizeof(x), err,
+						  sizeof(err)) != TF_OK)
+		fail("download", err);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -104,7 +131,10 @@ main(int argc, char **argv)
 	int32_t    *src,
 			   *tgt_in,
 			   *labels;
-	double		attention_flops = 0;
+	double		attention_flops = 0,
+				train_s = 0,
+				decode_s = 0,
+				t0 = 0;
 	void	   *lib;
 
 	argc = bench_device_option(argc, argv);
@@ -176,13 +206,13 @@ main(int argc, char **argv)
 		TfStepStats st;
 
 		if (step == 1)
-			mark("train-begin");
+			sync_device(m), mark("train-begin"), t0 = now();
 		if (tf_model_forward(m, &tb, true, NULL, NULL, err, sizeof(err)) != TF_OK ||
 			tf_model_backward(m, (float) (1.0 / tgt_tokens), err, sizeof(err)) != TF_OK ||
 			tf_model_step(m, &opt, &st, err, sizeof(err)) != TF_OK)
 			fail("training step", err);
 		if (step == 1)
-			mark("train-end");
+			mark("train-end"), sync_device(m), train_s = now() - t0;
 	}
 
 	/* beam search: the first SENTENCES sources of the batch */
@@ -194,13 +224,14 @@ main(int argc, char **argv)
 	for (int step = 0; step < 4; step++)
 	{
 		if (step == 3)
-			mark("decode-begin");
+			mark("decode-begin"), t0 = now();
 		if (tf_stream_step(stream, err, sizeof(err)) != TF_OK)
 			fail("beam search step", err);
 		if (step == 3)
-			mark("decode-end");
+			decode_s = now() - t0, mark("decode-end");
 	}
 	printf("decode sentences=%d beam=4 live=%d\n", sentences < n ? sentences : n, tf_stream_sentences(stream));
+	printf("timed train_step_ms=%.3f decode_step_ms=%.3f\n", train_s * 1e3, decode_s * 1e3);
 	tf_stream_free(stream);
 	tf_model_free(m);
 	free(src);
