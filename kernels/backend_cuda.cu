@@ -53,6 +53,11 @@ struct CudaState
 	__nv_bfloat16 *weights16;
 	__nv_bfloat16 *operand16[2];
 	size_t		operand16_n[2];
+	/* uploads: two page-locked staging buffers used in turn, each with the event of its last copy */
+	void	   *staging[2];
+	size_t		staging_bytes[2];
+	cudaEvent_t staged[2];
+	int			staging_next;
 	/* data parallelism (join): NCCL communicator, its stream and the events between the two */
 	ncclComm_t	comm;
 	cudaStream_t comm_stream;
@@ -164,11 +169,50 @@ stream_wait(TfBackend *be, const char *what)
 	check(be, rc, what);
 }
 
+/* Uploads up to this size go through the staging buffers and return at once. */
+#define STAGING_MAX ((size_t) 8 << 20)
+
+/*
+ * Small uploads (batch layouts, decoding steps) are copied into a page-locked
+ * staging buffer and sent asynchronously, so a step has no host
+ * synchronisation for them: the source is free on return and the stream's
+ * later operations see the data. A buffer is reused two uploads later, once
+ * its copy's event has completed (long since, in a step). Larger uploads
+ * (weights) wait for the stream.
+ */
 static void
 cuda_upload(TfBackend *be, void *dst, const void *src, size_t bytes)
 {
-	check(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, state(be)->stream), "upload");
-	stream_wait(be, "upload");
+	CudaState  *st = state(be);
+	int			i = st->staging_next;
+
+	if (bytes > STAGING_MAX)
+	{
+		check(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st->stream), "upload");
+		stream_wait(be, "upload");
+		return;
+	}
+	st->staging_next ^= 1;
+	if (cudaEventQuery(st->staged[i]) == cudaErrorNotReady)
+		check(be, cudaEventSynchronize(st->staged[i]), "upload");
+	if (bytes > st->staging_bytes[i])
+	{
+		size_t		grow = bytes < 65536 ? 65536 : bytes + bytes / 4;
+
+		cudaFreeHost(st->staging[i]);
+		st->staging_bytes[i] = 0;
+		if (cudaMallocHost(&st->staging[i], grow) != cudaSuccess)
+		{
+			(void) cudaGetLastError();
+			st->staging[i] = NULL;
+			fail(be, "upload", "out of page-locked host memory for a staging buffer");
+			return;
+		}
+		st->staging_bytes[i] = grow;
+	}
+	memcpy(st->staging[i], src, bytes);
+	check(be, cudaMemcpyAsync(dst, st->staging[i], bytes, cudaMemcpyHostToDevice, st->stream), "upload");
+	check(be, cudaEventRecord(st->staged[i], st->stream), "upload");
 }
 
 static void
@@ -688,6 +732,12 @@ cuda_destroy(TfBackend *be)
 		cudaEventDestroy(st->queued);
 	if (st->reduced != NULL)
 		cudaEventDestroy(st->reduced);
+	for (int i = 0; i < 2; i++)
+	{
+		if (st->staged[i] != NULL)
+			cudaEventDestroy(st->staged[i]);
+		cudaFreeHost(st->staging[i]);
+	}
 	cudaFree(st->dscores);
 	cudaFree(st->partials);
 	cudaFree(st->columns);
@@ -749,6 +799,8 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 		(rc = cudaStreamCreateWithFlags(&st->comm_stream, cudaStreamNonBlocking)) != cudaSuccess ||
 		(rc = cudaEventCreateWithFlags(&st->queued, cudaEventDisableTiming)) != cudaSuccess ||
 		(rc = cudaEventCreateWithFlags(&st->reduced, cudaEventDisableTiming)) != cudaSuccess ||
+		(rc = cudaEventCreateWithFlags(&st->staged[0], cudaEventDisableTiming)) != cudaSuccess ||
+		(rc = cudaEventCreateWithFlags(&st->staged[1], cudaEventDisableTiming)) != cudaSuccess ||
 		(rc = cudaMalloc((void **) &st->partials, k_sum_squares_partials() * sizeof(double))) != cudaSuccess)
 	{
 		snprintf(err, errlen, "CUDA device %d: %s", device, cudaGetErrorString(rc));

@@ -11,8 +11,10 @@
  * (dW, dgamma, dbias, dE) and WRITE input gradients unless stated.
  *
  * Synchronisation rules (what lets a GPU backend run ahead of the host):
- * - upload and download are complete when they return; a download waits for
- *   every operation before it.
+ * - upload's source is free to reuse when it returns, and every later
+ *   operation sees the data (a GPU backend may send it asynchronously);
+ *   download is complete when it returns and waits for every operation
+ *   before it.
  * - No other operation returns a host result: losses, token-free reductions
  *   and norms are written to backend memory (cross_entropy's row_loss,
  *   accumulate, sum_squares) and reach the host with the one download the
