@@ -247,6 +247,28 @@ load_slice(float *dst, const T *src, size_t r0, int n, int ld, int h, int dk, bo
 	}
 }
 
+/* A tiled kernel's block: its sentence's geometry for its head, its rows [r0, r1) of `rows`. */
+struct Tile
+{
+	Pair		a;
+	int			h,
+				r0,
+				r1;
+};
+
+__device__ __forceinline__ Tile
+tile_of(const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, int num_heads, bool key_rows)
+{
+	Tile		t;
+	int			b = blockIdx.x / num_heads;
+
+	t.h = blockIdx.x % num_heads;
+	t.a = pair_of(q_start, k_start, p_start, NULL, b, t.h);
+	t.r0 = blockIdx.y * TILE_ROWS;
+	t.r1 = min(key_rows ? t.a.lk : t.a.lq, t.r0 + TILE_ROWS);
+	return t;
+}
+
 /* Forward: ctx and probs of query rows [tile * TILE_ROWS, ...) of sentence b, head h. */
 __global__ void
 attention_tile_kernel(float *ctx, float *probs, const float *q, int ldq, const float *k, const float *v, int ldk,
@@ -254,14 +276,12 @@ attention_tile_kernel(float *ctx, float *probs, const float *q, int ldq, const f
 					  int dk, bool causal, float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
 {
 	DYNAMIC_SHARED(float, sm);
-	int			b = blockIdx.x / num_heads,
-				h = blockIdx.x % num_heads,
+	Tile		t = tile_of(q_start, k_start, p_start, num_heads, false);
+	Pair		a = t.a;
+	int			h = t.h,
 				lane = threadIdx.x % 32,
 				warp = threadIdx.x / 32,
 				d = num_heads * dk;
-	Pair		a = pair_of(q_start, k_start, p_start, NULL, b, h);
-	int			i0 = blockIdx.y * TILE_ROWS,
-				i1 = min(a.lq, i0 + TILE_ROWS);
 	float	   *ks = sm,
 			   *vs = ks + (size_t) a.lk * (dk + 1),
 			   *qs = vs + (size_t) a.lk * (dk + 1) + warp * (dk + a.lk),
@@ -269,12 +289,12 @@ attention_tile_kernel(float *ctx, float *probs, const float *q, int ldq, const f
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
 
-	if (i0 >= a.lq)				/* the whole block leaves together */
+	if (t.r0 >= t.r1)			/* the whole block leaves together */
 		return;
 	load_slice(ks, k, a.k0, a.lk, ldk, h, dk, bf16_kv);
 	load_slice(vs, v, a.k0, a.lk, ldk, h, dk, bf16_kv);
 	__syncthreads();
-	for (int i = i0 + warp; i < i1; i += TILE_WARPS)
+	for (int i = t.r0 + warp; i < t.r1; i += TILE_WARPS)
 	{
 		float	   *cr = ctx + (a.q0 + i) * d + h * dk;
 		size_t		p0 = a.p_off + (size_t) i * a.lk;
@@ -331,14 +351,12 @@ attention_dq_tile_kernel(float *dq, float *dscores, const float *dctx, const flo
 						 bool bf16_kv)
 {
 	DYNAMIC_SHARED(float, sm);
-	int			b = blockIdx.x / num_heads,
-				h = blockIdx.x % num_heads,
+	Tile		t = tile_of(q_start, k_start, p_start, num_heads, false);
+	Pair		a = t.a;
+	int			h = t.h,
 				lane = threadIdx.x % 32,
 				warp = threadIdx.x / 32,
 				d = num_heads * dk;
-	Pair		a = pair_of(q_start, k_start, p_start, NULL, b, h);
-	int			i0 = blockIdx.y * TILE_ROWS,
-				i1 = min(a.lq, i0 + TILE_ROWS);
 	float	   *ks = sm,
 			   *vs = ks + (size_t) a.lk * (dk + 1),
 			   *dc = vs + (size_t) a.lk * (dk + 1) + warp * (dk + a.lk),
@@ -346,12 +364,12 @@ attention_dq_tile_kernel(float *dq, float *dscores, const float *dctx, const flo
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
 
-	if (i0 >= a.lq)
+	if (t.r0 >= t.r1)
 		return;
 	load_slice(ks, k, a.k0, a.lk, ldk, h, dk, bf16_kv);
 	load_slice(vs, v, a.k0, a.lk, ldk, h, dk, bf16_kv);
 	__syncthreads();
-	for (int i = i0 + warp; i < i1; i += TILE_WARPS)
+	for (int i = t.r0 + warp; i < t.r1; i += TILE_WARPS)
 	{
 		float	   *dqr = dq + (a.q0 + i) * ldq + h * dk;
 		size_t		p0 = a.p_off + (size_t) i * a.lk;
@@ -402,26 +420,24 @@ attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dscores, cons
 						  uint64_t stream)
 {
 	DYNAMIC_SHARED(float, sm);
-	int			b = blockIdx.x / num_heads,
-				h = blockIdx.x % num_heads,
+	Tile		t = tile_of(q_start, k_start, p_start, num_heads, true);
+	Pair		a = t.a;
+	int			h = t.h,
 				lane = threadIdx.x % 32,
 				warp = threadIdx.x / 32,
 				d = num_heads * dk;
-	Pair		a = pair_of(q_start, k_start, p_start, NULL, b, h);
-	int			j0 = blockIdx.y * TILE_ROWS,
-				j1 = min(a.lk, j0 + TILE_ROWS);
 	float	   *qs = sm,
 			   *ds = qs + (size_t) a.lq * (dk + 1),
 			   *pcol = ds + (size_t) a.lq * (dk + 1) + warp * 2 * a.lq,
 			   *scol = pcol + a.lq;
 	float		keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
 
-	if (j0 >= a.lk)
+	if (t.r0 >= t.r1)
 		return;
 	load_slice(qs, q, a.q0, a.lq, ldq, h, dk, false);
 	load_slice(ds, dctx, a.q0, a.lq, d, h, dk, false);
 	__syncthreads();
-	for (int j = j0 + warp; j < j1; j += TILE_WARPS)
+	for (int j = t.r0 + warp; j < t.r1; j += TILE_WARPS)
 	{
 		for (int i = lane; i < a.lq; i += 32)
 		{

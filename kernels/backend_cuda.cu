@@ -234,30 +234,51 @@ cuda_copy(TfBackend *be, float *dst, const float *src, size_t n)
 	check(be, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, state(be)->stream), "copy");
 }
 
-/* Grows the score-gradient workspace of attention_backward; false when out of memory. */
+/*
+ * Grows the score-gradient workspace of attention_backward and, in bf16, the
+ * two rounded-operand workspaces (bf16_operand) to this batch's needs, with a
+ * quarter of headroom: batch shapes vary from step to step. False when out
+ * of memory.
+ */
 static bool
-cuda_reserve(TfBackend *be, size_t plane, size_t probs)
+cuda_reserve(TfBackend *be, size_t plane, size_t probs, size_t operand)
 {
 	CudaState  *st = state(be);
-	float	   *p;
 
 	(void) plane;				/* one row of a plane lives in shared memory */
-	if (probs <= st->dscores_floats)
-		return true;
-	p = (float *) cuda_alloc(be, probs * sizeof(float));
-	if (p == NULL)
-		return false;
-	cuda_free(be, st->dscores);
-	st->dscores = p;
-	st->dscores_floats = probs;
+	if (probs > st->dscores_floats)
+	{
+		float	   *p;
+
+		probs += probs / 4;
+		p = (float *) cuda_alloc(be, probs * sizeof(float));
+		if (p == NULL)
+			return false;
+		cuda_free(be, st->dscores);
+		st->dscores = p;
+		st->dscores_floats = probs;
+	}
+	for (int i = 0; st->bf16 && i < 2; i++)
+		if (operand > st->operand16_n[i])
+		{
+			size_t		n = operand + operand / 4;
+			__nv_bfloat16 *p = (__nv_bfloat16 *) cuda_alloc(be, n * sizeof(__nv_bfloat16));
+
+			if (p == NULL)
+				return false;
+			cuda_free(be, st->operand16[i]);
+			st->operand16[i] = p;
+			st->operand16_n[i] = n;
+		}
 	return true;
 }
 
 /*
  * A gemm operand in bf16 (set_precision TF_BF16): [rows, cols] row-major
  * with leading dimension ld. Inside the weights: their bf16 copy at the same
- * offset; otherwise rounded into operand workspace `which` (0 or 1), grown
- * on first need. NULL after recording out of memory.
+ * offset; otherwise rounded into operand workspace `which` (0 or 1), which
+ * reserve sizes per batch (grown here only past that). NULL after recording
+ * out of memory.
  */
 static const __nv_bfloat16 *
 bf16_operand(TfBackend *be, int which, const float *x, int rows, int cols, int ld)

@@ -100,11 +100,14 @@ struct TfBackend
 
 	/*
 	 * Reserves working memory for attention planes [queries, keys] of up to
-	 * `plane` elements (the longest sentence squared) and for `probs`
-	 * attention probabilities of one call; false when out of memory. Called
-	 * before attention or attention_backward on longer sentences.
+	 * `plane` elements (the longest sentence squared), for `probs` attention
+	 * probabilities of one call and, in bf16, for matrix-product operands of
+	 * up to `operand` elements that are not weights (the largest activation
+	 * or gradient a gemm reads); false when out of memory. Called once per
+	 * batch, before its operations: a backend that grows nothing during a
+	 * step allocates only here.
 	 */
-	bool		(*reserve) (TfBackend *be, size_t plane, size_t probs);
+	bool		(*reserve) (TfBackend *be, size_t plane, size_t probs, size_t operand);
 
 	/*
 	 * C[M,N] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T, row-major

@@ -536,12 +536,13 @@ cpu_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, co
 
 /* Grows the attention scratch to two planes of `per_thread` floats per thread; false when out of memory. */
 static bool
-cpu_reserve(TfBackend *be, size_t per_thread, size_t probs)
+cpu_reserve(TfBackend *be, size_t per_thread, size_t probs, size_t operand)
 {
 	CpuState   *st = be->state;
 	float	   *s;
 
 	(void) probs;				/* planes are per (sentence, head): nothing spans the call */
+	(void) operand;				/* products read fp32 */
 	if (per_thread <= st->scratch_per_thread)
 		return true;
 	s = realloc(st->scratch, 2 * per_thread * st->threads * sizeof(float));

@@ -607,7 +607,10 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 	const BatchLayout *lay = &m->lay;
 	size_t		need = layout_activations(m, NULL);
 	size_t		masks = layout_masks(m, NULL);
-	size_t		longs = 3 * (size_t) (lay->B + 1),
+	size_t		rows = (size_t) (lay->Ns > lay->Nt ? lay->Ns : lay->Nt),
+				widest = (size_t) m->config.vocab_size,	/* logits; then d_ff and the fused QKV */
+				operand,
+				longs = 3 * (size_t) (lay->B + 1),
 				layout = longs * sizeof(int64_t) + lay->ints_used * sizeof(int32_t);
 	int			longest = lay->max_src > lay->max_tgt ? lay->max_src : lay->max_tgt;
 	int64_t		probs = 0;
@@ -616,6 +619,13 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 	for (kind = 0; kind < 3; kind++)
 		if (lay->longs[kind * (lay->B + 1) + lay->B] > probs)
 			probs = lay->longs[kind * (lay->B + 1) + lay->B];
+
+	/* the largest product operand that is not a weight: [rows, widest] */
+	if ((size_t) m->config.d_ff > widest)
+		widest = (size_t) m->config.d_ff;
+	if (3 * (size_t) m->config.d_model > widest)
+		widest = 3 * (size_t) m->config.d_model;
+	operand = rows * widest;
 
 	/* grow with a quarter of headroom: batch shapes vary from step to step */
 	if (need > m->arena_floats)
@@ -646,7 +656,7 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 		m->row_loss_capacity = m->row_loss != NULL ? (size_t) lay->Nt : 0;
 	}
 	if (m->arena == NULL || m->layout == NULL || m->mask_arena == NULL ||
-		m->row_loss == NULL || !m->be->reserve(m->be, (size_t) longest * longest, (size_t) probs))
+		m->row_loss == NULL || !m->be->reserve(m->be, (size_t) longest * longest, (size_t) probs, operand))
 	{
 		snprintf(err, errlen, "out of memory for the activations of %d source and %d target tokens (%zu MB)",
 				 lay->Ns, lay->Nt, need * sizeof(float) >> 20);

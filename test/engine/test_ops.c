@@ -156,7 +156,7 @@ check_attention(TfBackend *be, bool causal, bool cross, float dropout)
 			NULL, MAXQ, MAXK, p_start[B]}, D, D};
 	char		what[64];
 
-	be->reserve(be, MAXQ * MAXK, p_start[B]);
+	be->reserve(be, MAXQ * MAXK, p_start[B], 0);
 	fill(q, sizeof(q) / 4);
 	fill(k, sizeof(k) / 4);
 	fill(v, sizeof(v) / 4);
