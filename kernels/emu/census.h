@@ -21,7 +21,9 @@
  * most global accesses one thread made. The unique sectors of a launch (its
  * footprint) are counted in a bitmap over the arena; the distinct sectors
  * of each block (what it fetches past an L1 that holds its data) in a hash
- * set per block.
+ * set per block. Launches are counted one at a time: a census is of one
+ * device's work (data-parallel ranks, launching from several host threads
+ * at once, would mix their counts).
  *
  * Records (space-separated key=value after the kind):
  *   launch name= grid=XxYxZ block=XxYxZ shmem= rreq= rsec= wreq= wsec= lanes= unique= chain= bsec=
