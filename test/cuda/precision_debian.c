@@ -223,6 +223,7 @@ main(int argc, char **argv)
 	TfModel    *fp32,
 			   *bf16;
 	TfTensor   *tensors;
+	double		last_losses = 0.0;
 	int			count,
 				worst_step = 0,
 				equal = 0,
@@ -311,12 +312,17 @@ main(int argc, char **argv)
 	free(batches);
 	batches = cut_batches(pairs, kept, 400, &nb);
 	for (int s = 0; s < more_steps; s++)
-		train_step(fp32, &batches[s % nb], &opt);
+	{
+		double		loss = train_step(fp32, &batches[s % nb], &opt);
+
+		last_losses += s >= more_steps - 100 ? loss : 0.0;
+	}
 	if (tf_model_tensors(fp32, &tensors, &count, err, sizeof(err)) != TF_OK ||
 		tf_model_load(bf16, tensors, count, err, sizeof(err)) != TF_OK)
 		die("copying the model back", err);
 	tf_tensors_free(tensors);
-	printf("then %d more steps in fp32 on the CPU over batches of <= 400 tokens per side\n", more_steps);
+	printf("then %d more steps in fp32 on the CPU over batches of <= 400 tokens per side: mean loss of the last 100 "
+		   "%.4f\n", more_steps, last_losses / (more_steps < 100 ? (more_steps > 0 ? more_steps : 1) : 100));
 	snprintf(path, sizeof(path), "%s/test.en", dir);
 	test_lines = read_lines(path, &test_en, &len_test);
 	test_src = calloc((size_t) sentences * MAX_LEN, sizeof(int32_t));
