@@ -39,15 +39,6 @@ static int	vocab = 37000;
 
 static void (*census_mark) (const char *label);
 
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void
 mark(const char *label)
 {
@@ -206,13 +197,13 @@ main(int argc, char **argv)
 		TfStepStats st;
 
 		if (step == 1)
-			sync_device(m), mark("train-begin"), t0 = now();
+			sync_device(m), mark("train-begin"), t0 = bench_now();
 		if (tf_model_forward(m, &tb, true, NULL, NULL, err, sizeof(err)) != TF_OK ||
 			tf_model_backward(m, (float) (1.0 / tgt_tokens), err, sizeof(err)) != TF_OK ||
 			tf_model_step(m, &opt, &st, err, sizeof(err)) != TF_OK)
 			fail("training step", err);
 		if (step == 1)
-			mark("train-end"), sync_device(m), train_s = now() - t0;
+			mark("train-end"), sync_device(m), train_s = bench_now() - t0;
 	}
 
 	/* beam search: the first SENTENCES sources of the batch */
@@ -224,11 +215,11 @@ main(int argc, char **argv)
 	for (int step = 0; step < 4; step++)
 	{
 		if (step == 3)
-			mark("decode-begin"), t0 = now();
+			mark("decode-begin"), t0 = bench_now();
 		if (tf_stream_step(stream, err, sizeof(err)) != TF_OK)
 			fail("beam search step", err);
 		if (step == 3)
-			decode_s = now() - t0, mark("decode-end");
+			decode_s = bench_now() - t0, mark("decode-end");
 	}
 	printf("decode sentences=%d beam=4 live=%d\n", sentences < n ? sentences : n, tf_stream_sentences(stream));
 	printf("timed train_step_ms=%.3f decode_step_ms=%.3f\n", train_s * 1e3, decode_s * 1e3);

@@ -33,15 +33,6 @@
 #define GROUP 32
 #define MAX_SRC 35
 
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void
 die(const char *what, const char *err)
 {
@@ -244,7 +235,7 @@ run(int argc, char **argv)
 	opt.max_length_offset = atoi(argv[6]);
 	for (r = 0; r <= reps; r++)
 	{
-		double		t0 = now();
+		double		t0 = bench_now();
 
 		tokens = 0;
 		for (i = 0; i < SENTENCES; i += batch)
@@ -255,7 +246,7 @@ run(int argc, char **argv)
 								   sizeof(err)) != TF_OK)
 				die("translate", err);
 		}
-		times[r] = now() - t0;
+		times[r] = bench_now() - t0;
 		for (i = 0; i < SENTENCES; i++)
 			tokens += h[i].length + 1;
 		if (r == reps && argc > 8)

@@ -10,8 +10,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "transformer.h"
+
+/* Monotonic wall time in seconds (the includer defines _POSIX_C_SOURCE). */
+static inline double
+bench_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 /* "--device D" (default "cpu") and "--precision P" (default "fp32"), removed from argv; returns the new argc. */
 static const char *bench_device = "cpu";

@@ -28,10 +28,6 @@ FP32 = 66.9e12              # FLOP/s, non-tensor fp32 (cublasSgemm)
 SMS = 132
 L2_BYTES = 50e6
 PCIE_BW = 64e9              # bytes/s one way, PCIe 5.0 x16
-# mma.sync (what wmma compiles to) is Ampere's instruction: credited with
-# A100's per-SM rate (312 TFLOP/s / 108 SMs / 1.41 GHz = 2048 FLOP/clock),
-# at H100's 132 SMs and 1.83 GHz: half of wgmma's peak.
-MMA_SYNC_BF16 = 2048 * SMS * 1.83e9
 # Not published by NVIDIA; from microbenchmarks (Luo et al. 2024, "Benchmarking
 # and Dissecting the Nvidia Hopper GPU Architecture"), rounded:
 L2_BW = 5.5e12              # bytes/s, L2 to SMs

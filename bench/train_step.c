@@ -49,15 +49,6 @@ typedef struct Batch
 			   *labels;
 } Batch;
 
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int
 by_length(const void *a, const void *b)
 {
@@ -270,11 +261,11 @@ sgemm_peak(void)
 
 	for (r = 0; r < 5; r++)
 	{
-		double		t0 = now();
+		double		t0 = bench_now();
 		double		g;
 
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-		g = 2.0 * n * n * n / (now() - t0) / 1e9;
+		g = 2.0 * n * n * n / (bench_now() - t0) / 1e9;
 		best = g > best ? g : best;
 	}
 	free(a);
@@ -325,7 +316,7 @@ run(const char *path, const char *size, int threads, int steps)
 		const Batch *b = &batches[(i + 2) % count];
 		TfBatch		tb = {b->B, b->S, b->T, b->src, b->tgt_in, b->labels};
 		TfStepStats st;
-		double		t0 = now();
+		double		t0 = bench_now();
 		int64_t		n = 0;
 		int			k;
 
@@ -337,7 +328,7 @@ run(const char *path, const char *size, int threads, int steps)
 			return fprintf(stderr, "%s\n", err), 1;
 		if (i < 0)
 			continue;
-		secs[i] = now() - t0;
+		secs[i] = bench_now() - t0;
 		total += secs[i];
 		for (k = 0; k < b->B * b->S; k++)
 			tokens += b->src[k] != 0;
