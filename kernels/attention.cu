@@ -4,10 +4,15 @@
  * the probabilities with the CPU backend's bits; and its backward. The
  * twins of cpu_attention and cpu_attention_backward.
  *
- * One block per (sentence x head, query row) for the forward and the
- * query-side backward; one per (sentence x head, key row) for the key side;
- * as many threads as the longest row of keys or d_k needs (row_threads).
- * A row of scores lives in dynamic shared memory (max_k floats).
+ * Two families. The tiled kernels (below) serve training and encoding: one
+ * block per (sentence x head, tile of 64 rows), the head's slices in shared
+ * memory, an online softmax that keeps each row's log-sum-exp and never
+ * writes the probabilities; the backward recomputes them from it. The
+ * per-row kernels (first) serve what the tiled ones do not: key/value
+ * caches (decoding), sentences whose slices exceed shared memory, and the
+ * forward that keeps the probabilities for inspection. One block per
+ * (sentence x head, row), as many threads as the longest row of keys or
+ * d_k needs (row_threads); a row of scores in dynamic shared memory.
  */
 #include "kernels.h"
 
@@ -57,7 +62,7 @@ pair_of(const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, 
 
 template <class KV>
 __global__ void
-attention_kernel(float *ctx, float *probs, const float *q, int ldq, const KV *k, const KV *v, int ldk,
+attention_kernel(float *ctx, float *lse, float *probs, const float *q, int ldq, const KV *k, const KV *v, int ldk,
 				 const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, const int32_t *k_len,
 				 int num_heads, int dk, bool causal, float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
 {
@@ -83,6 +88,8 @@ attention_kernel(float *ctx, float *probs, const float *q, int ldq, const KV *k,
 	{
 		for (int c = threadIdx.x; c < dk; c += blockDim.x)
 			cr[c] = 0.0f;
+		if (lse != NULL && threadIdx.x == 0)
+			lse[(a.q0 + i) * num_heads + h] = -INFINITY;
 		return;
 	}
 	visible = causal && i + 1 < a.lk ? i + 1 : a.lk;
@@ -103,11 +110,14 @@ attention_kernel(float *ctx, float *probs, const float *q, int ldq, const KV *k,
 		sum += row[j];
 	}
 	sum = block_sum(sum, part);
+	if (lse != NULL && threadIdx.x == 0)
+		lse[(a.q0 + i) * num_heads + h] = mx + logf(sum);
 	for (int j = threadIdx.x; j < a.lk; j += blockDim.x)
 	{
 		float		p = j < visible ? row[j] / sum : 0.0f;
 
-		probs[p0 + j] = p;
+		if (probs != NULL)
+			probs[p0 + j] = p;
 		if (dropout > 0.0f)
 			p = device_uniform(seed, stream, p0 + j) >= dropout ? p * keep_scale : 0.0f;
 		row[j] = p;
@@ -124,15 +134,17 @@ attention_kernel(float *ctx, float *probs, const float *q, int ldq, const KV *k,
 }
 
 /*
- * Query side: for query i, dPd = dctx V^T through the dropout mask, dS =
- * P (dPd - sum(dPd P)) / sqrt(d_k) into dscores (the probabilities'
- * layout), and dQ = dS K.
+ * Query side: for query i, P = exp(S - lse) again (into pws, for the key
+ * side), dPd = dctx V^T through the dropout mask, dS = P (dPd - D) /
+ * sqrt(d_k) into dscores (both in the probabilities' layout), and dQ =
+ * dS K. D = sum(dPd P) / sum(P), as the CPU backend's: the rows of dS then
+ * sum to 0 whatever the lse's rounding.
  */
 __global__ void
-attention_dq_kernel(float *dq, float *dscores, const float *dctx, const float *probs, const float *k,
-					const float *v, int ldq, int ldk, const int32_t *q_start, const int32_t *k_start,
-					const int64_t *p_start, int num_heads, int dk, float dropout, uint64_t seed, uint64_t stream,
-					bool bf16_kv)
+attention_dq_kernel(float *dq, float *dscores, float *pws, const float *dctx, const float *lse, const float *q,
+					const float *k, const float *v, int ldq, int ldk, const int32_t *q_start,
+					const int32_t *k_start, const int64_t *p_start, int num_heads, int dk, bool causal,
+					float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
 {
 	DYNAMIC_SHARED(float, row);
 	__shared__ float part[33];
@@ -143,10 +155,14 @@ attention_dq_kernel(float *dq, float *dscores, const float *dctx, const float *p
 	Pair		a = pair_of(q_start, k_start, p_start, NULL, b, h);
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f,
-				dot = 0.0f;
+				dot = 0.0f,
+				total = 0.0f,
+				l;
+	const float *qr = q + (a.q0 + i) * ldq + h * dk;
 	const float *dc = dctx + (a.q0 + i) * d + h * dk;
 	float	   *dqr = dq + (a.q0 + i) * ldq + h * dk;
 	size_t		p0 = a.p_off + (size_t) i * a.lk;
+	int			visible;
 
 	if (i >= a.lq)
 		return;
@@ -156,22 +172,36 @@ attention_dq_kernel(float *dq, float *dscores, const float *dctx, const float *p
 			dqr[c] = 0.0f;
 		return;
 	}
+	l = lse[(a.q0 + i) * num_heads + h];
+	visible = causal && i + 1 < a.lk ? i + 1 : a.lk;
 	for (int j = threadIdx.x; j < a.lk; j += blockDim.x)
 	{
+		const float *kr = k + (a.k0 + j) * ldk + h * dk;
 		const float *vr = v + (a.k0 + j) * ldk + h * dk;
-		float		g = 0.0f;
+		float		s = 0.0f,
+					g = 0.0f,
+					p = 0.0f;
 
+		if (j < visible)
+		{
+			for (int c = 0; c < dk; c++)
+				s += qr[c] * kv_value(kr[c], bf16_kv);
+			p = expf(s * scale - l);
+		}
 		for (int c = 0; c < dk; c++)
 			g += dc[c] * kv_value(vr[c], bf16_kv);
 		if (dropout > 0.0f)
 			g = device_uniform(seed, stream, p0 + j) >= dropout ? g * keep_scale : 0.0f;
 		row[j] = g;
-		dot += g * probs[p0 + j];
+		pws[p0 + j] = p;
+		dot += g * p;
+		total += p;
 	}
 	dot = block_sum(dot, part);
+	dot /= block_sum(total, part);
 	for (int j = threadIdx.x; j < a.lk; j += blockDim.x)
 	{
-		row[j] = probs[p0 + j] * (row[j] - dot) * scale;
+		row[j] = pws[p0 + j] * (row[j] - dot) * scale;
 		dscores[p0 + j] = row[j];
 	}
 	__syncthreads();
@@ -185,9 +215,9 @@ attention_dq_kernel(float *dq, float *dscores, const float *dctx, const float *p
 	}
 }
 
-/* Key side: for key j, dV = Pd^T dctx and dK = dS^T Q, summed over queries in order. */
+/* Key side: for key j, dV = Pd^T dctx and dK = dS^T Q, summed over queries in order (P from pws). */
 __global__ void
-attention_dkv_kernel(float *dkey, float *dvalue, const float *dscores, const float *dctx, const float *probs,
+attention_dkv_kernel(float *dkey, float *dvalue, const float *dscores, const float *dctx, const float *pws,
 					 const float *q, int ldq, int ldk, const int32_t *q_start, const int32_t *k_start,
 					 const int64_t *p_start, int num_heads, int dk, float dropout, uint64_t seed, uint64_t stream)
 {
@@ -208,7 +238,7 @@ attention_dkv_kernel(float *dkey, float *dvalue, const float *dscores, const flo
 		for (int i = 0; i < a.lq; i++)
 		{
 			size_t		e = a.p_off + (size_t) i * a.lk + j;
-			float		p = probs[e];
+			float		p = pws[e];
 
 			if (dropout > 0.0f)
 				p = device_uniform(seed, stream, e) >= dropout ? p * keep_scale : 0.0f;
@@ -226,8 +256,8 @@ attention_dkv_kernel(float *dkey, float *dvalue, const float *dscores, const flo
  * reads for every row (keys and values; queries and context gradients for
  * dK/dV) are loaded once into dynamic shared memory, rows padded to d_k + 1
  * floats (lanes on consecutive keys then hit distinct banks), and each warp
- * takes one row at a time. Used where the slices fit (tiled_shared); the
- * kernels above serve longer sentences and key/value caches.
+ * takes one row at a time. Causal tiles load and visit only the keys their
+ * rows see. Used where the slices fit (tiled_shared).
  */
 #define TILE_ROWS 64
 #define TILE_WARPS 4
@@ -245,6 +275,25 @@ load_slice(float *dst, const T *src, size_t r0, int n, int ld, int h, int dk, bo
 
 		dst[r * (dk + 1) + c] = kv_value(src[(r0 + r) * ld + (size_t) h * dk + c], bf16);
 	}
+}
+
+/* One row (d_k columns) into a warp's shared buffer; the warp syncs before use. */
+__device__ __forceinline__ void
+load_row(float *dst, const float *src, int dk, int lane, bool bf16)
+{
+	for (int c = lane; c < dk; c += 32)
+		dst[c] = kv_value(src[c], bf16);
+}
+
+/* The dot product of a shared row of d_k and a shared slice row (padded rows). */
+__device__ __forceinline__ float
+dot_row(const float *x, const float *y, int dk)
+{
+	float		s = 0.0f;
+
+	for (int c = 0; c < dk; c++)
+		s += x[c] * y[c];
+	return s;
 }
 
 /* A tiled kernel's block: its sentence's geometry for its head, its rows [r0, r1) of `rows`. */
@@ -269,9 +318,15 @@ tile_of(const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, 
 	return t;
 }
 
-/* Forward: ctx and probs of query rows [tile * TILE_ROWS, ...) of sentence b, head h. */
+/*
+ * Forward of query rows [tile * TILE_ROWS, ...) of sentence b, head h:
+ * ctx and the rows' log-sum-exp, by an online softmax (running max m and
+ * sum l over 32 keys at a time, earlier terms rescaled by exp(m_old -
+ * m_new); FlashAttention). A warp's shared memory: its query row, its
+ * context accumulator (lane c owns columns c, c + 32, ...) and 32 weights.
+ */
 __global__ void
-attention_tile_kernel(float *ctx, float *probs, const float *q, int ldq, const float *k, const float *v, int ldk,
+attention_tile_kernel(float *ctx, float *lse, const float *q, int ldq, const float *k, const float *v, int ldk,
 					  const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, int num_heads,
 					  int dk, bool causal, float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
 {
@@ -281,74 +336,86 @@ attention_tile_kernel(float *ctx, float *probs, const float *q, int ldq, const f
 	int			h = t.h,
 				lane = threadIdx.x % 32,
 				warp = threadIdx.x / 32,
-				d = num_heads * dk;
+				d = num_heads * dk,
+				seen = causal ? min(a.lk, t.r1) : a.lk;	/* keys any row of the tile sees */
 	float	   *ks = sm,
-			   *vs = ks + (size_t) a.lk * (dk + 1),
-			   *qs = vs + (size_t) a.lk * (dk + 1) + warp * (dk + a.lk),
-			   *row = qs + dk;
+			   *vs = ks + (size_t) seen * (dk + 1),
+			   *qs = vs + (size_t) seen * (dk + 1) + warp * (2 * dk + 32),
+			   *acc = qs + dk,
+			   *w = acc + dk;
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
 
 	if (t.r0 >= t.r1)			/* the whole block leaves together */
 		return;
-	load_slice(ks, k, a.k0, a.lk, ldk, h, dk, bf16_kv);
-	load_slice(vs, v, a.k0, a.lk, ldk, h, dk, bf16_kv);
+	load_slice(ks, k, a.k0, seen, ldk, h, dk, bf16_kv);
+	load_slice(vs, v, a.k0, seen, ldk, h, dk, bf16_kv);
 	__syncthreads();
 	for (int i = t.r0 + warp; i < t.r1; i += TILE_WARPS)
 	{
 		float	   *cr = ctx + (a.q0 + i) * d + h * dk;
 		size_t		p0 = a.p_off + (size_t) i * a.lk;
 		int			visible = causal && i + 1 < a.lk ? i + 1 : a.lk;
-		float		mx = -INFINITY,
-					sum = 0.0f;
+		float		m = -INFINITY,
+					l = 0.0f;
 
+		if (visible == 0)		/* no keys: a zero context, as the CPU backend's */
+		{
+			for (int c = lane; c < dk; c += 32)
+				cr[c] = 0.0f;
+			if (lse != NULL && lane == 0)
+				lse[(a.q0 + i) * num_heads + h] = -INFINITY;
+			continue;
+		}
+		load_row(qs, q + (a.q0 + i) * ldq + h * dk, dk, lane, false);
 		for (int c = lane; c < dk; c += 32)
-			qs[c] = q[(a.q0 + i) * ldq + h * dk + c];
+			acc[c] = 0.0f;
 		__syncwarp();
-		for (int j = lane; j < visible; j += 32)
+		for (int j0 = 0; j0 < visible; j0 += 32)
 		{
-			float		dot = 0.0f;
+			int			j = j0 + lane,
+						n = min(32, visible - j0);
+			float		s = j < visible ? dot_row(qs, ks + (size_t) j * (dk + 1), dk) * scale : -INFINITY,
+						m_new = fmaxf(m, warp_reduce(s, MaxOp())),
+						rescale = expf(m - m_new),
+						e = j < visible ? expf(s - m_new) : 0.0f;
 
-			for (int c = 0; c < dk; c++)
-				dot += qs[c] * ks[j * (dk + 1) + c];
-			row[j] = dot * scale;
-			mx = fmaxf(mx, row[j]);
-		}
-		mx = warp_reduce(mx, MaxOp());
-		for (int j = lane; j < visible; j += 32)
-		{
-			row[j] = expf(row[j] - mx);
-			sum += row[j];
-		}
-		sum = warp_reduce(sum, SumOp());
-		for (int j = lane; j < a.lk; j += 32)
-		{
-			float		p = j < visible ? row[j] / sum : 0.0f;
+			l = l * rescale + warp_reduce(e, SumOp());
+			if (dropout > 0.0f && j < visible)
+				e = device_uniform(seed, stream, p0 + j) >= dropout ? e * keep_scale : 0.0f;
+			w[lane] = e;
+			__syncwarp();
+			for (int c = lane; c < dk; c += 32)
+			{
+				float		sum = 0.0f;
 
-			probs[p0 + j] = p;
-			if (dropout > 0.0f)
-				p = device_uniform(seed, stream, p0 + j) >= dropout ? p * keep_scale : 0.0f;
-			row[j] = p;
+				for (int u = 0; u < n; u++)
+					sum += w[u] * vs[(size_t) (j0 + u) * (dk + 1) + c];
+				acc[c] = acc[c] * rescale + sum;
+			}
+			__syncwarp();		/* w is the next chunk's */
+			m = m_new;
 		}
-		__syncwarp();
 		for (int c = lane; c < dk; c += 32)
-		{
-			float		acc = 0.0f;
-
-			for (int j = 0; j < visible; j++)
-				acc += row[j] * vs[j * (dk + 1) + c];
-			cr[c] = acc;
-		}
-		__syncwarp();			/* qs and row are the next row's */
+			cr[c] = acc[c] / l;
+		if (lse != NULL && lane == 0)
+			lse[(a.q0 + i) * num_heads + h] = m + logf(l);
+		__syncwarp();			/* qs and acc are the next row's */
 	}
 }
 
-/* Query side of the backward for query rows [tile * TILE_ROWS, ...): as attention_dq_kernel. */
+/*
+ * Query side of the backward for query rows [tile * TILE_ROWS, ...): P =
+ * exp(S - lse) recomputed, dPd = dctx V^T through the dropout mask, D =
+ * sum(dPd P) / sum(P) (as attention_dq_kernel's; into dsum [query rows,
+ * num_heads], for the key side), dS = P (dPd - D) / sqrt(d_k), dQ = dS K. A warp's shared memory: its query
+ * and dctx rows, then P and dS of the row's keys.
+ */
 __global__ void
-attention_dq_tile_kernel(float *dq, float *dscores, const float *dctx, const float *probs, const float *k,
-						 const float *v, int ldq, int ldk, const int32_t *q_start, const int32_t *k_start,
-						 const int64_t *p_start, int num_heads, int dk, float dropout, uint64_t seed, uint64_t stream,
-						 bool bf16_kv)
+attention_dq_tile_kernel(float *dq, float *dsum, const float *dctx, const float *lse, const float *q,
+						 const float *k, const float *v, int ldq, int ldk, const int32_t *q_start,
+						 const int32_t *k_start, const int64_t *p_start, int num_heads, int dk, bool causal,
+						 float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
 {
 	DYNAMIC_SHARED(float, sm);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, false);
@@ -356,68 +423,76 @@ attention_dq_tile_kernel(float *dq, float *dscores, const float *dctx, const flo
 	int			h = t.h,
 				lane = threadIdx.x % 32,
 				warp = threadIdx.x / 32,
-				d = num_heads * dk;
+				d = num_heads * dk,
+				seen = causal ? min(a.lk, t.r1) : a.lk;
 	float	   *ks = sm,
-			   *vs = ks + (size_t) a.lk * (dk + 1),
-			   *dc = vs + (size_t) a.lk * (dk + 1) + warp * (dk + a.lk),
-			   *row = dc + dk;
+			   *vs = ks + (size_t) seen * (dk + 1),
+			   *qs = vs + (size_t) seen * (dk + 1) + warp * (2 * dk + 2 * seen),
+			   *dc = qs + dk,
+			   *prow = dc + dk,
+			   *srow = prow + seen;
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
 
 	if (t.r0 >= t.r1)
 		return;
-	load_slice(ks, k, a.k0, a.lk, ldk, h, dk, bf16_kv);
-	load_slice(vs, v, a.k0, a.lk, ldk, h, dk, bf16_kv);
+	load_slice(ks, k, a.k0, seen, ldk, h, dk, bf16_kv);
+	load_slice(vs, v, a.k0, seen, ldk, h, dk, bf16_kv);
 	__syncthreads();
 	for (int i = t.r0 + warp; i < t.r1; i += TILE_WARPS)
 	{
 		float	   *dqr = dq + (a.q0 + i) * ldq + h * dk;
 		size_t		p0 = a.p_off + (size_t) i * a.lk;
-		float		dot = 0.0f;
+		int			visible = causal && i + 1 < a.lk ? i + 1 : a.lk;
+		float		l = lse[(a.q0 + i) * num_heads + h],
+					dot = 0.0f,
+					total = 0.0f;
 
-		for (int c = lane; c < dk; c += 32)
-			dc[c] = dctx[(a.q0 + i) * d + h * dk + c];
+		load_row(qs, q + (a.q0 + i) * ldq + h * dk, dk, lane, false);
+		load_row(dc, dctx + (a.q0 + i) * d + h * dk, dk, lane, false);
 		__syncwarp();
-		for (int j = lane; j < a.lk; j += 32)
+		for (int j = lane; j < visible; j += 32)
 		{
-			float		g = 0.0f;
+			float		p = expf(dot_row(qs, ks + (size_t) j * (dk + 1), dk) * scale - l),
+						g = dot_row(dc, vs + (size_t) j * (dk + 1), dk);
 
-			for (int c = 0; c < dk; c++)
-				g += dc[c] * vs[j * (dk + 1) + c];
 			if (dropout > 0.0f)
 				g = device_uniform(seed, stream, p0 + j) >= dropout ? g * keep_scale : 0.0f;
-			row[j] = g;
-			dot += g * probs[p0 + j];
+			prow[j] = p;
+			srow[j] = g;
+			dot += g * p;
+			total += p;
 		}
-		dot = warp_reduce(dot, SumOp());
-		for (int j = lane; j < a.lk; j += 32)
-		{
-			row[j] = probs[p0 + j] * (row[j] - dot) * scale;
-			dscores[p0 + j] = row[j];
-		}
+		dot = warp_reduce(dot, SumOp()) / warp_reduce(total, SumOp());
+		if (lane == 0)
+			dsum[(a.q0 + i) * num_heads + h] = dot;
+		for (int j = lane; j < visible; j += 32)
+			srow[j] = prow[j] * (srow[j] - dot) * scale;
 		__syncwarp();
 		for (int c = lane; c < dk; c += 32)
 		{
 			float		acc = 0.0f;
 
-			for (int j = 0; j < a.lk; j++)
-				acc += row[j] * ks[j * (dk + 1) + c];
+			for (int j = 0; j < visible; j++)
+				acc += srow[j] * ks[(size_t) j * (dk + 1) + c];
 			dqr[c] = acc;
 		}
-		__syncwarp();
+		__syncwarp();			/* the rows are the next query's */
 	}
 }
 
 /*
- * Key side for key rows [tile * TILE_ROWS, ...): as attention_dkv_kernel,
- * queries and dctx in shared memory; each warp copies its key's column of
- * (dropped-out) probabilities and score gradients to shared memory first.
+ * Key side for key rows [tile * TILE_ROWS, ...): for key j, its column of
+ * P and dS recomputed from the queries' lse and D (dsum, from the query
+ * side), then dV = Pd^T dctx and dK = dS^T Q, summed over the queries that
+ * see the key, in order. Shared memory: the sentence's queries and dctx
+ * rows, their lse and D, and per warp its key and value rows and columns.
  */
 __global__ void
-attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dscores, const float *dctx, const float *probs,
-						  const float *q, int ldq, int ldk, const int32_t *q_start, const int32_t *k_start,
-						  const int64_t *p_start, int num_heads, int dk, float dropout, uint64_t seed,
-						  uint64_t stream)
+attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dsum, const float *dctx, const float *lse,
+						  const float *q, const float *k, const float *v, int ldq, int ldk,
+						  const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, int num_heads,
+						  int dk, bool causal, float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
 {
 	DYNAMIC_SHARED(float, sm);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, true);
@@ -425,29 +500,46 @@ attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dscores, cons
 	int			h = t.h,
 				lane = threadIdx.x % 32,
 				warp = threadIdx.x / 32,
-				d = num_heads * dk;
+				d = num_heads * dk,
+				first = causal ? min(t.r0, a.lq) : 0;	/* the first query that sees the tile's keys */
+	int			lq = a.lq - first;
 	float	   *qs = sm,
-			   *ds = qs + (size_t) a.lq * (dk + 1),
-			   *pcol = ds + (size_t) a.lq * (dk + 1) + warp * 2 * a.lq,
-			   *scol = pcol + a.lq;
-	float		keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
+			   *ds = qs + (size_t) lq * (dk + 1),
+			   *ls = ds + (size_t) lq * (dk + 1),
+			   *Ds = ls + lq,
+			   *kr = Ds + lq + warp * (2 * dk + 2 * lq),
+			   *vr = kr + dk,
+			   *pcol = vr + dk,
+			   *scol = pcol + lq;
+	float		scale = 1.0f / sqrtf((float) dk),
+				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
 
 	if (t.r0 >= t.r1)
 		return;
-	load_slice(qs, q, a.q0, a.lq, ldq, h, dk, false);
-	load_slice(ds, dctx, a.q0, a.lq, d, h, dk, false);
+	load_slice(qs, q, a.q0 + first, lq, ldq, h, dk, false);
+	load_slice(ds, dctx, a.q0 + first, lq, d, h, dk, false);
+	for (int i = threadIdx.x; i < lq; i += blockDim.x)
+	{
+		ls[i] = lse[(a.q0 + first + i) * num_heads + h];
+		Ds[i] = dsum[(a.q0 + first + i) * num_heads + h];
+	}
 	__syncthreads();
 	for (int j = t.r0 + warp; j < t.r1; j += TILE_WARPS)
 	{
-		for (int i = lane; i < a.lq; i += 32)
-		{
-			size_t		e = a.p_off + (size_t) i * a.lk + j;
-			float		p = probs[e];
+		int			i0 = causal ? min(j, a.lq) - first : 0;	/* queries before j do not see it */
 
-			if (dropout > 0.0f)
-				p = device_uniform(seed, stream, e) >= dropout ? p * keep_scale : 0.0f;
-			pcol[i] = p;
-			scol[i] = dscores[e];
+		load_row(kr, k + (a.k0 + j) * ldk + h * dk, dk, lane, bf16_kv);
+		load_row(vr, v + (a.k0 + j) * ldk + h * dk, dk, lane, bf16_kv);
+		__syncwarp();
+		for (int i = i0 + lane; i < lq; i += 32)
+		{
+			size_t		e = a.p_off + (size_t) (first + i) * a.lk + j;
+			float		p = expf(dot_row(qs + (size_t) i * (dk + 1), kr, dk) * scale - ls[i]),
+						g = dot_row(ds + (size_t) i * (dk + 1), vr, dk);
+			bool		keep = dropout <= 0.0f || device_uniform(seed, stream, e) >= dropout;
+
+			pcol[i] = keep ? p * keep_scale : 0.0f;
+			scol[i] = p * ((keep ? g * keep_scale : 0.0f) - Ds[i]) * scale;
 		}
 		__syncwarp();
 		for (int c = lane; c < dk; c += 32)
@@ -455,36 +547,50 @@ attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dscores, cons
 			float		gk = 0.0f,
 						gv = 0.0f;
 
-			for (int i = 0; i < a.lq; i++)
+			for (int i = i0; i < lq; i++)
 			{
-				gv += pcol[i] * ds[i * (dk + 1) + c];
-				gk += scol[i] * qs[i * (dk + 1) + c];
+				gv += pcol[i] * ds[(size_t) i * (dk + 1) + c];
+				gk += scol[i] * qs[(size_t) i * (dk + 1) + c];
 			}
 			dkey[(a.k0 + j) * ldk + h * dk + c] = gk;
 			dvalue[(a.k0 + j) * ldk + h * dk + c] = gv;
 		}
-		__syncwarp();			/* pcol and scol are the next key's */
+		__syncwarp();			/* the rows and columns are the next key's */
 	}
 }
 
-/* Dynamic shared memory of the tiled kernels for this call (the largest of the three). */
+/* Dynamic shared memory (bytes) of the three tiled kernels for this call, at most rows of keys and queries. */
 static size_t
-tiled_shared(const TfAttentionShape *sh)
+tile_forward_shared(const TfAttentionShape *sh)
 {
-	size_t		kv = (2 * (size_t) sh->max_k * (sh->head_dim + 1) + TILE_WARPS * (size_t) (sh->head_dim + sh->max_k)),
-				qd = 2 * (size_t) sh->max_q * (sh->head_dim + 1) + TILE_WARPS * 2 * (size_t) sh->max_q;
-
-	return (kv > qd ? kv : qd) * sizeof(float);
+	return (2 * (size_t) sh->max_k * (sh->head_dim + 1) + TILE_WARPS * (size_t) (2 * sh->head_dim + 32)) * sizeof(float);
+}
+static size_t
+tile_dq_shared(const TfAttentionShape *sh)
+{
+	return (2 * (size_t) sh->max_k * (sh->head_dim + 1) + TILE_WARPS * (size_t) (2 * sh->head_dim + 2 * sh->max_k)) *
+		sizeof(float);
+}
+static size_t
+tile_dkv_shared(const TfAttentionShape *sh)
+{
+	return (2 * (size_t) sh->max_q * (sh->head_dim + 2) + TILE_WARPS * (size_t) (2 * sh->head_dim + 2 * sh->max_q)) *
+		sizeof(float);
 }
 
-/* Whether the tiled kernels serve this call; the first time on a device, lifts their shared memory limit there. */
+/*
+ * Whether the tiled kernels serve this call (all three fit; the forward is
+ * tiled only when it need not keep probabilities); the first time on a
+ * device, lifts their shared memory limit there.
+ */
 static bool
-tiled(const TfAttentionShape *sh)
+tiled(const TfAttentionShape *sh, const float *probs)
 {
 	static std::atomic<uint64_t> raised{0};	/* a bit per device */
 	int			device = 0;
 
-	if (sh->kv_cache || sh->k_len != NULL || tiled_shared(sh) > TILE_MAX_SHARED)
+	if (probs != NULL || sh->kv_cache || sh->k_len != NULL || tile_forward_shared(sh) > TILE_MAX_SHARED ||
+		tile_dq_shared(sh) > TILE_MAX_SHARED || tile_dkv_shared(sh) > TILE_MAX_SHARED)
 		return false;
 	cudaGetDevice(&device);
 	if (device < 64 && !(raised.load() >> device & 1))
@@ -503,8 +609,16 @@ k_attention_fits(const TfAttentionShape *sh)
 	return (size_t) sh->max_k * sizeof(float) <= ATT_MAX_SHARED;
 }
 
+size_t
+k_attention_workspace(const TfAttentionShape *sh)
+{
+	if (tiled(sh, NULL))
+		return (size_t) sh->batch * sh->max_q * sh->num_heads;
+	return 2 * (size_t) sh->p_total;
+}
+
 void
-k_attention(float *ctx, float *probs, const float *q, int ldq, const float *k, const float *v, int ldk,
+k_attention(float *ctx, float *lse, float *probs, const float *q, int ldq, const float *k, const float *v, int ldk,
 			const TfAttentionShape *sh, bool bf16_kv, cudaStream_t stream)
 {
 	dim3		grid((unsigned) (sh->batch * sh->num_heads), (unsigned) sh->max_q);
@@ -513,64 +627,64 @@ k_attention(float *ctx, float *probs, const float *q, int ldq, const float *k, c
 
 	if (sh->batch == 0 || sh->max_q == 0)
 		return;
-	if (tiled(sh))
+	if (tiled(sh, probs))
 	{
 		LAUNCH(attention_tile_kernel, dim3((unsigned) (sh->batch * sh->num_heads), (unsigned) ((sh->max_q + TILE_ROWS - 1) / TILE_ROWS)),
-			   TILE_WARPS * 32, tiled_shared(sh), stream)
-			(ctx, probs, q, ldq, k, v, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads, sh->head_dim,
+			   TILE_WARPS * 32, tile_forward_shared(sh), stream)
+			(ctx, lse, q, ldq, k, v, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads, sh->head_dim,
 			 sh->causal, sh->dropout, sh->seed, sh->stream, bf16_kv);
 		return;
 	}
 	if (sh->kv_cache && bf16_kv)	/* a bf16 key/value cache (cache_gather) */
 	{
-		void		(*attention_bf16_cache) (float *, float *, const float *, int, const __nv_bfloat16 *,
+		void		(*attention_bf16_cache) (float *, float *, float *, const float *, int, const __nv_bfloat16 *,
 											 const __nv_bfloat16 *, int, const int32_t *, const int32_t *,
 											 const int64_t *, const int32_t *, int, int, bool, float, uint64_t,
 											 uint64_t, bool) = attention_kernel<__nv_bfloat16>;
 
 		LAUNCH(attention_bf16_cache, grid, threads, shared, stream)
-			(ctx, probs, q, ldq, (const __nv_bfloat16 *) k, (const __nv_bfloat16 *) v, ldk, sh->q_start, sh->k_start,
-			 sh->p_start, sh->k_len, sh->num_heads, sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream,
-			 bf16_kv);
+			(ctx, lse, probs, q, ldq, (const __nv_bfloat16 *) k, (const __nv_bfloat16 *) v, ldk, sh->q_start,
+			 sh->k_start, sh->p_start, sh->k_len, sh->num_heads, sh->head_dim, sh->causal, sh->dropout, sh->seed,
+			 sh->stream, bf16_kv);
 		return;
 	}
 	LAUNCH(attention_kernel<float>, grid, threads, shared, stream)
-		(ctx, probs, q, ldq, k, v, ldk, sh->q_start, sh->k_start, sh->p_start, sh->k_len, sh->num_heads,
+		(ctx, lse, probs, q, ldq, k, v, ldk, sh->q_start, sh->k_start, sh->p_start, sh->k_len, sh->num_heads,
 		 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream, bf16_kv);
 }
 
 void
-k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, const float *probs, const float *q,
+k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, const float *lse, const float *q,
 					 int ldq, const float *k, const float *v, int ldk, const TfAttentionShape *sh, bool bf16_kv,
-					 float *dscores, cudaStream_t stream)
+					 float *work, cudaStream_t stream)
 {
 	unsigned	pairs = (unsigned) (sh->batch * sh->num_heads);
 
 	if (sh->batch == 0)
 		return;
-	if (tiled(sh))
+	if (tiled(sh, NULL))
 	{
 		if (sh->max_q > 0)
 			LAUNCH(attention_dq_tile_kernel, dim3(pairs, (unsigned) ((sh->max_q + TILE_ROWS - 1) / TILE_ROWS)),
-				   TILE_WARPS * 32, tiled_shared(sh), stream)
-				(dq, dscores, dctx, probs, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
-				 sh->head_dim, sh->dropout, sh->seed, sh->stream, bf16_kv);
+				   TILE_WARPS * 32, tile_dq_shared(sh), stream)
+				(dq, work, dctx, lse, q, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
+				 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream, bf16_kv);
 		if (sh->max_k > 0)
 			LAUNCH(attention_dkv_tile_kernel, dim3(pairs, (unsigned) ((sh->max_k + TILE_ROWS - 1) / TILE_ROWS)),
-				   TILE_WARPS * 32, tiled_shared(sh), stream)
-				(dk, dv, dscores, dctx, probs, q, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
-				 sh->head_dim, sh->dropout, sh->seed, sh->stream);
+				   TILE_WARPS * 32, tile_dkv_shared(sh), stream)
+				(dk, dv, work, dctx, lse, q, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
+				 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream, bf16_kv);
 		return;
 	}
 	if (sh->max_q > 0)
 		LAUNCH(attention_dq_kernel, dim3(pairs, (unsigned) sh->max_q),
 			   row_threads(sh->max_k > sh->head_dim ? sh->max_k : sh->head_dim, ATT_THREADS),
 			   (size_t) (sh->max_k > 0 ? sh->max_k : 1) * sizeof(float), stream)
-			(dq, dscores, dctx, probs, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
-			 sh->head_dim, sh->dropout, sh->seed, sh->stream, bf16_kv);
+			(dq, work, work + sh->p_total, dctx, lse, q, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start,
+			 sh->num_heads, sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream, bf16_kv);
 	if (sh->max_k > 0)
 		LAUNCH(attention_dkv_kernel, dim3(pairs, (unsigned) sh->max_k), row_threads(sh->head_dim, ATT_THREADS), 0,
 			   stream)
-			(dk, dv, dscores, dctx, probs, q, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
-			 sh->head_dim, sh->dropout, sh->seed, sh->stream);
+			(dk, dv, work, dctx, work + sh->p_total, q, ldq, ldk, sh->q_start, sh->k_start, sh->p_start,
+			 sh->num_heads, sh->head_dim, sh->dropout, sh->seed, sh->stream);
 }

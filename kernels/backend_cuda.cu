@@ -41,8 +41,8 @@ struct CudaState
 	cublasHandle_t blas;
 	bool		failed;
 	char		error[TF_ERRLEN];
-	float	   *dscores;		/* attention backward: one call's score gradients */
-	size_t		dscores_floats;
+	float	   *attention_work;	/* attention backward (k_attention_workspace) */
+	size_t		attention_work_floats;
 	double	   *partials;		/* sum_squares' per-block sums */
 	float	   *columns;		/* column sums' per-chunk partials, grown as needed */
 	size_t		columns_floats;
@@ -235,29 +235,16 @@ cuda_copy(TfBackend *be, float *dst, const float *src, size_t n)
 }
 
 /*
- * Grows the score-gradient workspace of attention_backward and, in bf16, the
- * two rounded-operand workspaces (bf16_operand) to this batch's needs, with a
- * quarter of headroom: batch shapes vary from step to step. False when out
- * of memory.
+ * Grows, in bf16, the two rounded-operand workspaces (bf16_operand) to this
+ * batch's needs, with a quarter of headroom: batch shapes vary from step to
+ * step. False when out of memory.
  */
 static bool
-cuda_reserve(TfBackend *be, size_t plane, size_t probs, size_t operand)
+cuda_reserve(TfBackend *be, size_t plane, size_t operand)
 {
 	CudaState  *st = state(be);
 
-	(void) plane;				/* one row of a plane lives in shared memory */
-	if (probs > st->dscores_floats)
-	{
-		float	   *p;
-
-		probs += probs / 4;
-		p = (float *) cuda_alloc(be, probs * sizeof(float));
-		if (p == NULL)
-			return false;
-		cuda_free(be, st->dscores);
-		st->dscores = p;
-		st->dscores_floats = probs;
-	}
+	(void) plane;				/* attention keeps its planes in shared memory */
 	for (int i = 0; st->bf16 && i < 2; i++)
 		if (operand > st->operand16_n[i])
 		{
@@ -442,10 +429,10 @@ cuda_embed(TfBackend *be, float *out, const int32_t *ids, const int32_t *positio
 }
 
 static void
-cuda_embed_backward(TfBackend *be, float *dembedding, const float *dout, const int32_t *ids, const int32_t *groups,
-					int unique, int rows, int d, float scale)
+cuda_embed_backward(TfBackend *be, float *dembedding, const float *dout, int rows, const float *dout2, int rows2,
+					const int32_t *ids, const int32_t *groups, int unique, int d, float scale)
 {
-	k_embed_backward(dembedding, dout, groups, unique, d, scale, state(be)->stream);
+	k_embed_backward(dembedding, dout, rows, dout2, groups, unique, d, scale, state(be)->stream);
 	launched(be, "embed_backward");
 }
 
@@ -520,29 +507,42 @@ attention_fits(TfBackend *be, const TfAttentionShape *sh)
 }
 
 static void
-cuda_attention(TfBackend *be, float *ctx, float *probs, const float *q, int ldq, const float *k, const float *v,
-			   int ldk, const TfAttentionShape *sh)
+cuda_attention(TfBackend *be, float *ctx, float *lse, float *probs, const float *q, int ldq, const float *k,
+			   const float *v, int ldk, const TfAttentionShape *sh)
 {
 	if (!attention_fits(be, sh))
 		return;
-	k_attention(ctx, probs, q, ldq, k, v, ldk, sh, state(be)->bf16, state(be)->stream);
+	k_attention(ctx, lse, probs, q, ldq, k, v, ldk, sh, state(be)->bf16, state(be)->stream);
 	launched(be, "attention");
 }
 
 static void
-cuda_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const float *dctx, const float *probs,
+cuda_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const float *dctx, const float *lse,
 						const float *q, int ldq, const float *k, const float *v, int ldk,
 						const TfAttentionShape *sh)
 {
+	CudaState  *st = state(be);
+	size_t		need = k_attention_workspace(sh);
+
 	if (!attention_fits(be, sh))
 		return;
-	if ((size_t) sh->p_total > state(be)->dscores_floats)
+	/* grown on first need, with a quarter of headroom: no later step of the shape allocates */
+	if (need > st->attention_work_floats)
 	{
-		fail(be, "attention_backward", "the score workspace was not reserved for this call");
-		return;
+		float	   *p;
+
+		need += need / 4;
+		p = (float *) cuda_alloc(be, need * sizeof(float));
+		if (p == NULL)
+		{
+			fail(be, "attention_backward", "out of device memory for the workspace");
+			return;
+		}
+		cuda_free(be, st->attention_work);
+		st->attention_work = p;
+		st->attention_work_floats = need;
 	}
-	k_attention_backward(dq, dk, dv, dctx, probs, q, ldq, k, v, ldk, sh, state(be)->bf16, state(be)->dscores,
-						 state(be)->stream);
+	k_attention_backward(dq, dk, dv, dctx, lse, q, ldq, k, v, ldk, sh, st->bf16, st->attention_work, st->stream);
 	launched(be, "attention_backward");
 }
 
@@ -759,7 +759,7 @@ cuda_destroy(TfBackend *be)
 			cudaEventDestroy(st->staged[i]);
 		cudaFreeHost(st->staging[i]);
 	}
-	cudaFree(st->dscores);
+	cudaFree(st->attention_work);
 	cudaFree(st->partials);
 	cudaFree(st->columns);
 	cudaFree(st->weights16);

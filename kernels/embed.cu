@@ -23,12 +23,14 @@ embed_kernel(float *out, const int32_t *ids, const int32_t *positions, const flo
  * One warp per (id, chunk of 32 columns), lanes on consecutive columns: the
  * id's rows (groups, tf_group_by_id) in increasing order, so repeated ids
  * add up without atomics and in the CPU backend's order. The row numbers
- * come 32 at a time, one per lane, and go round by shuffles. 4 warps a block.
+ * come 32 at a time, one per lane, and go round by shuffles; rows from
+ * `rows` on are dout2's. 4 warps a block.
  */
 #define EMBED_WARPS 4
 
 __global__ void
-embed_backward_kernel(float *dembedding, const float *dout, const int32_t *groups, int unique, int d, float scale)
+embed_backward_kernel(float *dembedding, const float *dout, int rows_first, const float *dout2, const int32_t *groups,
+					  int unique, int d, float scale)
 {
 	const int32_t *start = groups,
 			   *id = groups + unique + 1,
@@ -52,9 +54,10 @@ embed_backward_kernel(float *dembedding, const float *dout, const int32_t *group
 			for (int t = 0; t < 32 && i0 + t < end; t++)
 			{
 				int			r = __shfl_sync(0xffffffffu, mine, t);
+				const float *g = r < rows_first ? dout + (size_t) r * d : dout2 + (size_t) (r - rows_first) * d;
 
 				if (c < d)
-					acc += scale * dout[(size_t) r * d + c];
+					acc += scale * g[c];
 			}
 		}
 		if (c < d)
@@ -71,12 +74,12 @@ k_embed(float *out, const int32_t *ids, const int32_t *positions, const float *e
 }
 
 void
-k_embed_backward(float *dembedding, const float *dout, const int32_t *groups, int unique, int d, float scale,
-				 cudaStream_t stream)
+k_embed_backward(float *dembedding, const float *dout, int rows, const float *dout2, const int32_t *groups,
+				 int unique, int d, float scale, cudaStream_t stream)
 {
 	size_t		warps = (size_t) unique * ((d + 31) / 32);
 
 	if (warps > 0)
 		LAUNCH(embed_backward_kernel, blocks_for(warps, EMBED_WARPS), EMBED_WARPS * 32, 0, stream)
-			(dembedding, dout, groups, unique, d, scale);
+			(dembedding, dout, rows, dout2, groups, unique, d, scale);
 }

@@ -38,8 +38,8 @@ void		k_dropout_backward(float *dx, const float *dout, size_t n, float p, const 
 void		k_embed(float *out, const int32_t *ids, const int32_t *positions, const float *embedding,
 					const float *pe, int rows, int d, float scale, cudaStream_t stream);
 /* groups: the rows grouped by id (tf_group_by_id), of unique ids */
-void		k_embed_backward(float *dembedding, const float *dout, const int32_t *groups, int unique, int d,
-							 float scale, cudaStream_t stream);
+void		k_embed_backward(float *dembedding, const float *dout, int rows, const float *dout2,
+							 const int32_t *groups, int unique, int d, float scale, cudaStream_t stream);
 
 /* layernorm.cu (parameter gradients: workspace of column_chunks(...) * 2 * d floats) */
 void		k_layernorm(float *out, float *mean, float *rstd, const float *x, const float *gamma,
@@ -49,15 +49,18 @@ void		k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *
 								 float *workspace, size_t workspace_floats, cudaStream_t stream);
 
 /*
- * attention.cu (dscores: sh->p_total floats of workspace; bf16_kv: keys and
- * values are read rounded to bfloat16, as set_precision TF_BF16 says)
+ * attention.cu (lse [query rows, num_heads]; probs NULL unless kept for
+ * inspection; work: k_attention_workspace(sh) floats for the backward;
+ * bf16_kv: keys and values are read rounded to bfloat16, as set_precision
+ * TF_BF16 says)
  */
 bool		k_attention_fits(const TfAttentionShape *sh);
-void		k_attention(float *ctx, float *probs, const float *q, int ldq, const float *k, const float *v,
-						int ldk, const TfAttentionShape *sh, bool bf16_kv, cudaStream_t stream);
-void		k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, const float *probs,
+size_t		k_attention_workspace(const TfAttentionShape *sh);
+void		k_attention(float *ctx, float *lse, float *probs, const float *q, int ldq, const float *k,
+						const float *v, int ldk, const TfAttentionShape *sh, bool bf16_kv, cudaStream_t stream);
+void		k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, const float *lse,
 								 const float *q, int ldq, const float *k, const float *v, int ldk,
-								 const TfAttentionShape *sh, bool bf16_kv, float *dscores, cudaStream_t stream);
+								 const TfAttentionShape *sh, bool bf16_kv, float *work, cudaStream_t stream);
 
 /* cross_entropy.cu */
 void		k_cross_entropy(float *logits, float *inv_sum, const int32_t *labels, int rows, int vocab,

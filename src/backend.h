@@ -100,14 +100,13 @@ struct TfBackend
 
 	/*
 	 * Reserves working memory for attention planes [queries, keys] of up to
-	 * `plane` elements (the longest sentence squared), for `probs` attention
-	 * probabilities of one call and, in bf16, for matrix-product operands of
-	 * up to `operand` elements that are not weights (the largest activation
+	 * `plane` elements (the longest sentence squared) and, in bf16, for
+	 * matrix-product operands of up to `operand` elements that are not weights (the largest activation
 	 * or gradient a gemm reads); false when out of memory. Called once per
 	 * batch, before its operations: a backend that grows nothing during a
 	 * step allocates only here.
 	 */
-	bool		(*reserve) (TfBackend *be, size_t plane, size_t probs, size_t operand);
+	bool		(*reserve) (TfBackend *be, size_t plane, size_t operand);
 
 	/*
 	 * C[M,N] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T, row-major
@@ -158,13 +157,16 @@ struct TfBackend
 						  const float *embedding, const float *pe, int rows, int d, float scale);
 
 	/*
-	 * dE[ids[i], :] += scale * dout[i, :], rows in order. groups: the same
-	 * rows grouped by id (tf_group_by_id, uploaded), of `unique` ids; the CPU
-	 * backend reads ids, the CUDA backend groups.
+	 * dE[ids[i], :] += scale * row i, rows in order: row i of dout [rows, d]
+	 * for i < rows, else row i - rows of dout2 [rows2, d] (the source's and
+	 * the target's gradients in one pass; dout2 NULL when rows2 = 0).
+	 * ids [rows + rows2]. groups: the same rows grouped by id
+	 * (tf_group_by_id, uploaded), of `unique` ids; the CPU backend reads
+	 * ids, the CUDA backend groups.
 	 */
-	void		(*embed_backward) (TfBackend *be, float *dembedding, const float *dout,
-								   const int32_t *ids, const int32_t *groups, int unique, int rows, int d,
-								   float scale);
+	void		(*embed_backward) (TfBackend *be, float *dembedding, const float *dout, int rows,
+								   const float *dout2, int rows2, const int32_t *ids, const int32_t *groups,
+								   int unique, int d, float scale);
 
 	/*
 	 * out = x * keep / (1 - p), keep = uniform(seed, stream, i) >= p; with
@@ -204,15 +206,24 @@ struct TfBackend
 	 * Scaled dot-product attention (paper eq. 1) for all heads:
 	 * ctx = Drop(softmax(Q K^T / sqrt(d_k) + mask)) V, within each sentence.
 	 * q [query rows, ldq], k and v [key rows, ldk] with head h in columns
-	 * h*d_k .. (h+1)*d_k; ctx [query rows, num_heads*d_k]. probs keeps the
-	 * softmax (before dropout) for the backward, at shape->p_start.
+	 * h*d_k .. (h+1)*d_k; ctx [query rows, num_heads*d_k]. lse (NULL: not
+	 * wanted) [query rows, num_heads] receives each row's log-sum-exp of
+	 * its scaled scores over the keys it sees (natural log; the row max
+	 * plus the log of the sum of exp(score - max)), which is what the
+	 * backward needs; probs (NULL: not wanted, the fast path) the softmax
+	 * before dropout at shape->p_start, for inspection.
 	 */
-	void		(*attention) (TfBackend *be, float *ctx, float *probs, const float *q, int ldq,
+	void		(*attention) (TfBackend *be, float *ctx, float *lse, float *probs, const float *q, int ldq,
 							  const float *k, const float *v, int ldk, const TfAttentionShape *shape);
 
-	/* Gradients of attention: writes dq (ldq), dk and dv (ldk). */
+	/*
+	 * Gradients of attention: writes dq (ldq), dk and dv (ldk). The
+	 * probabilities are recomputed from q, k and the forward's lse
+	 * (P = exp(Q K^T / sqrt(d_k) - lse), FlashAttention's backward), so no
+	 * [queries, keys] plane is kept between the passes.
+	 */
 	void		(*attention_backward) (TfBackend *be, float *dq, float *dk, float *dv,
-									   const float *dctx, const float *probs, const float *q, int ldq,
+									   const float *dctx, const float *lse, const float *q, int ldq,
 									   const float *k, const float *v, int ldk,
 									   const TfAttentionShape *shape);
 

@@ -291,8 +291,8 @@ cpu_embed_int8(TfBackend *be, float *out, const int32_t *ids, const int32_t *pos
 }
 
 static void
-cpu_embed_backward(TfBackend *be, float *dembedding, const float *dout, const int32_t *ids,
-				   const int32_t *groups, int unique, int rows, int d, float scale)
+cpu_embed_backward(TfBackend *be, float *dembedding, const float *dout, int rows, const float *dout2, int rows2,
+				   const int32_t *ids, const int32_t *groups, int unique, int d, float scale)
 {
 	int			blocks = (d + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
 	int			blk;
@@ -306,10 +306,10 @@ cpu_embed_backward(TfBackend *be, float *dembedding, const float *dout, const in
 		int			r,
 					c;
 
-		for (r = 0; r < rows; r++)
+		for (r = 0; r < rows + rows2; r++)
 		{
 			float	   *de = dembedding + (size_t) ids[r] * d;
-			const float *g = dout + (size_t) r * d;
+			const float *g = r < rows ? dout + (size_t) r * d : dout2 + (size_t) (r - rows) * d;
 
 			for (c = c0; c < c1; c++)
 				de[c] += scale * g[c];
@@ -536,12 +536,11 @@ cpu_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, co
 
 /* Grows the attention scratch to two planes of `per_thread` floats per thread; false when out of memory. */
 static bool
-cpu_reserve(TfBackend *be, size_t per_thread, size_t probs, size_t operand)
+cpu_reserve(TfBackend *be, size_t per_thread, size_t operand)
 {
 	CpuState   *st = be->state;
 	float	   *s;
 
-	(void) probs;				/* planes are per (sentence, head): nothing spans the call */
 	(void) operand;				/* products read fp32 */
 	if (per_thread <= st->scratch_per_thread)
 		return true;
@@ -588,10 +587,11 @@ attn_pair(const TfAttentionShape *sh, int pair)
 /*
  * Attention of one query (a decoding step) without BLAS calls, which cost
  * more than the arithmetic at these sizes: p = softmax(q K^T * scale) over
- * lk keys, ctx = p V. q and ctx [dk]; K and V rows of stride ldk.
+ * lk keys, ctx = p V, *lse = the scores' log-sum-exp (lse NULL: not
+ * wanted). q and ctx [dk]; K and V rows of stride ldk; p [lk].
  */
 static void
-attention_one_query(float *ctx, float *p, const float *q, const float *k, const float *v, int ldk,
+attention_one_query(float *ctx, float *p, float *lse, const float *q, const float *k, const float *v, int ldk,
 					int lk, int dk, float scale)
 {
 	float		mx = -INFINITY;
@@ -615,6 +615,8 @@ attention_one_query(float *ctx, float *p, const float *q, const float *k, const 
 		p[j] = expf(p[j] - mx);
 		sum += p[j];
 	}
+	if (lse != NULL)
+		*lse = mx + (float) log(sum);
 	memset(ctx, 0, dk * sizeof(float));
 	for (j = 0; j < lk; j++)
 	{
@@ -628,8 +630,26 @@ attention_one_query(float *ctx, float *p, const float *q, const float *k, const 
 	}
 }
 
+/* Keys query row i of a pair sees: all, or 0..i when causal. */
+static inline int
+visible_keys(const TfAttentionShape *sh, const AttnPair *a, int i)
+{
+	return sh->causal && i + 1 < a->lk ? i + 1 : a->lk;
+}
+
+/*
+ * The pair's scaled scores S = Q K^T * scale [lq, lk] into p. Query rows
+ * of stride ldq, key rows of stride ldk.
+ */
 static void
-cpu_attention(TfBackend *be, float *ctx, float *probs, const float *q, int ldq,
+pair_scores(float *p, const AttnPair *a, const float *qb, int ldq, const float *kb, int ldk, int dk, float scale)
+{
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a->lq, a->lk, dk,
+				scale, qb, ldq, kb, ldk, 0.0f, p, a->lk);
+}
+
+static void
+cpu_attention(TfBackend *be, float *ctx, float *lse, float *probs, const float *q, int ldq,
 			  const float *k, const float *v, int ldk, const TfAttentionShape *sh)
 {
 	CpuState   *st = be->state;
@@ -649,9 +669,11 @@ cpu_attention(TfBackend *be, float *ctx, float *probs, const float *q, int ldq,
 		const float *kb = k + a.k_row * ldk + h * dk;
 		const float *vb = v + a.k_row * ldk + h * dk;
 		float	   *cb = ctx + a.q_row * d + h * dk;
-		float	   *p = probs + a.p_off;
-		float	   *pd = st->scratch + (size_t) omp_get_thread_num() * 2 * st->scratch_per_thread;
-		size_t		plane = (size_t) a.lq * a.lk;
+		float	   *plane = st->scratch + (size_t) omp_get_thread_num() * 2 * st->scratch_per_thread;
+		float	   *p = probs != NULL ? probs + a.p_off : plane;
+		float	   *pd = plane + st->scratch_per_thread;
+		float	   *lb = lse != NULL ? lse + a.q_row * sh->num_heads + h : NULL;
+		size_t		n = (size_t) a.lq * a.lk;
 		int			i,
 					j;
 
@@ -660,20 +682,23 @@ cpu_attention(TfBackend *be, float *ctx, float *probs, const float *q, int ldq,
 		if (a.lk == 0)
 		{
 			for (i = 0; i < a.lq; i++)
+			{
 				memset(cb + (size_t) i * d, 0, dk * sizeof(float));
+				if (lb != NULL)
+					lb[(size_t) i * sh->num_heads] = -INFINITY;
+			}
 			continue;
 		}
 		if (a.lq == 1 && sh->dropout <= 0.0f)
 		{
-			attention_one_query(cb, p, qb, kb, vb, ldk, a.lk, dk, scale);
+			attention_one_query(cb, p, lb, qb, kb, vb, ldk, a.lk, dk, scale);
 			continue;
 		}
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a.lq, a.lk, dk,
-					scale, qb, ldq, kb, ldk, 0.0f, p, a.lk);
+		pair_scores(p, &a, qb, ldq, kb, ldk, dk, scale);
 		for (i = 0; i < a.lq; i++)
 		{
 			float	   *row = p + (size_t) i * a.lk;
-			int			visible = sh->causal && i + 1 < a.lk ? i + 1 : a.lk;
+			int			visible = visible_keys(sh, &a, i);
 			float		mx = -INFINITY;
 			double		sum = 0.0;
 
@@ -688,13 +713,15 @@ cpu_attention(TfBackend *be, float *ctx, float *probs, const float *q, int ldq,
 				row[j] = (float) (row[j] / sum);
 			for (j = visible; j < a.lk; j++)
 				row[j] = 0.0f;
+			if (lb != NULL)
+				lb[(size_t) i * sh->num_heads] = mx + (float) log(sum);
 		}
 		if (sh->dropout > 0.0f)
 		{
 			size_t		e;
 			float		keep_scale = 1.0f / (1.0f - sh->dropout);
 
-			for (e = 0; e < plane; e++)
+			for (e = 0; e < n; e++)
 				pd[e] = kept(sh, a.p_off + e) ? p[e] * keep_scale : 0.0f;
 		}
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a.lq, dk, a.lk,
@@ -704,7 +731,7 @@ cpu_attention(TfBackend *be, float *ctx, float *probs, const float *q, int ldq,
 
 static void
 cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const float *dctx,
-					   const float *probs, const float *q, int ldq, const float *k, const float *v,
+					   const float *lse, const float *q, int ldq, const float *k, const float *v,
 					   int ldk, const TfAttentionShape *sh)
 {
 	CpuState   *st = be->state;
@@ -723,10 +750,10 @@ cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const flo
 		size_t		qoff = a.q_row * ldq + h * hd;
 		size_t		koff = a.k_row * ldk + h * hd;
 		const float *dc = dctx + a.q_row * d + h * hd;
-		const float *p = probs + a.p_off;
-		float	   *pd = st->scratch + (size_t) omp_get_thread_num() * 2 * st->scratch_per_thread;
-		float	   *dp = pd + st->scratch_per_thread;
-		size_t		plane = (size_t) a.lq * a.lk;
+		const float *lb = lse + a.q_row * sh->num_heads + h;
+		float	   *p = st->scratch + (size_t) omp_get_thread_num() * 2 * st->scratch_per_thread;
+		float	   *dp = p + st->scratch_per_thread;	/* first the dropped-out P, then dP */
+		size_t		n = (size_t) a.lq * a.lk;
 		int			i,
 					j;
 		size_t		e;
@@ -746,27 +773,50 @@ cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const flo
 			}
 			continue;
 		}
-		/* the dropped-out probabilities, recomputed from the generator */
-		for (e = 0; e < plane; e++)
-			pd[e] = kept(sh, a.p_off + e) ? p[e] * keep_scale : 0.0f;
+		/* the probabilities again: P = exp(S - lse) where the query sees the key */
+		pair_scores(p, &a, q + qoff, ldq, k + koff, ldk, hd, scale);
+		for (i = 0; i < a.lq; i++)
+		{
+			float	   *row = p + (size_t) i * a.lk;
+			float		l = lb[(size_t) i * sh->num_heads];
+			int			visible = visible_keys(sh, &a, i);
+
+			for (j = 0; j < visible; j++)
+				row[j] = expf(row[j] - l);
+			for (j = visible; j < a.lk; j++)
+				row[j] = 0.0f;
+		}
+		/* the dropped-out probabilities, from the generator */
+		for (e = 0; e < n; e++)
+			dp[e] = kept(sh, a.p_off + e) ? p[e] * keep_scale : 0.0f;
 		/* dV = Pd^T dctx */
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a.lk, hd, a.lq,
-					1.0f, pd, a.lk, dc, d, 0.0f, dv + koff, ldk);
+					1.0f, dp, a.lk, dc, d, 0.0f, dv + koff, ldk);
 		/* dPd = dctx V^T, then through the dropout mask */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a.lq, a.lk, hd,
 					1.0f, dc, d, v + koff, ldk, 0.0f, dp, a.lk);
 		if (sh->dropout > 0.0f)
-			for (e = 0; e < plane; e++)
+			for (e = 0; e < n; e++)
 				dp[e] = kept(sh, a.p_off + e) ? dp[e] * keep_scale : 0.0f;
-		/* softmax backward: dS = P * (dP - sum(dP * P)), times the 1/sqrt(d_k) scale */
+		/*
+		 * softmax backward: dS = P * (dP - sum(dP * P)), times the 1/sqrt(d_k)
+		 * scale. The recomputed row sums to 1 only to the lse's rounding, and
+		 * the rows of dS must sum to 0 (softmax is shift-invariant; a residue
+		 * reaches dK amplified): sum(dP * P) / sum(P).
+		 */
 		for (i = 0; i < a.lq; i++)
 		{
 			const float *prow = p + (size_t) i * a.lk;
 			float	   *drow = dp + (size_t) i * a.lk;
-			double		dot = 0.0;
+			double		dot = 0.0,
+						total = 0.0;
 
 			for (j = 0; j < a.lk; j++)
+			{
 				dot += (double) drow[j] * prow[j];
+				total += prow[j];
+			}
+			dot /= total;
 			for (j = 0; j < a.lk; j++)
 				drow[j] = prow[j] * (drow[j] - (float) dot) * scale;
 		}

@@ -106,7 +106,7 @@ tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 		return TF_ERROR;
 	}
 	if (grow_staging(lay, 5 * (size_t) B * b->src_len + 6 * (size_t) B * b->tgt_len + 2 * (size_t) (B + 1) + 2,
-					 3 * (size_t) (B + 1), (size_t) B * (b->src_len > b->tgt_len ? b->src_len : b->tgt_len)) != TF_OK)
+					 3 * (size_t) (B + 1), (size_t) B * (b->src_len + b->tgt_len)) != TF_OK)
 	{
 		snprintf(err, errlen, "out of memory for a batch of %d sentences", B);
 		return TF_ERROR;
@@ -199,11 +199,9 @@ tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 			tgt_pos[tgt_start[r] + t] = t;
 		}
 	}
-	/* the embedding gradient's rows by id */
-	lay->src_groups = (int) (tgt_pos + lay->Nt - lay->ints);
-	lay->src_unique = tf_group_by_id(src_ids, lay->Ns, lay->ints + lay->src_groups, lay->scratch);
-	lay->tgt_groups = lay->src_groups + 2 * lay->src_unique + 1 + lay->Ns;
-	lay->tgt_unique = tf_group_by_id(tgt_ids, lay->Nt, lay->ints + lay->tgt_groups, lay->scratch);
-	lay->ints_used = (size_t) lay->tgt_groups + 2 * lay->tgt_unique + 1 + lay->Nt;
+	/* the embedding gradient's rows by id: source rows, then target rows (the ids are back to back) */
+	lay->groups = (int) (tgt_pos + lay->Nt - lay->ints);
+	lay->unique = tf_group_by_id(src_ids, lay->Ns + lay->Nt, lay->ints + lay->groups, lay->scratch);
+	lay->ints_used = (size_t) lay->groups + 2 * lay->unique + 1 + lay->Ns + lay->Nt;
 	return TF_OK;
 }

@@ -181,8 +181,6 @@ struct TfStream
 			   *f1,
 			   *mean,
 			   *rstd,
-			   *probs,
-			   *probs_cross,
 			   *logits,
 			   *d_packed;		/* [RC, 2K + 1]: top-k results, packed as in packed */
 };
@@ -265,8 +263,6 @@ arena_layout(TfStream *s, float *arena)
 	CUT(rstd, RC);
 	CUT(logits, RC * s->V);
 	CUT(d_packed, RC * (2 * s->K + 1));
-	CUT(probs, RC * s->H * s->Tmax);
-	CUT(probs_cross, RC * s->H * s->max_src);
 #undef CUT
 	return off;
 }
@@ -318,7 +314,7 @@ stream_resize(TfStream *s, int S, int max_src)
 	if (longs > o.pstart_capacity)
 		s->pstart = be->alloc(be, longs * sizeof(int64_t));
 	if (s->host == NULL || s->arena == NULL || s->idx == NULL || s->pstart == NULL ||
-		!be->reserve(be, (size_t) s->Tmax * (s->Tmax > max_src ? s->Tmax : max_src), 0, 0))
+		!be->reserve(be, (size_t) s->Tmax * (s->Tmax > max_src ? s->Tmax : max_src), 0))
 	{
 		free(s->host);
 		if (s->arena != o.arena)
@@ -496,7 +492,7 @@ decoder_step(TfStream *s)
 			be->cache_gather(be, cache + ((size_t) r0 * row_stride + (size_t) pos[r0] * 2 * d) * eb, row_stride,
 							 s->qkv + (size_t) r0 * 3 * d + d, 3 * (size_t) d, true, NULL, r1 - r0, 2 * (size_t) d);
 		}
-		be->attention(be, s->ctx, s->probs, s->qkv, 3 * d, (const float *) cache, (const float *) (cache + d * eb),
+		be->attention(be, s->ctx, NULL, NULL, s->qkv, 3 * d, (const float *) cache, (const float *) (cache + d * eb),
 					  2 * d, &self);
 		tf_linear(m, s->tmp, s->ctx, o->self.w_out, o->self.b_out, R, d, d);
 		sublayer_output(s, s->x, s->x1, o->ln_self_g, o->ln_self_b);
@@ -505,7 +501,7 @@ decoder_step(TfStream *s)
 			be->layernorm(be, s->x2, s->mean, s->rstd, s->x, P + o->ln_cross_g, P + o->ln_cross_b, R, d,
 						  c->layer_norm_eps);
 		tf_linear(m, s->q, pre ? s->x2 : s->x1, o->cross.w_qkv, o->cross.b_qkv, R, d, d);
-		be->attention(be, s->ctx, s->probs_cross, s->q, d, s->cross[l], s->cross[l] + d, 2 * d, &cross);
+		be->attention(be, s->ctx, NULL, NULL, s->q, d, s->cross[l], s->cross[l] + d, 2 * d, &cross);
 		tf_linear(m, s->tmp, s->ctx, o->cross.w_out, o->cross.b_out, R, d, d);
 		sublayer_output(s, s->x1, s->x2, o->ln_cross_g, o->ln_cross_b);
 		/* feed-forward */

@@ -522,7 +522,8 @@ layout_activations(TfModel *m, float *base)
 		}
 		a->x = x;
 		a->qkv = take(base, &used, rows * 3 * d);
-		a->probs = take(base, &used, (size_t) (dec ? P[2 * (lay->B + 1) - 1] : P[lay->B]));
+		a->lse = m->training ? take(base, &used, rows * c->num_heads) : NULL;
+		a->probs = m->keep_probs ? take(base, &used, (size_t) (dec ? P[2 * (lay->B + 1) - 1] : P[lay->B])) : NULL;
 		a->ctx = take(base, &used, rows * d);
 		a->r_self = take(base, &used, rows * d);
 		a->mean_self = take(base, &used, rows);
@@ -532,7 +533,8 @@ layout_activations(TfModel *m, float *base)
 		{
 			a->q_cross = take(base, &used, rows * d);
 			a->kv_cross = take(base, &used, Ns * 2 * d);
-			a->probs_cross = take(base, &used, (size_t) P[3 * (lay->B + 1) - 1]);
+			a->lse_cross = m->training ? take(base, &used, rows * c->num_heads) : NULL;
+			a->probs_cross = m->keep_probs ? take(base, &used, (size_t) P[3 * (lay->B + 1) - 1]) : NULL;
 			a->ctx_cross = take(base, &used, rows * d);
 			a->r_cross = take(base, &used, rows * d);
 			a->mean_cross = take(base, &used, rows);
@@ -613,12 +615,6 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 				longs = 3 * (size_t) (lay->B + 1),
 				layout = longs * sizeof(int64_t) + lay->ints_used * sizeof(int32_t);
 	int			longest = lay->max_src > lay->max_tgt ? lay->max_src : lay->max_tgt;
-	int64_t		probs = 0;
-	int			kind;
-
-	for (kind = 0; kind < 3; kind++)
-		if (lay->longs[kind * (lay->B + 1) + lay->B] > probs)
-			probs = lay->longs[kind * (lay->B + 1) + lay->B];
 
 	/* the largest product operand that is not a weight: [rows, widest] */
 	if ((size_t) m->config.d_ff > widest)
@@ -656,7 +652,7 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 		m->row_loss_capacity = m->row_loss != NULL ? (size_t) lay->Nt : 0;
 	}
 	if (m->arena == NULL || m->layout == NULL || m->mask_arena == NULL ||
-		m->row_loss == NULL || !m->be->reserve(m->be, (size_t) longest * longest, (size_t) probs, operand))
+		m->row_loss == NULL || !m->be->reserve(m->be, (size_t) longest * longest, operand))
 	{
 		snprintf(err, errlen, "out of memory for the activations of %d source and %d target tokens (%zu MB)",
 				 lay->Ns, lay->Nt, need * sizeof(float) >> 20);
@@ -882,7 +878,7 @@ layer_forward(TfModel *m, int l)
 	in = pre ? a->ln_self : x;
 	tf_linear(m, a->qkv, in, o->self.w_qkv, o->self.b_qkv, rows, d, 3 * d);
 	sh = attn_shape(m, dec ? ATTN_DECODER_SELF : ATTN_ENCODER, site + SITE_SELF_PROBS);
-	be->attention(be, a->ctx, a->probs, a->qkv, 3 * d, a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
+	be->attention(be, a->ctx, a->lse, a->probs, a->qkv, 3 * d, a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
 	tf_linear(m, m->tmp, a->ctx, o->self.w_out, o->self.b_out, rows, d, d);
 	if (pre)
 		residual(m, a->r_self, x, m->tmp, rows, site + SITE_SELF_OUT, a->keep_self);
@@ -899,7 +895,7 @@ layer_forward(TfModel *m, int l)
 		tf_linear(m, a->q_cross, in, o->cross.w_qkv, o->cross.b_qkv, rows, d, d);
 		cross_keys_values(m, l, tf_encoder_output(m));
 		sh = attn_shape(m, ATTN_CROSS, site + SITE_CROSS_PROBS);
-		be->attention(be, a->ctx_cross, a->probs_cross, a->q_cross, d, a->kv_cross, a->kv_cross + d,
+		be->attention(be, a->ctx_cross, a->lse_cross, a->probs_cross, a->q_cross, d, a->kv_cross, a->kv_cross + d,
 					  2 * d, &sh);
 		tf_linear(m, m->tmp, a->ctx_cross, o->cross.w_out, o->cross.b_out, rows, d, d);
 		if (pre)
@@ -981,12 +977,13 @@ count_tokens(const TfModel *m)
 }
 
 /*
- * The start of a forward pass: b laid out, the dropout rates of a training
+ * The start of a forward pass: b laid out (with the attention probabilities
+ * when keep_probs, for tf_model_attention), the dropout rates of a training
  * or an inference pass, and the source's embeddings * sqrt(d) + positions
  * with dropout (sections 3.4, 3.5, 5.4) in enc_x0.
  */
 static int
-forward_start(TfModel *m, const TfBatch *b, bool training, char *err, size_t errlen)
+forward_start(TfModel *m, const TfBatch *b, bool training, bool keep_probs, char *err, size_t errlen)
 {
 	const TfConfig *c = &m->config;
 	int			d = c->d_model;
@@ -1002,10 +999,11 @@ forward_start(TfModel *m, const TfBatch *b, bool training, char *err, size_t err
 		snprintf(err, errlen, "batch index %d is outside 0 .. %d", b->index, TF_MAX_STEP_BATCHES - 1);
 		return TF_ERROR;
 	}
+	m->training = training;		/* the activations' layout depends on these */
+	m->keep_probs = keep_probs;
 	if (tf_batch_layout(m, b, err, errlen) != TF_OK || ensure_arena(m, err, errlen) != TF_OK)
 		return TF_ERROR;
 	m->lay.index = training ? b->index : 0;
-	m->training = training;
 	m->p_dropout = training ? c->dropout : 0.0f;
 	m->p_attention = training ? c->attention_dropout : 0.0f;
 	m->p_relu = training ? c->relu_dropout : 0.0f;
@@ -1025,7 +1023,7 @@ tf_model_encode(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 				rc;
 
 	tf_block_signals(&old);
-	rc = forward_start(m, b, false, err, errlen);
+	rc = forward_start(m, b, false, false, err, errlen);
 	if (rc == TF_OK)
 	{
 		encoder_forward(m);
@@ -1048,8 +1046,10 @@ forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *
 	int			d = c->d_model;
 	int			l;
 	int			layers = c->num_encoder_layers + c->num_decoder_layers;
+	bool		keep = !training && m->keep_asked;
 
-	if (forward_start(m, b, training, err, errlen) != TF_OK)
+	m->keep_asked = false;
+	if (forward_start(m, b, training, keep, err, errlen) != TF_OK)
 		return TF_ERROR;
 	if (training)
 		m->forwards++;
@@ -1167,7 +1167,7 @@ cross_backward(TfModel *m, int l, float *dx, float dx_beta, const float *x)
 
 	linear_backward(be, m->g_ctx, 0.0f, G + o->cross.w_out, G + o->cross.b_out, m->tmp, a->ctx_cross,
 					P + o->cross.w_out, rows, d, d);
-	be->attention_backward(be, m->g_qkv, m->g_kv, m->g_kv + d, m->g_ctx, a->probs_cross, a->q_cross, d, a->kv_cross,
+	be->attention_backward(be, m->g_qkv, m->g_kv, m->g_kv + d, m->g_ctx, a->lse_cross, a->q_cross, d, a->kv_cross,
 						   a->kv_cross + d, 2 * d, &sh);
 	linear_backward(be, dx, dx_beta, G + o->cross.w_qkv, G + o->cross.b_qkv, m->g_qkv, x, P + o->cross.w_qkv,
 					rows, d, d);
@@ -1191,7 +1191,7 @@ self_backward(TfModel *m, int l, float *dx, float dx_beta, const float *x)
 
 	linear_backward(be, m->g_ctx, 0.0f, G + o->self.w_out, G + o->self.b_out, m->tmp, a->ctx, P + o->self.w_out,
 					rows, d, d);
-	be->attention_backward(be, m->g_qkv, m->g_qkv + d, m->g_qkv + 2 * d, m->g_ctx, a->probs, a->qkv, 3 * d,
+	be->attention_backward(be, m->g_qkv, m->g_qkv + d, m->g_qkv + 2 * d, m->g_ctx, a->lse, a->qkv, 3 * d,
 						   a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
 	linear_backward(be, dx, dx_beta, G + o->self.w_qkv, G + o->self.b_qkv, m->g_qkv, x, P + o->self.w_qkv, rows, d,
 					3 * d);
@@ -1346,9 +1346,8 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	be->zero(be, m->g_enc, (size_t) Ns * d);
 	for (l = layers - 1; l >= c->num_encoder_layers; l--)
 		reduced_layer_backward(m, l);
-	be->dropout_backward(be, m->g_a, m->g_a, (size_t) Nt * d, m->p_dropout, m->keep_dec_embed);
-	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, TGT_IDS(m), TGT_GROUPS(m), m->lay.tgt_unique, Nt, d,
-					   emb_scale);
+	/* the target's embedding gradient waits in dec_x0, which no backward reads any more */
+	be->dropout_backward(be, m->dec_x0, m->g_a, (size_t) Nt * d, m->p_dropout, m->keep_dec_embed);
 
 	if (c->normalize_before)
 		final_norm_backward(m, false, m->g_a, m->g_enc);
@@ -1357,8 +1356,8 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	for (l = c->num_encoder_layers - 1; l >= 0; l--)
 		reduced_layer_backward(m, l);
 	be->dropout_backward(be, m->g_a, m->g_a, (size_t) Ns * d, m->p_dropout, m->keep_enc_embed);
-	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, SRC_IDS(m), SRC_GROUPS(m), m->lay.src_unique, Ns, d,
-					   emb_scale);
+	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, Ns, m->dec_x0, Nt, SRC_IDS(m), GROUPS(m),
+					   m->lay.unique, d, emb_scale);
 	if (m->reduce_grads)
 		be->all_reduce(be, m->grads + m->off_embedding, (size_t) c->vocab_size * d, true);
 	m->reduce_grads = false;

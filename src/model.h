@@ -54,7 +54,9 @@ typedef struct LayerActs
 {
 	float	   *x;				/* layer input [rows, d] */
 	float	   *qkv;			/* [rows, 3d] */
-	float	   *probs;			/* per sentence [H, len, len] softmax, back to back */
+	float	   *lse;			/* training: [rows, H] log-sum-exp of each query row's scores */
+	float	   *probs;			/* a forward for inspection: per sentence [H, len, len]
+								 * softmax, back to back; else NULL */
 	float	   *ctx;			/* [rows, d] */
 	float	   *r_self,
 			   *mean_self,
@@ -62,7 +64,8 @@ typedef struct LayerActs
 			   *ln_self;		/* residual sum, LayerNorm stats and output */
 	float	   *q_cross;		/* [rows, d] (decoder) */
 	float	   *kv_cross;		/* [Ns, 2d] (decoder) */
-	float	   *probs_cross;	/* per sentence [H, tgt len, src len] (decoder) */
+	float	   *lse_cross;		/* training: [rows, H] (decoder) */
+	float	   *probs_cross;	/* inspection: per sentence [H, tgt len, src len] (decoder) */
 	float	   *ctx_cross;
 	float	   *r_cross,
 			   *mean_cross,
@@ -99,10 +102,9 @@ typedef struct BatchLayout
 	int			max_src,
 				max_tgt;		/* longest sentence of each side */
 	int			index;			/* training: TfBatch.index (dropout key); else 0 */
-	int			src_groups,
-				tgt_groups;		/* offsets in ints of each side's ids grouped (tf_group_by_id) */
-	int			src_unique,
-				tgt_unique;		/* their distinct ids */
+	int			groups;			/* offset in ints of the source's then the target's ids
+								 * grouped (tf_group_by_id, rows counted over both) */
+	int			unique;			/* their distinct ids */
 	int64_t    *longs;			/* the staging buffer: longs, then ints right after them */
 	int32_t    *ints;
 	size_t		ints_used,
@@ -119,8 +121,7 @@ typedef struct BatchLayout
 #define LABELS(m) (TGT_IDS(m) + (m)->lay.Nt)
 #define SRC_POS(m) (LABELS(m) + (m)->lay.Nt)
 #define TGT_POS(m) (SRC_POS(m) + (m)->lay.Ns)
-#define SRC_GROUPS(m) ((m)->idx + (m)->lay.src_groups)
-#define TGT_GROUPS(m) ((m)->idx + (m)->lay.tgt_groups)
+#define GROUPS(m) ((m)->idx + (m)->lay.groups)
 
 /*
  * y[rows, out] = x[rows, in] W^T + b with W [out, in] as in nn.Linear
@@ -240,7 +241,8 @@ struct TfModel
 			   *keep_dec_embed;
 	LayerActs  *acts;
 	float	   *enc_x0,
-			   *dec_x0,
+			   *dec_x0,			/* the decoder's input [Nt, d]; late in the backward, the
+								 * target's embedding gradient */
 			   *enc_final,		/* pre-norm: LN(last encoder layer's output) [Ns, d] */
 			   *dec_final,		/* pre-norm: LN(last decoder layer's output) [Nt, d] */
 			   *final_mean,
@@ -265,6 +267,8 @@ struct TfModel
 
 	bool		have_forward;
 	bool		training;
+	bool		keep_asked;		/* tf_model_keep_attention: the next inference forward keeps them */
+	bool		keep_probs;		/* the last forward kept the attention probabilities */
 	bool		reduce_grads;	/* the next backward sums the gradients over the ranks
 								 * (be->all_reduce), each layer's as soon as it is final */
 	float		p_dropout,

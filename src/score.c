@@ -60,6 +60,12 @@ tf_model_score_prefixed(TfModel *m, const TfBatch *b, int prefix, double *log_pr
 	return be->status(be, err, errlen);
 }
 
+void
+tf_model_keep_attention(TfModel *m)
+{
+	m->keep_asked = true;
+}
+
 int
 tf_model_attention(const TfModel *m, TfAttentionKind kind, int layer, int sentence, float *out,
 				   int *queries, int *keys, char *err, size_t errlen)
@@ -76,9 +82,9 @@ tf_model_attention(const TfModel *m, TfAttentionKind kind, int layer, int senten
 	int			lq,
 				lk;
 
-	if (!m->have_forward || m->training)
+	if (!m->have_forward || !m->keep_probs)
 	{
-		snprintf(err, errlen, "attention probabilities need a forward pass with training = false first");
+		snprintf(err, errlen, "attention probabilities need a score asked to keep them (tf_model_keep_attention) first");
 		return TF_ERROR;
 	}
 	if (layer < 0 || layer >= layers || sentence < 0 || sentence >= lay->B)

@@ -406,7 +406,8 @@ float	   *tf_model_param(TfModel *model, const char *name, size_t *count);
  * the sum over the labels (target ids + EOS) of log softmax(logits), no
  * dropout and no label smoothing (teacher forcing, one forward pass).
  * log_prob [batch_size]. Errors as tf_model_forward. Afterwards the
- * attention probabilities are available through tf_model_attention.
+ * attention probabilities are available through tf_model_attention when
+ * tf_model_keep_attention asked for them.
  */
 int			tf_model_score(TfModel *model, const TfBatch *batch, double *log_prob,
 						   char *err, size_t errlen);
@@ -429,11 +430,19 @@ typedef enum TfAttentionKind
 } TfAttentionKind;
 
 /*
- * Attention probabilities of the last forward or score for sentence
- * `sentence` of its batch: [num_heads, queries, keys] (query rows sum to
- * 1; decoder self-attention is causal) copied into out (host memory; NULL
- * only reports the sizes). queries and keys receive the sentence's
- * lengths. Errors: no forward yet, layer or sentence out of range.
+ * Asks the next forward pass with training = false (a score) to keep its
+ * attention probabilities for tf_model_attention; passes that were not
+ * asked keep only what their backward needs ([heads] floats per query row).
+ */
+void		tf_model_keep_attention(TfModel *model);
+
+/*
+ * Attention probabilities of the last forward or score, which
+ * tf_model_keep_attention asked for, for sentence `sentence` of its batch:
+ * [num_heads, queries, keys] (query rows sum to 1; decoder self-attention
+ * is causal) copied into out (host memory; NULL only reports the sizes).
+ * queries and keys receive the sentence's lengths. Errors: no such pass
+ * yet, layer or sentence out of range.
  */
 int			tf_model_attention(const TfModel *model, TfAttentionKind kind, int layer, int sentence,
 							   float *out, int *queries, int *keys, char *err, size_t errlen);

@@ -57,6 +57,7 @@ main(void)
 			   *inv = device_randoms(R, &state),
 			   *work = device_randoms(4096, &state),
 			   *probs = device_randoms(4096, &state),
+			   *lse = device_randoms(R * H, &state),
 			   *top = device_randoms(R * 4, &state);
 	int32_t		ids_h[R] = {1, 5, 1, 0, 3, 2},
 				labels_h[R] = {4, 0, 17, 69, 3, 9},
@@ -96,14 +97,15 @@ main(void)
 	k_dropout(out, x, R * D, 0.3f, 1, 2, mask, s);
 	k_dropout_backward(out, y, R * D, 0.3f, mask, s);
 	k_embed(out, ids, ids, x, y, R, D, 2.0f, s);
-	k_embed_backward(x, y, groups, 5, D, 2.0f, s);
+	k_embed_backward(x, y, 4, out, groups, 5, D, 2.0f, s);
 	k_layernorm(out, mean, rstd, x, g, b, R, D, 1e-5f, s);
 	k_layernorm_backward(out, g, b, y, x, mean, rstd, g, R, D, work, 4096, s);
 	sh.batch = 2, sh.num_heads = H, sh.head_dim = DK, sh.q_start = qs, sh.k_start = qs, sh.p_start = ps;
 	sh.causal = true, sh.dropout = 0.2f, sh.seed = 3, sh.stream = 4, sh.max_q = 4, sh.max_k = 4;
 	sh.p_total = ps_h[2];
-	k_attention(out, probs, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, false, s);
-	k_attention_backward(y, y + D, y + 2 * D, out, probs, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, true, work, s);
+	k_attention(out, lse, NULL, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, false, s);	/* tiled */
+	k_attention_backward(y, y + D, y + 2 * D, out, lse, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, true, work, s);
+	k_attention(out, lse, probs, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, false, s);	/* per row, kept */
 	k_cross_entropy(logits, inv, labels, R, V, 0, 0.1f, rows, s);
 	k_accumulate(acc, rows, R, s);
 	k_cross_entropy_backward(logits, inv, labels, R, V, 0, 0.1f, 1.0f, s);
@@ -118,7 +120,7 @@ main(void)
 	k_gather_bf16(cache + 2 * D, 2 * D, cache, 2 * D, NULL, 2, 2 * D, s);
 	k_gather_bf16(cache, 2 * D, cache, 2 * D, qs, 2, 2 * D, s);
 	sh.kv_cache = true;
-	k_attention(out, probs, x, 3 * D, (const float *) cache, (const float *) (cache + D), 2 * D, &sh, true, s);
+	k_attention(out, NULL, probs, x, 3 * D, (const float *) cache, (const float *) (cache + D), 2 * D, &sh, true, s);
 	printf("kernels run: %s\n", cudaGetErrorString(cudaGetLastError()));
 	return 0;
 }

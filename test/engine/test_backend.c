@@ -202,8 +202,8 @@ compare_elementwise(Both *b)
 	b->cpu->embed(b->cpu, out, ids, pos, E, pe, R, D, 2.5f);
 	b->gpu->embed(b->gpu, dout, dids, dpos, dE, dpe, R, D, 2.5f);
 	same(b, "embed", dout, out, n);
-	b->cpu->embed_backward(b->cpu, E, y, ids, NULL, 0, R, D, 2.5f);
-	b->gpu->embed_backward(b->gpu, dE, dy, dids, dgroups, unique, R, D, 2.5f);
+	b->cpu->embed_backward(b->cpu, E, y, R, NULL, 0, ids, NULL, 0, D, 2.5f);
+	b->gpu->embed_backward(b->gpu, dE, dy, R, NULL, 0, dids, dgroups, unique, D, 2.5f);
 	same(b, "embed_backward", dE, E, (size_t) V * D);
 	/* dropout: the same bits, so bitwise the same values and mask */
 	b->cpu->dropout(b->cpu, out, x, n - 3, 0.3f, 77, (5ull << 32) | 9, mask);
@@ -295,7 +295,10 @@ compare_layernorm(Both *b)
 
 /*
  * Attention over B sentences of lq[i] queries (keys lk_cross[i] for cross,
- * else the query counts), H heads of DK, q/k/v inside wider rows.
+ * else the query counts), H heads of DK, q/k/v inside wider rows: the
+ * forward without probabilities (the tiled kernels where they fit: online
+ * softmax, log-sum-exp) and with them (the per-row kernels, for
+ * inspection), and the backward from the log-sum-exp.
  */
 static void
 compare_attention_shape(Both *b, bool causal, bool cross, float dropout, int B, const int *lq, const int *lk_cross,
@@ -314,13 +317,17 @@ compare_attention_shape(Both *b, bool causal, bool cross, float dropout, int B, 
 				np;
 	float	   *qkv,
 			   *probs,
+			   *lse,
 			   *ctx,
 			   *dctx,
 			   *dq,
 			   *dkv;
 	float	   *d_qkv,
 			   *d_probs,
+			   *d_lse,
+			   *d_lse_kept,
 			   *d_ctx,
+			   *d_ctx_kept,
 			   *d_dctx,
 			   *d_dq,
 			   *d_dkv;
@@ -346,11 +353,13 @@ compare_attention_shape(Both *b, bool causal, bool cross, float dropout, int B, 
 	nq = (size_t) q_start[B], nk = (size_t) k_start[B], np = (size_t) p_start[B];
 	qkv = randoms((nq > nk ? nq : nk) * LD);
 	dctx = randoms(nq * D);
-	ctx = malloc(nq * D * 4), probs = malloc(np * 4);
+	ctx = malloc(nq * D * 4), probs = malloc(np * 4), lse = malloc(nq * H * 4);
 	dq = randoms((nq > nk ? nq : nk) * LD), dkv = randoms((nq > nk ? nq : nk) * LD);
 	d_qkv = up(b->gpu, qkv, (nq > nk ? nq : nk) * LD * 4);
 	d_dctx = up(b->gpu, dctx, nq * D * 4);
 	d_ctx = b->gpu->alloc(b->gpu, nq * D * 4), d_probs = b->gpu->alloc(b->gpu, np * 4);
+	d_ctx_kept = b->gpu->alloc(b->gpu, nq * D * 4);
+	d_lse = b->gpu->alloc(b->gpu, nq * H * 4), d_lse_kept = b->gpu->alloc(b->gpu, nq * H * 4);
 	d_dq = up(b->gpu, dq, (nq > nk ? nq : nk) * LD * 4), d_dkv = up(b->gpu, dkv, (nq > nk ? nq : nk) * LD * 4);
 	d_qs = up(b->gpu, q_start, (B + 1) * sizeof(int32_t)), d_ks = up(b->gpu, k_start, (B + 1) * sizeof(int32_t));
 	d_ps = up(b->gpu, p_start, (B + 1) * sizeof(int64_t));
@@ -359,39 +368,52 @@ compare_attention_shape(Both *b, bool causal, bool cross, float dropout, int B, 
 	sh.q_start = q_start, sh.k_start = k_start, sh.p_start = p_start;
 	dsh = sh;
 	dsh.q_start = d_qs, dsh.k_start = d_ks, dsh.p_start = d_ps;
-	b->cpu->reserve(b->cpu, (size_t) max_q * max_k, np, 0);
-	b->gpu->reserve(b->gpu, (size_t) max_q * max_k, np, 0);
+	b->cpu->reserve(b->cpu, (size_t) max_q * max_k, 0);
+	b->gpu->reserve(b->gpu, (size_t) max_q * max_k, 0);
 	/* queries at column 1 of the rows, keys at D + 1, values at 2D + 1 (leading dimension LD) */
-	b->cpu->attention(b->cpu, ctx, probs, qkv + 1, LD, qkv + D + 1, qkv + 2 * D + 1, LD, &sh);
-	b->gpu->attention(b->gpu, d_ctx, d_probs, d_qkv + 1, LD, d_qkv + D + 1, d_qkv + 2 * D + 1, LD, &dsh);
+	b->cpu->attention(b->cpu, ctx, lse, probs, qkv + 1, LD, qkv + D + 1, qkv + 2 * D + 1, LD, &sh);
+	b->gpu->attention(b->gpu, d_ctx, d_lse, NULL, d_qkv + 1, LD, d_qkv + D + 1, d_qkv + 2 * D + 1, LD, &dsh);
+	b->gpu->attention(b->gpu, d_ctx_kept, d_lse_kept, d_probs, d_qkv + 1, LD, d_qkv + D + 1, d_qkv + 2 * D + 1,
+					  LD, &dsh);
 	snprintf(what, sizeof(what), "attention%s%s dropout %.1f, %d heads of %d, longest %d x %d", causal ? " causal" : "",
 			 cross ? " cross" : "", dropout, H, DK, max_q, max_k);
 	same(b, what, d_ctx, ctx, nq * D);
+	same(b, "attention log-sum-exp", d_lse, lse, nq * H);
+	same(b, "attention keeping its probabilities", d_ctx_kept, ctx, nq * D);
+	same(b, "attention keeping its probabilities, log-sum-exp", d_lse_kept, lse, nq * H);
 	same(b, "attention probabilities", d_probs, probs, np);
-	b->cpu->attention_backward(b->cpu, dq + 1, dkv + D + 1, dkv + 2 * D + 1, dctx, probs, qkv + 1, LD,
+	b->cpu->attention_backward(b->cpu, dq + 1, dkv + D + 1, dkv + 2 * D + 1, dctx, lse, qkv + 1, LD,
 							   qkv + D + 1, qkv + 2 * D + 1, LD, &sh);
-	b->gpu->attention_backward(b->gpu, d_dq + 1, d_dkv + D + 1, d_dkv + 2 * D + 1, d_dctx, d_probs, d_qkv + 1, LD,
+	b->gpu->attention_backward(b->gpu, d_dq + 1, d_dkv + D + 1, d_dkv + 2 * D + 1, d_dctx, d_lse, d_qkv + 1, LD,
 							   d_qkv + D + 1, d_qkv + 2 * D + 1, LD, &dsh);
 	strcat(what, " backward dq");
 	same(b, what, d_dq, dq, nq * LD);
 	what[strlen(what) - 2] = '\0';
 	strcat(what, "dk, dv");
 	same(b, what, d_dkv, dkv, nk * LD);
-	free(qkv), free(dctx), free(ctx), free(probs), free(dq), free(dkv);
+	free(qkv), free(dctx), free(ctx), free(probs), free(lse), free(dq), free(dkv);
 	b->gpu->free(b->gpu, d_qkv), b->gpu->free(b->gpu, d_dctx), b->gpu->free(b->gpu, d_ctx);
+	b->gpu->free(b->gpu, d_ctx_kept), b->gpu->free(b->gpu, d_lse), b->gpu->free(b->gpu, d_lse_kept);
 	b->gpu->free(b->gpu, d_probs), b->gpu->free(b->gpu, d_dq), b->gpu->free(b->gpu, d_dkv);
 	b->gpu->free(b->gpu, d_qs), b->gpu->free(b->gpu, d_ks), b->gpu->free(b->gpu, d_ps);
 	free(q_start), free(k_start), free(p_start);
 }
 
-/* The embedding gradient with ids repeated more than a warp's 32 row numbers at a time (70 rows of id 1). */
+/*
+ * The embedding gradient with ids repeated more than a warp's 32 row
+ * numbers at a time (70 rows of id 1), its rows in two parts (45 and 55,
+ * as a source's and a target's): each part's buffer holds only its rows,
+ * the first's tail is NaN, so reading the wrong part shows.
+ */
 static void
 compare_embed_backward_repeats(Both *b)
 {
-	enum {R = 100, D = 40, V = 5};
+	enum {R = 100, D = 40, V = 5, FIRST = 45};
 	float	   *dout = randoms((size_t) R * D),
+			   *second = malloc((size_t) (R - FIRST) * D * 4),
 			   *E = randoms((size_t) V * D),
-			   *d_dout = up(b->gpu, dout, (size_t) R * D * 4),
+			   *d_dout,
+			   *d_second,
 			   *dE = up(b->gpu, E, (size_t) V * D * 4);
 	int32_t		ids[R],
 				groups[3 * R + 1],
@@ -406,13 +428,20 @@ compare_embed_backward_repeats(Both *b)
 	CHECK(unique == 3 && groups[0] == 0 && groups[1] == 70 && groups[4] == 1 && groups[7] == 0 && groups[8] == 1,
 		  "tf_group_by_id: 3 ids, id 1's 70 rows first, in order (got %d ids, start %d %d)", unique, groups[0],
 		  groups[1]);
+	memcpy(second, dout + (size_t) FIRST * D, (size_t) (R - FIRST) * D * 4);
+	for (size_t e = (size_t) FIRST * D; e < (size_t) R * D; e++)
+		dout[e] = NAN;
+	d_dout = up(b->gpu, dout, (size_t) R * D * 4);
+	d_second = up(b->gpu, second, (size_t) (R - FIRST) * D * 4);
 	d_ids = up(b->gpu, ids, sizeof(ids));
 	d_groups = up(b->gpu, groups, sizeof(groups));
-	b->cpu->embed_backward(b->cpu, E, dout, ids, NULL, 0, R, D, 0.5f);
-	b->gpu->embed_backward(b->gpu, dE, d_dout, d_ids, d_groups, unique, R, D, 0.5f);
-	same(b, "embed_backward, an id on 70 rows", dE, E, (size_t) V * D);
-	free(dout), free(E);
-	b->gpu->free(b->gpu, d_dout), b->gpu->free(b->gpu, dE), b->gpu->free(b->gpu, d_ids), b->gpu->free(b->gpu, d_groups);
+	b->cpu->embed_backward(b->cpu, E, dout, FIRST, second, R - FIRST, ids, NULL, 0, D, 0.5f);
+	b->gpu->embed_backward(b->gpu, dE, d_dout, FIRST, d_second, R - FIRST, d_ids, d_groups, unique, D, 0.5f);
+	CHECK(!isnan(E[1 * D]), "embed_backward read the first part's NaN tail");
+	same(b, "embed_backward, an id on 70 rows, in two parts", dE, E, (size_t) V * D);
+	free(dout), free(second), free(E);
+	b->gpu->free(b->gpu, d_dout), b->gpu->free(b->gpu, d_second), b->gpu->free(b->gpu, dE);
+	b->gpu->free(b->gpu, d_ids), b->gpu->free(b->gpu, d_groups);
 }
 
 /* 3 small sentences (queries 5, 1, 7; keys 6, 3, 7 for cross), 3 heads of 5. */
@@ -480,8 +509,8 @@ compare_attention_cache(Both *b)
 	sh.q_start = q_start, sh.k_start = k_start, sh.k_len = k_len, sh.p_start = p_start;
 	dsh = sh;
 	dsh.q_start = d_qs, dsh.k_start = d_ks, dsh.k_len = d_kl, dsh.p_start = d_ps;
-	b->cpu->attention(b->cpu, ctx, probs, q, D, cache, cache + D, 2 * D, &sh);
-	b->gpu->attention(b->gpu, d_ctx, d_probs, d_q, D, d_cache, d_cache + D, 2 * D, &dsh);
+	b->cpu->attention(b->cpu, ctx, NULL, probs, q, D, cache, cache + D, 2 * D, &sh);
+	b->gpu->attention(b->gpu, d_ctx, NULL, d_probs, d_q, D, d_cache, d_cache + D, 2 * D, &dsh);
 	same(b, "attention over a key/value cache", d_ctx, ctx, R * D);
 	same(b, "attention over a key/value cache, probabilities", d_probs, probs, (size_t) p_start[R]);
 	free(q), free(cache), free(ctx), free(probs);

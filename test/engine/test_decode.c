@@ -266,6 +266,10 @@ check_score_and_attention(const Fixture *fx, TfModel *m)
 				planes = 0;
 
 	CHECK(tf_model_score(m, &b, lp, err, sizeof(err)) == TF_OK, "score: %s", err);
+	CHECK(tf_model_attention(m, TF_CROSS, 0, 0, NULL, &k, &l, err, sizeof(err)) == TF_ERROR,
+		  "a score not asked to keep the attention probabilities has them");
+	tf_model_keep_attention(m);
+	CHECK(tf_model_score(m, &b, lp, err, sizeof(err)) == TF_OK, "score keeping the attention: %s", err);
 	for (i = 0; i < 4; i++)
 		CHECK(close_to(lp[i], want[i], 1e-5), "sentence %d: log-probability %.6f, PyTorch %.6f", i, lp[i], want[i]);
 	for (i = 0; i < 4; i++)

@@ -126,6 +126,7 @@ typedef struct AttnCtx
 			   *v,
 			   *w,
 			   *ctx,
+			   *lse,
 			   *probs;
 	TfAttentionShape sh;
 	int			ldq,
@@ -137,7 +138,7 @@ attn_loss(void *arg)
 {
 	AttnCtx    *c = arg;
 
-	c->be->attention(c->be, c->ctx, c->probs, c->q, c->ldq, c->k, c->v, c->ldk, &c->sh);
+	c->be->attention(c->be, c->ctx, c->lse, c->probs, c->q, c->ldq, c->k, c->v, c->ldk, &c->sh);
 	return dot(c->w, c->ctx, (size_t) c->sh.q_start[c->sh.batch] * c->sh.num_heads * c->sh.head_dim);
 }
 
@@ -150,19 +151,20 @@ check_attention(TfBackend *be, bool causal, bool cross, float dropout)
 	int32_t		k_start[B + 1] = {0, 4, cross ? 6 : 7};
 	int64_t		p_start[B + 1] = {0, H * 4 * 4, H * 4 * 4 + H * 3 * (cross ? 2 : 3)};
 	float		q[7 * D], k[7 * D], v[7 * D], w[7 * D], ctx[7 * D];
-	float		probs[H * 4 * 4 + H * 3 * 3], dq[7 * D], dk[7 * D], dv[7 * D];
+	float		probs[H * 4 * 4 + H * 3 * 3], lse[7 * H], dq[7 * D], dk[7 * D], dv[7 * D];
 	int			nk = k_start[B];
-	AttnCtx		c = {be, q, k, v, w, ctx, probs, {B, H, DK, q_start, k_start, p_start, causal, dropout, 5, 77,
-			NULL, MAXQ, MAXK, p_start[B]}, D, D};
+	AttnCtx		c = {be, q, k, v, w, ctx, lse, probs, {.batch = B, .num_heads = H, .head_dim = DK,
+			.q_start = q_start, .k_start = k_start, .p_start = p_start, .causal = causal, .dropout = dropout,
+			.seed = 5, .stream = 77, .max_q = MAXQ, .max_k = MAXK, .p_total = p_start[B]}, D, D};
 	char		what[64];
 
-	be->reserve(be, MAXQ * MAXK, p_start[B], 0);
+	be->reserve(be, MAXQ * MAXK, 0);
 	fill(q, sizeof(q) / 4);
 	fill(k, sizeof(k) / 4);
 	fill(v, sizeof(v) / 4);
 	fill(w, sizeof(w) / 4);
 	attn_loss(&c);
-	be->attention_backward(be, dq, dk, dv, w, probs, q, D, k, v, D, &c.sh);
+	be->attention_backward(be, dq, dk, dv, w, lse, q, D, k, v, D, &c.sh);
 	snprintf(what, sizeof(what), "attention%s%s dropout %.1f dq", causal ? " causal" : "",
 			 cross ? " cross" : "", dropout);
 	fd_check(what, q, dq, 7 * D, attn_loss, &c);
@@ -307,7 +309,7 @@ check_simple_ops(TfBackend *be)
 	be->embed(be, out, ids, pos, e, pe, R, D, 2.0f);
 	CHECK(fabsf(out[3 * D + 1] - (e[0 * D + 1] * 2.0f + 1.0f)) < 1e-6f,
 		  "position 0 column 1 should add cos(0) = 1");
-	be->embed_backward(be, de, w, ids, NULL, 0, R, D, 2.0f);
+	be->embed_backward(be, de, w, 3, w + 3 * D, R - 3, ids, NULL, 0, D, 2.0f);	/* two parts: rows 0-2, 3-4 */
 	for (j = 0; j < D; j++)
 		CHECK(fabsf(de[1 * D + j] - 2.0f * (w[0 * D + j] + w[2 * D + j])) < 1e-6f &&
 			  de[2 * D + j] == 0.0f, "embedding gradient of a repeated id");
