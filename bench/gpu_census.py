@@ -31,7 +31,8 @@ PCIE_BW = 64e9              # bytes/s one way, PCIe 5.0 x16
 # Not published by NVIDIA; from microbenchmarks (Luo et al. 2024, "Benchmarking
 # and Dissecting the Nvidia Hopper GPU Architecture"), rounded:
 L2_BW = 5.5e12              # bytes/s, L2 to SMs
-L1_BW = 128 * SMS * 1.83e9  # bytes/s: 128 bytes per clock and SM (A100 whitepaper's L1 figure)
+L1_BW = 128 * SMS * 1.83e9  # bytes/s: 128 bytes per clock and SM (A100 whitepaper's L1 figure);
+                            # shared memory is the same SRAM: a wavefront (32 banks x 4 bytes) is 128 bytes of it
 ACCESS_LATENCY = 150e-9     # s per access of one thread's serial chain (~270 cycles, an L2 hit)
 # Assumptions of this model:
 MIN_KERNEL = 2e-6           # s: no launch finishes faster (launch latency and tail)
@@ -91,8 +92,8 @@ def extrapolate(recs1, recs2, size1, size2, size):
 
 
 def kernel_time(n):
-    """A launch's time: the slowest of its L1, L2 and DRAM traffic and its serial chain."""
-    l1 = 32 * (n["rsec"] + n["wsec"])      # every warp instruction's sectors
+    """A launch's time: the slowest of its L1 (with shared memory), L2 and DRAM traffic and its serial chain."""
+    l1 = 32 * (n["rsec"] + n["wsec"]) + 128 * n.get("swave", 0)  # every warp instruction's sectors, wavefronts
     l2 = 32 * n["bsec"]                     # each block's distinct sectors (L1 holds a block's data)
     unique = 32 * n["unique"]
     miss = max(0.0, 1 - L2_BYTES / unique) if unique else 0.0
@@ -121,7 +122,7 @@ def price(recs):
             t, dram, chained = kernel_time(n)
             k = kernels.setdefault(n["name"], dict(launches=0, blocks=0, threads=n["threads"], sectors=0.0, bsec=0.0,
                                                    unique=0.0, dram=0.0, rreq=0.0, wreq=0.0, lanes=0.0,
-                                                   chain=0.0, t=0.0, t_chain=0.0))
+                                                   chain=0.0, t=0.0, t_chain=0.0, swave=0.0, sreq=0.0))
             k["launches"] += 1
             k["blocks"] = max(k["blocks"], n["grid"])
             k["sectors"] += n["rsec"] + n["wsec"]
@@ -131,6 +132,8 @@ def price(recs):
             k["rreq"] += n["rreq"]
             k["wreq"] += n["wreq"]
             k["lanes"] += n["lanes"]
+            k["swave"] += n.get("swave", 0)
+            k["sreq"] += n.get("sreq", 0)
             k["chain"] = max(k["chain"], n["chain"])
             k["t"] += t
             k["t_chain"] += t if chained else 0
@@ -160,7 +163,7 @@ def report(title, kernels, totals, extra_flops):
     step = totals["t_kernels"] + totals["t_gemm"] + totals["t_other"]
     flops = totals["flops"] + extra_flops
     print(f"## {title}")
-    print(f"{'kernel':32} {'launches':>8} {'blocks':>9} {'thr':>4} {'GB L1':>8} {'GB L2':>8} {'GB uniq':>8} "
+    print(f"{'kernel':32} {'launches':>8} {'blocks':>9} {'thr':>4} {'GB L1':>8} {'GB shm':>8} {'GB L2':>8} {'GB uniq':>8} "
           f"{'reread':>6} {'B/req':>6} {'lanes':>5} {'chain':>9} {'est ms':>8} {'share':>6}  notes")
     for name, k in sorted(kernels.items(), key=lambda kv: -kv[1]["t"]):
         req = k["rreq"] + k["wreq"]
@@ -174,13 +177,16 @@ def report(title, kernels, totals, extra_flops):
             notes.append(f"{k['blocks']:.0f} blocks for {SMS} SMs")
         if req and 32 * k["sectors"] / req > 256:
             notes.append("uncoalesced")
+        if 128 * k["swave"] > 32 * k["sectors"] and k["t"] > 1e-4:
+            notes.append(f"shared-memory bound ({k['swave'] / k['sreq']:.1f} wavefronts per instruction)")
         print(f"{name[:32]:32} {k['launches']:8d} {k['blocks']:9.0f} {k['threads']:4.0f} {32 * k['sectors'] / 1e9:8.3f} "
+              f"{128 * k['swave'] / 1e9:8.3f} "
               f"{32 * k['bsec'] / 1e9:8.3f} {32 * k['unique'] / 1e9:8.3f} {reread:6.1f} {32 * k['sectors'] / req if req else 0:6.0f} "
               f"{k['lanes'] / req if req else 0:5.1f} {k['chain']:9.0f} {k['t'] * 1e3:8.3f} "
               f"{k['t'] / step * 100:5.1f}%  {'; '.join(notes)}")
-    print(f"{'GEMMs (cuBLAS, ' + str(totals['gemms']) + ' calls)':32} {'':>78} {totals['t_gemm'] * 1e3:8.3f} "
+    print(f"{'GEMMs (cuBLAS, ' + str(totals['gemms']) + ' calls)':32} {'':>87} {totals['t_gemm'] * 1e3:8.3f} "
           f"{totals['t_gemm'] / step * 100:5.1f}%")
-    print(f"{'copies, memsets, host syncs':32} {'':>78} {totals['t_other'] * 1e3:8.3f} "
+    print(f"{'copies, memsets, host syncs':32} {'':>87} {totals['t_other'] * 1e3:8.3f} "
           f"{totals['t_other'] / step * 100:5.1f}%")
     print(f"step estimate {step * 1e3:.1f} ms: kernels {totals['t_kernels'] * 1e3:.1f}, GEMMs {totals['t_gemm'] * 1e3:.1f}, "
           f"other {totals['t_other'] * 1e3:.1f}; {flops / 1e12:.2f} TFLOP -> MFU {flops / step / BF16_DENSE * 100:.1f}%")

@@ -4,8 +4,11 @@
  * read (32 lanes, 4 consecutive bytes each: 4 sectors per warp
  * instruction), a strided one (lanes 256 bytes apart: 32 sectors), a
  * broadcast (every lane the same word: 1 sector), a serial loop (one thread,
- * 100 dependent reads: a chain of 100) and a block re-reading what an earlier
- * block read (unique sectors once, block sectors twice). Built like the
+ * 100 dependent reads: a chain of 100), a block re-reading what an earlier
+ * block read (unique sectors once, block sectors twice); and dynamic
+ * shared memory: lane i on word i (1 wavefront per warp instruction), all
+ * lanes on one word (1), lane i on word 32 i (32: every lane in bank 0),
+ * on word 33 i (1: padded rows), 8-byte words (2). Built like the
  * census library (instrumented, census_hooks.cc instead of ThreadSanitizer).
  * Prints "N checks, M failed"; exit 1 on a failure.
  */
@@ -33,6 +36,26 @@ chain_kernel(float *out, const float *in, int n)
 	for (int i = 0; i < n; i++)
 		s += in[i];
 	out[0] = s;
+}
+
+/*
+ * Writes dynamic shared memory at element lane * stride (8-byte elements
+ * when wide), then reads the next lane's element, one warp.
+ */
+__global__ void
+shared_kernel(float *out, int stride, bool wide)
+{
+	DYNAMIC_SHARED(float, s);
+	double	   *d = (double *) s;
+	int			i = threadIdx.x * stride,
+				next = (threadIdx.x + 1) % 32 * stride;
+
+	if (wide)
+		d[i] = 1.0;
+	else
+		s[i] = 1.0f;
+	__syncthreads();
+	out[threadIdx.x] = wide ? (float) d[next] : s[next];
 }
 
 /* The last launch's record: its counts by key. */
@@ -126,6 +149,26 @@ main(void)
 	last_launch(path, line, sizeof(line));
 	expect("re-read", line, "bsec", 2 * (4 + 1));
 	expect("re-read", line, "unique", 4 + 1);
+
+	/* dynamic shared memory: a write and a read instruction per launch */
+	LAUNCH(shared_kernel, 1, 32, 33 * 32 * sizeof(float) + 64, 0)(out, 1, false);
+	last_launch(path, line, sizeof(line));
+	expect("shared, consecutive words", line, "sreq", 2);
+	expect("shared, consecutive words", line, "swave", 2);
+	LAUNCH(shared_kernel, 1, 32, 33 * 32 * sizeof(float) + 64, 0)(out, 0, false);
+	last_launch(path, line, sizeof(line));
+	expect("shared, one word", line, "swave", 2);
+	LAUNCH(shared_kernel, 1, 32, 33 * 32 * sizeof(float) + 64, 0)(out, 32, false);
+	last_launch(path, line, sizeof(line));
+	expect("shared, 32-way bank conflict", line, "swave", 2 * 32);
+	LAUNCH(shared_kernel, 1, 32, 33 * 32 * sizeof(float) + 64, 0)(out, 33, false);
+	last_launch(path, line, sizeof(line));
+	expect("shared, padded rows", line, "swave", 2);
+	LAUNCH(shared_kernel, 1, 32, 33 * 32 * sizeof(float) + 64, 0)(out, 1, true);
+	last_launch(path, line, sizeof(line));
+	expect("shared, 8-byte words", line, "sreq", 2);
+	expect("shared, 8-byte words", line, "swave", 2 * 2);
+	expect("shared, not global", line, "rreq", 0);
 
 	printf("census: %d checks, %d failed\n", checks, failures);
 	return failures ? 1 : 0;
