@@ -166,7 +166,7 @@ kernels/census/%.o: kernels/%.cu $(CUDA_DEPS)
 $(CUDA_CENSUS_LIB): $(CENSUS_OBJS) kernels/emu/census_hooks.cc $(EMU_SHIMS)
 	$(CXX) $(EMU_CXXFLAGS) -DCUEMU_CENSUS -mtls-dialect=gnu2 -shared -Wl,--no-undefined -o $@ $(CENSUS_OBJS) \
 		kernels/emu/census_hooks.cc $(EMU_SHIMS) $(EMU_LIBS)
-test/cuda/test_census: test/cuda/test_census.cu kernels/emu/cuda_emu.h kernels/emu/census.h kernels/emu/census_hooks.cc
+test/cuda/test_census: test/cuda/test_census.cu kernels/emu/cuda_emu.h kernels/emu/census.h kernels/emu/census_hooks.cc kernels/common.cuh
 	$(CXX) $(EMU_CXXFLAGS) -DCUEMU_CENSUS -fsanitize=thread --param tsan-instrument-func-entry-exit=0 \
 		-fno-tree-vectorize -fno-tree-slp-vectorize -fno-store-merging -mtls-dialect=gnu2 -c -o test/cuda/test_census.o \
 		-x c++ test/cuda/test_census.cu

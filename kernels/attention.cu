@@ -255,12 +255,19 @@ attention_dkv_kernel(float *dkey, float *dvalue, const float *dscores, const flo
  * rows, or key rows for dK/dV), TILE_WARPS warps; the head's slices the tile
  * reads for every row (keys and values; queries and context gradients for
  * dK/dV) are loaded once into dynamic shared memory, rows padded to d_k + 1
- * floats (lanes on consecutive keys then hit distinct banks), and each warp
- * takes one row at a time. Causal tiles load and visit only the keys their
- * rows see. Used where the slices fit (tiled_shared).
+ * floats (lanes on consecutive keys then hit distinct banks). Each warp
+ * takes GROUP rows at a time and holds their sums in registers, so a key or
+ * value a lane loads from shared memory serves GROUP rows, and the GROUP
+ * rows' own values come as one 16-byte broadcast (shared memory, not the
+ * arithmetic, bounds these kernels: docs/gpus.md). Every dot product sums
+ * its d_k terms in order, as the per-row kernels do. Causal tiles load and
+ * visit only the keys their rows see. Used where the slices fit
+ * (tile_*_shared).
  */
 #define TILE_ROWS 64
 #define TILE_WARPS 4
+#define GROUP 4
+#define TILE_MIN_BLOCKS 4		/* the forward's blocks resident per SM: registers capped at 128 */
 #define TILE_MAX_SHARED (200 * 1024)
 
 /* Rows [r0, r0 + n) of a head's slice (row stride ld, d_k columns) into shared rows of dk + 1. */
@@ -277,23 +284,54 @@ load_slice(float *dst, const T *src, size_t r0, int n, int ld, int h, int dk, bo
 	}
 }
 
-/* One row (d_k columns) into a warp's shared buffer; the warp syncs before use. */
+/*
+ * A warp's GROUP rows (rows of d_k from row r0 on, stride ld; `rows` of
+ * them real) into dst [GROUP, dk4], zero past d_k and past `rows`.
+ */
 __device__ __forceinline__ void
-load_row(float *dst, const float *src, int dk, int lane, bool bf16)
+load_group(float *dst, const float *src, size_t r0, int rows, int ld, int h, int dk, int dk4, int lane, bool bf16)
 {
-	for (int c = lane; c < dk; c += 32)
-		dst[c] = kv_value(src[c], bf16);
+	for (int e = lane; e < GROUP * dk4; e += 32)
+	{
+		int			r = e / dk4,
+					c = e % dk4;
+
+		dst[e] = r < rows && c < dk ? kv_value(src[(r0 + r) * ld + (size_t) h * dk + c], bf16) : 0.0f;
+	}
 }
 
-/* The dot product of a shared row of d_k and a shared slice row (padded rows). */
+/* Element r of a float4 (r a constant after unrolling). */
 __device__ __forceinline__ float
-dot_row(const float *x, const float *y, int dk)
+lane4(const float4 &v, int r)
 {
-	float		s = 0.0f;
+	return r == 0 ? v.x : r == 1 ? v.y : r == 2 ? v.z : v.w;
+}
 
-	for (int c = 0; c < dk; c++)
-		s += x[c] * y[c];
-	return s;
+/*
+ * The dot products of one shared slice row x (padded, d_k used) with the
+ * GROUP rows of g [GROUP, dk4], added to sum[GROUP] in column order.
+ */
+__device__ __forceinline__ void
+dot_group(float sum[GROUP], const float *x, const float *g, int dk, int dk4)
+{
+	for (int c = 0; c < dk4; c += 4)
+	{
+		float		x0 = x[c],
+					x1 = c + 1 < dk ? x[c + 1] : 0.0f,
+					x2 = c + 2 < dk ? x[c + 2] : 0.0f,
+					x3 = c + 3 < dk ? x[c + 3] : 0.0f;
+
+UNROLL
+		for (int r = 0; r < GROUP; r++)
+		{
+			float4		y = load4(g + r * dk4 + c);
+
+			sum[r] += x0 * y.x;
+			sum[r] += x1 * y.y;
+			sum[r] += x2 * y.z;
+			sum[r] += x3 * y.w;
+		}
+	}
 }
 
 /* A tiled kernel's block: its sentence's geometry for its head, its rows [r0, r1) of `rows`. */
@@ -318,31 +356,40 @@ tile_of(const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, 
 	return t;
 }
 
+/* d_k rounded up to a multiple of 4 (the width of a group row) */
+__host__ __device__ __forceinline__ int
+width4(int dk)
+{
+	return (dk + 3) & ~3;
+}
+
 /*
  * Forward of query rows [tile * TILE_ROWS, ...) of sentence b, head h:
  * ctx and the rows' log-sum-exp, by an online softmax (running max m and
  * sum l over 32 keys at a time, earlier terms rescaled by exp(m_old -
- * m_new); FlashAttention). A warp's shared memory: its query row, its
- * context accumulator (lane c owns columns c, c + 32, ...) and 32 weights.
+ * m_new); FlashAttention). A warp's shared memory: its GROUP query rows,
+ * their context accumulators (lane c owns columns c, c + 32, ...) and the
+ * chunk's weights [32 keys, GROUP].
  */
-__global__ void
+__global__ void __launch_bounds__(TILE_WARPS * 32, TILE_MIN_BLOCKS)
 attention_tile_kernel(float *ctx, float *lse, const float *q, int ldq, const float *k, const float *v, int ldk,
 					  const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, int num_heads,
 					  int dk, bool causal, float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
 {
-	DYNAMIC_SHARED(float, sm);
+	DYNAMIC_SHARED(float4, sm4);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, false);
 	Pair		a = t.a;
 	int			h = t.h,
 				lane = threadIdx.x % 32,
 				warp = threadIdx.x / 32,
 				d = num_heads * dk,
+				dk4 = width4(dk),
 				seen = causal ? min(a.lk, t.r1) : a.lk;	/* keys any row of the tile sees */
-	float	   *ks = sm,
-			   *vs = ks + (size_t) seen * (dk + 1),
-			   *qs = vs + (size_t) seen * (dk + 1) + warp * (2 * dk + 32),
-			   *acc = qs + dk,
-			   *w = acc + dk;
+	float	   *qs = (float *) sm4 + warp * (2 * GROUP * dk4 + 32 * GROUP),
+			   *acc = qs + GROUP * dk4,
+			   *w = acc + GROUP * dk4,
+			   *ks = (float *) sm4 + TILE_WARPS * (2 * GROUP * dk4 + 32 * GROUP),
+			   *vs = ks + (size_t) seen * (dk + 1);
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
 
@@ -351,56 +398,96 @@ attention_tile_kernel(float *ctx, float *lse, const float *q, int ldq, const flo
 	load_slice(ks, k, a.k0, seen, ldk, h, dk, bf16_kv);
 	load_slice(vs, v, a.k0, seen, ldk, h, dk, bf16_kv);
 	__syncthreads();
-	for (int i = t.r0 + warp; i < t.r1; i += TILE_WARPS)
+	for (int g = t.r0 + warp * GROUP; g < t.r1; g += TILE_WARPS * GROUP)
 	{
-		float	   *cr = ctx + (a.q0 + i) * d + h * dk;
-		size_t		p0 = a.p_off + (size_t) i * a.lk;
-		int			visible = causal && i + 1 < a.lk ? i + 1 : a.lk;
-		float		m = -INFINITY,
-					l = 0.0f;
+		int			rows = min(GROUP, t.r1 - g),
+					vis[GROUP],
+					most = 0;
+		float		m[GROUP],
+					l[GROUP];
 
-		if (visible == 0)		/* no keys: a zero context, as the CPU backend's */
+UNROLL
+		for (int r = 0; r < GROUP; r++)
 		{
-			for (int c = lane; c < dk; c += 32)
-				cr[c] = 0.0f;
-			if (lse != NULL && lane == 0)
-				lse[(a.q0 + i) * num_heads + h] = -INFINITY;
+			int			i = g + r;
+
+			vis[r] = r >= rows ? 0 : causal && i + 1 < a.lk ? i + 1 : a.lk;
+			most = max(most, vis[r]);
+			m[r] = -INFINITY;
+			l[r] = 0.0f;
+		}
+		if (most == 0)			/* no keys: zero contexts, as the CPU backend's */
+		{
+			for (int e = lane; e < rows * dk; e += 32)
+				ctx[(a.q0 + g + e / dk) * d + h * dk + e % dk] = 0.0f;
+			if (lse != NULL && lane < rows)
+				lse[(a.q0 + g + lane) * num_heads + h] = -INFINITY;
 			continue;
 		}
-		load_row(qs, q + (a.q0 + i) * ldq + h * dk, dk, lane, false);
-		for (int c = lane; c < dk; c += 32)
-			acc[c] = 0.0f;
+		load_group(qs, q, a.q0 + g, rows, ldq, h, dk, dk4, lane, false);
+		for (int e = lane; e < GROUP * dk4; e += 32)
+			acc[e] = 0.0f;
 		__syncwarp();
-		for (int j0 = 0; j0 < visible; j0 += 32)
+		for (int j0 = 0; j0 < most; j0 += 32)
 		{
 			int			j = j0 + lane,
-						n = min(32, visible - j0);
-			float		s = j < visible ? dot_row(qs, ks + (size_t) j * (dk + 1), dk) * scale : -INFINITY,
-						m_new = fmaxf(m, warp_reduce(s, MaxOp())),
-						rescale = expf(m - m_new),
-						e = j < visible ? expf(s - m_new) : 0.0f;
+						n = min(32, most - j0);
+			float		s[GROUP] = {0.0f},
+						rescale[GROUP];
 
-			l = l * rescale + warp_reduce(e, SumOp());
-			if (dropout > 0.0f && j < visible)
-				e = device_uniform(seed, stream, p0 + j) >= dropout ? e * keep_scale : 0.0f;
-			w[lane] = e;
+			if (j < most)
+				dot_group(s, ks + (size_t) j * (dk + 1), qs, dk, dk4);
+UNROLL
+			for (int r = 0; r < GROUP; r++)
+			{
+				float		e = 0.0f;
+
+				rescale[r] = 1.0f;
+				if (j0 < vis[r])	/* the same for every lane */
+				{
+					float		sr = j < vis[r] ? s[r] * scale : -INFINITY,
+								m_new = fmaxf(m[r], warp_reduce(sr, MaxOp()));
+
+					rescale[r] = expf(m[r] - m_new);
+					e = j < vis[r] ? expf(sr - m_new) : 0.0f;
+					l[r] = l[r] * rescale[r] + warp_reduce(e, SumOp());
+					if (dropout > 0.0f && j < vis[r])
+						e = device_uniform(seed, stream, a.p_off + (size_t) (g + r) * a.lk + j) >= dropout ?
+							e * keep_scale : 0.0f;
+					m[r] = m_new;
+				}
+				w[lane * GROUP + r] = e;
+			}
 			__syncwarp();
 			for (int c = lane; c < dk; c += 32)
 			{
-				float		sum = 0.0f;
+				float		sum[GROUP] = {0.0f};
 
 				for (int u = 0; u < n; u++)
-					sum += w[u] * vs[(size_t) (j0 + u) * (dk + 1) + c];
-				acc[c] = acc[c] * rescale + sum;
+				{
+					float4		wu = load4(w + u * GROUP);
+					float		vv = vs[(size_t) (j0 + u) * (dk + 1) + c];
+
+UNROLL
+					for (int r = 0; r < GROUP; r++)
+						sum[r] += lane4(wu, r) * vv;
+				}
+UNROLL
+				for (int r = 0; r < GROUP; r++)
+					acc[r * dk4 + c] = acc[r * dk4 + c] * rescale[r] + sum[r];
 			}
 			__syncwarp();		/* w is the next chunk's */
-			m = m_new;
 		}
-		for (int c = lane; c < dk; c += 32)
-			cr[c] = acc[c] / l;
-		if (lse != NULL && lane == 0)
-			lse[(a.q0 + i) * num_heads + h] = m + logf(l);
-		__syncwarp();			/* qs and acc are the next row's */
+UNROLL
+		for (int r = 0; r < GROUP; r++)
+			if (r < rows)
+			{
+				for (int c = lane; c < dk; c += 32)
+					ctx[(a.q0 + g + r) * d + h * dk + c] = acc[r * dk4 + c] / l[r];
+				if (lse != NULL && lane == 0)
+					lse[(a.q0 + g + r) * num_heads + h] = m[r] + logf(l[r]);
+			}
+		__syncwarp();			/* qs and acc are the next group's */
 	}
 }
 
@@ -408,8 +495,9 @@ attention_tile_kernel(float *ctx, float *lse, const float *q, int ldq, const flo
  * Query side of the backward for query rows [tile * TILE_ROWS, ...): P =
  * exp(S - lse) recomputed, dPd = dctx V^T through the dropout mask, D =
  * sum(dPd P) / sum(P) (as attention_dq_kernel's; into dsum [query rows,
- * num_heads], for the key side), dS = P (dPd - D) / sqrt(d_k), dQ = dS K. A warp's shared memory: its query
- * and dctx rows, then P and dS of the row's keys.
+ * num_heads], for the key side), dS = P (dPd - D) / sqrt(d_k), dQ = dS K.
+ * A warp's shared memory: its GROUP query and dctx rows, then P and dS of
+ * the rows' keys [keys, GROUP].
  */
 __global__ void
 attention_dq_tile_kernel(float *dq, float *dsum, const float *dctx, const float *lse, const float *q,
@@ -417,20 +505,21 @@ attention_dq_tile_kernel(float *dq, float *dsum, const float *dctx, const float 
 						 const int32_t *k_start, const int64_t *p_start, int num_heads, int dk, bool causal,
 						 float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
 {
-	DYNAMIC_SHARED(float, sm);
+	DYNAMIC_SHARED(float4, sm4);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, false);
 	Pair		a = t.a;
 	int			h = t.h,
 				lane = threadIdx.x % 32,
 				warp = threadIdx.x / 32,
 				d = num_heads * dk,
+				dk4 = width4(dk),
 				seen = causal ? min(a.lk, t.r1) : a.lk;
-	float	   *ks = sm,
-			   *vs = ks + (size_t) seen * (dk + 1),
-			   *qs = vs + (size_t) seen * (dk + 1) + warp * (2 * dk + 2 * seen),
-			   *dc = qs + dk,
-			   *prow = dc + dk,
-			   *srow = prow + seen;
+	float	   *qs = (float *) sm4 + warp * (2 * GROUP * dk4 + 2 * GROUP * seen),
+			   *dc = qs + GROUP * dk4,
+			   *pr = dc + GROUP * dk4,
+			   *sr = pr + GROUP * seen,
+			   *ks = (float *) sm4 + TILE_WARPS * (2 * GROUP * dk4 + 2 * GROUP * seen),
+			   *vs = ks + (size_t) seen * (dk + 1);
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
 
@@ -439,54 +528,96 @@ attention_dq_tile_kernel(float *dq, float *dsum, const float *dctx, const float 
 	load_slice(ks, k, a.k0, seen, ldk, h, dk, bf16_kv);
 	load_slice(vs, v, a.k0, seen, ldk, h, dk, bf16_kv);
 	__syncthreads();
-	for (int i = t.r0 + warp; i < t.r1; i += TILE_WARPS)
+	for (int g = t.r0 + warp * GROUP; g < t.r1; g += TILE_WARPS * GROUP)
 	{
-		float	   *dqr = dq + (a.q0 + i) * ldq + h * dk;
-		size_t		p0 = a.p_off + (size_t) i * a.lk;
-		int			visible = causal && i + 1 < a.lk ? i + 1 : a.lk;
-		float		l = lse[(a.q0 + i) * num_heads + h],
-					dot = 0.0f,
-					total = 0.0f;
+		int			rows = min(GROUP, t.r1 - g),
+					vis[GROUP],
+					most = 0;
+		float		l[GROUP],
+					dot[GROUP] = {0.0f},
+					total[GROUP] = {0.0f};
 
-		load_row(qs, q + (a.q0 + i) * ldq + h * dk, dk, lane, false);
-		load_row(dc, dctx + (a.q0 + i) * d + h * dk, dk, lane, false);
-		__syncwarp();
-		for (int j = lane; j < visible; j += 32)
+UNROLL
+		for (int r = 0; r < GROUP; r++)
 		{
-			float		p = expf(dot_row(qs, ks + (size_t) j * (dk + 1), dk) * scale - l),
-						g = dot_row(dc, vs + (size_t) j * (dk + 1), dk);
+			int			i = g + r;
 
-			if (dropout > 0.0f)
-				g = device_uniform(seed, stream, p0 + j) >= dropout ? g * keep_scale : 0.0f;
-			prow[j] = p;
-			srow[j] = g;
-			dot += g * p;
-			total += p;
+			vis[r] = r >= rows ? 0 : causal && i + 1 < a.lk ? i + 1 : a.lk;
+			most = max(most, vis[r]);
+			l[r] = r < rows ? lse[(a.q0 + i) * num_heads + h] : 0.0f;
 		}
-		dot = warp_reduce(dot, SumOp()) / warp_reduce(total, SumOp());
-		if (lane == 0)
-			dsum[(a.q0 + i) * num_heads + h] = dot;
-		for (int j = lane; j < visible; j += 32)
-			srow[j] = prow[j] * (srow[j] - dot) * scale;
+		load_group(qs, q, a.q0 + g, rows, ldq, h, dk, dk4, lane, false);
+		load_group(dc, dctx, a.q0 + g, rows, d, h, dk, dk4, lane, false);
+		__syncwarp();
+		for (int j = lane; j < most; j += 32)
+		{
+			float		sc[GROUP] = {0.0f},
+						gv[GROUP] = {0.0f};
+
+			dot_group(sc, ks + (size_t) j * (dk + 1), qs, dk, dk4);
+			dot_group(gv, vs + (size_t) j * (dk + 1), dc, dk, dk4);
+UNROLL
+			for (int r = 0; r < GROUP; r++)
+			{
+				float		p = 0.0f,
+							gr = 0.0f;
+
+				if (j < vis[r])
+				{
+					p = expf(sc[r] * scale - l[r]);
+					gr = gv[r];
+					if (dropout > 0.0f)
+						gr = device_uniform(seed, stream, a.p_off + (size_t) (g + r) * a.lk + j) >= dropout ?
+							gr * keep_scale : 0.0f;
+				}
+				pr[j * GROUP + r] = p;
+				sr[j * GROUP + r] = gr;
+				dot[r] += gr * p;
+				total[r] += p;
+			}
+		}
+UNROLL
+		for (int r = 0; r < GROUP; r++)
+			if (r < rows)		/* the same for every lane */
+			{
+				dot[r] = warp_reduce(dot[r], SumOp()) / warp_reduce(total[r], SumOp());
+				if (lane == 0)
+					dsum[(a.q0 + g + r) * num_heads + h] = dot[r];
+			}
+		for (int j = lane; j < most; j += 32)
+UNROLL
+			for (int r = 0; r < GROUP; r++)
+				sr[j * GROUP + r] = pr[j * GROUP + r] * (sr[j * GROUP + r] - dot[r]) * scale;
 		__syncwarp();
 		for (int c = lane; c < dk; c += 32)
 		{
-			float		acc = 0.0f;
+			float		acc[GROUP] = {0.0f};
 
-			for (int j = 0; j < visible; j++)
-				acc += srow[j] * ks[(size_t) j * (dk + 1) + c];
-			dqr[c] = acc;
+			for (int j = 0; j < most; j++)
+			{
+				float4		s4 = load4(sr + j * GROUP);
+				float		kk = ks[(size_t) j * (dk + 1) + c];
+
+UNROLL
+				for (int r = 0; r < GROUP; r++)
+					acc[r] += lane4(s4, r) * kk;
+			}
+UNROLL
+			for (int r = 0; r < GROUP; r++)
+				if (r < rows)
+					dq[(a.q0 + g + r) * ldq + h * dk + c] = acc[r];
 		}
-		__syncwarp();			/* the rows are the next query's */
+		__syncwarp();			/* the rows are the next group's */
 	}
 }
 
 /*
- * Key side for key rows [tile * TILE_ROWS, ...): for key j, its column of
- * P and dS recomputed from the queries' lse and D (dsum, from the query
- * side), then dV = Pd^T dctx and dK = dS^T Q, summed over the queries that
- * see the key, in order. Shared memory: the sentence's queries and dctx
- * rows, their lse and D, and per warp its key and value rows and columns.
+ * Key side for key rows [tile * TILE_ROWS, ...): for GROUP keys at a time,
+ * their columns of P and dS recomputed from the queries' lse and D (dsum,
+ * from the query side), then dV = Pd^T dctx and dK = dS^T Q, summed over
+ * the queries that see each key, in order. Shared memory: the sentence's
+ * queries and dctx rows, their lse and D, and per warp its GROUP key and
+ * value rows and the columns [queries, GROUP].
  */
 __global__ void
 attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dsum, const float *dctx, const float *lse,
@@ -494,23 +625,24 @@ attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dsum, const f
 						  const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, int num_heads,
 						  int dk, bool causal, float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
 {
-	DYNAMIC_SHARED(float, sm);
+	DYNAMIC_SHARED(float4, sm4);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, true);
 	Pair		a = t.a;
 	int			h = t.h,
 				lane = threadIdx.x % 32,
 				warp = threadIdx.x / 32,
 				d = num_heads * dk,
+				dk4 = width4(dk),
 				first = causal ? min(t.r0, a.lq) : 0;	/* the first query that sees the tile's keys */
 	int			lq = a.lq - first;
-	float	   *qs = sm,
+	float	   *kr = (float *) sm4 + warp * (2 * GROUP * dk4 + 2 * GROUP * lq),
+			   *vr = kr + GROUP * dk4,
+			   *pc = vr + GROUP * dk4,
+			   *sc = pc + GROUP * lq,
+			   *qs = (float *) sm4 + TILE_WARPS * (2 * GROUP * dk4 + 2 * GROUP * lq),
 			   *ds = qs + (size_t) lq * (dk + 1),
 			   *ls = ds + (size_t) lq * (dk + 1),
-			   *Ds = ls + lq,
-			   *kr = Ds + lq + warp * (2 * dk + 2 * lq),
-			   *vr = kr + dk,
-			   *pcol = vr + dk,
-			   *scol = pcol + lq;
+			   *Ds = ls + lq;
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
 
@@ -524,38 +656,72 @@ attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dsum, const f
 		Ds[i] = dsum[(a.q0 + first + i) * num_heads + h];
 	}
 	__syncthreads();
-	for (int j = t.r0 + warp; j < t.r1; j += TILE_WARPS)
+	for (int g = t.r0 + warp * GROUP; g < t.r1; g += TILE_WARPS * GROUP)
 	{
-		int			i0 = causal ? min(j, a.lq) - first : 0;	/* queries before j do not see it */
+		int			keys = min(GROUP, t.r1 - g),
+					i0[GROUP];	/* queries before key j do not see it (causal) */
 
-		load_row(kr, k + (a.k0 + j) * ldk + h * dk, dk, lane, bf16_kv);
-		load_row(vr, v + (a.k0 + j) * ldk + h * dk, dk, lane, bf16_kv);
+UNROLL
+		for (int r = 0; r < GROUP; r++)
+			i0[r] = r >= keys ? lq : causal ? min(g + r, a.lq) - first : 0;
+		load_group(kr, k, a.k0 + g, keys, ldk, h, dk, dk4, lane, bf16_kv);
+		load_group(vr, v, a.k0 + g, keys, ldk, h, dk, dk4, lane, bf16_kv);
 		__syncwarp();
-		for (int i = i0 + lane; i < lq; i += 32)
+		for (int i = i0[0] + lane; i < lq; i += 32)
 		{
-			size_t		e = a.p_off + (size_t) (first + i) * a.lk + j;
-			float		p = expf(dot_row(qs + (size_t) i * (dk + 1), kr, dk) * scale - ls[i]),
-						g = dot_row(ds + (size_t) i * (dk + 1), vr, dk);
-			bool		keep = dropout <= 0.0f || device_uniform(seed, stream, e) >= dropout;
+			float		sq[GROUP] = {0.0f},
+						gq[GROUP] = {0.0f};
 
-			pcol[i] = keep ? p * keep_scale : 0.0f;
-			scol[i] = p * ((keep ? g * keep_scale : 0.0f) - Ds[i]) * scale;
+			dot_group(sq, qs + (size_t) i * (dk + 1), kr, dk, dk4);
+			dot_group(gq, ds + (size_t) i * (dk + 1), vr, dk, dk4);
+UNROLL
+			for (int r = 0; r < GROUP; r++)
+			{
+				float		pd = 0.0f,
+							sd = 0.0f;
+
+				if (i >= i0[r])
+				{
+					size_t		e = a.p_off + (size_t) (first + i) * a.lk + g + r;
+					float		p = expf(sq[r] * scale - ls[i]);
+					bool		keep = dropout <= 0.0f || device_uniform(seed, stream, e) >= dropout;
+
+					pd = keep ? p * keep_scale : 0.0f;
+					sd = p * ((keep ? gq[r] * keep_scale : 0.0f) - Ds[i]) * scale;
+				}
+				pc[i * GROUP + r] = pd;
+				sc[i * GROUP + r] = sd;
+			}
 		}
 		__syncwarp();
 		for (int c = lane; c < dk; c += 32)
 		{
-			float		gk = 0.0f,
-						gv = 0.0f;
+			float		gk[GROUP] = {0.0f},
+						gv[GROUP] = {0.0f};
 
-			for (int i = i0; i < lq; i++)
+			for (int i = i0[0]; i < lq; i++)
 			{
-				gv += pcol[i] * ds[(size_t) i * (dk + 1) + c];
-				gk += scol[i] * qs[(size_t) i * (dk + 1) + c];
+				float4		p4 = load4(pc + i * GROUP),
+							s4 = load4(sc + i * GROUP);
+				float		dd = ds[(size_t) i * (dk + 1) + c],
+							qq = qs[(size_t) i * (dk + 1) + c];
+
+UNROLL
+				for (int r = 0; r < GROUP; r++)
+				{
+					gv[r] += lane4(p4, r) * dd;
+					gk[r] += lane4(s4, r) * qq;
+				}
 			}
-			dkey[(a.k0 + j) * ldk + h * dk + c] = gk;
-			dvalue[(a.k0 + j) * ldk + h * dk + c] = gv;
+UNROLL
+			for (int r = 0; r < GROUP; r++)
+				if (r < keys)
+				{
+					dkey[(a.k0 + g + r) * ldk + h * dk + c] = gk[r];
+					dvalue[(a.k0 + g + r) * ldk + h * dk + c] = gv[r];
+				}
 		}
-		__syncwarp();			/* the rows and columns are the next key's */
+		__syncwarp();			/* the rows and columns are the next group's */
 	}
 }
 
@@ -563,19 +729,20 @@ attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dsum, const f
 static size_t
 tile_forward_shared(const TfAttentionShape *sh)
 {
-	return (2 * (size_t) sh->max_k * (sh->head_dim + 1) + TILE_WARPS * (size_t) (2 * sh->head_dim + 32)) * sizeof(float);
+	return (TILE_WARPS * (size_t) (2 * GROUP * width4(sh->head_dim) + 32 * GROUP) +
+			2 * (size_t) sh->max_k * (sh->head_dim + 1)) * sizeof(float);
 }
 static size_t
 tile_dq_shared(const TfAttentionShape *sh)
 {
-	return (2 * (size_t) sh->max_k * (sh->head_dim + 1) + TILE_WARPS * (size_t) (2 * sh->head_dim + 2 * sh->max_k)) *
-		sizeof(float);
+	return (TILE_WARPS * (size_t) (2 * GROUP * width4(sh->head_dim) + 2 * GROUP * sh->max_k) +
+			2 * (size_t) sh->max_k * (sh->head_dim + 1)) * sizeof(float);
 }
 static size_t
 tile_dkv_shared(const TfAttentionShape *sh)
 {
-	return (2 * (size_t) sh->max_q * (sh->head_dim + 2) + TILE_WARPS * (size_t) (2 * sh->head_dim + 2 * sh->max_q)) *
-		sizeof(float);
+	return (TILE_WARPS * (size_t) (2 * GROUP * width4(sh->head_dim) + 2 * GROUP * sh->max_q) +
+			2 * (size_t) sh->max_q * (sh->head_dim + 2)) * sizeof(float);
 }
 
 /*

@@ -23,6 +23,36 @@ extern "C" {
 #define BLOCK 256
 
 /*
+ * The 16 bytes at p (16-byte aligned) in one load: ld.v4 on a GPU. g++
+ * would cut a float4 into four 4-byte reads (four warp instructions to the
+ * census): there, one read of a 16-byte vector.
+ */
+#ifdef __CUDACC__
+__device__ __forceinline__ float4
+load4(const float *p)
+{
+	return *(const float4 *) p;
+}
+#else
+typedef float emu_float4 __attribute__((vector_size(16)));
+
+__device__ __forceinline__ float4
+load4(const float *p)
+{
+	emu_float4	v = *(const emu_float4 *) p;
+
+	return make_float4(v[0], v[1], v[2], v[3]);
+}
+#endif
+
+/* Unrolls the loop that follows (over a compile-time count), in nvcc and in g++ alike. */
+#ifdef __CUDACC__
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL _Pragma("GCC unroll 8")
+#endif
+
+/*
  * Column sums over many rows run in two passes (rows cut into at most
  * MAX_CHUNKS chunks summed in row order, then the chunks in order): enough
  * parallelism for a GPU, the same sums in every run. `workspace` floats of

@@ -8,7 +8,9 @@
  * block read (unique sectors once, block sectors twice); and dynamic
  * shared memory: lane i on word i (1 wavefront per warp instruction), all
  * lanes on one word (1), lane i on word 32 i (32: every lane in bank 0),
- * on word 33 i (1: padded rows), 8-byte words (2). Built like the
+ * on word 33 i (1: padded rows), 8-byte words (2), 16-byte loads (load4:
+ * one instruction; the same 16 bytes in every lane 1 wavefront, lane i's
+ * own 16 bytes 4). Built like the
  * census library (instrumented, census_hooks.cc instead of ThreadSanitizer).
  * Prints "N checks, M failed"; exit 1 on a failure.
  */
@@ -16,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/cuda_emu.h"
+#include "common.cuh"
 
 static int	checks, failures;
 
@@ -56,6 +58,16 @@ shared_kernel(float *out, int stride, bool wide)
 		s[i] = 1.0f;
 	__syncthreads();
 	out[threadIdx.x] = wide ? (float) d[next] : s[next];
+}
+
+/* One 16-byte load per lane from dynamic shared memory: all lanes the first 16 bytes, or lane i's own. */
+__global__ void
+shared_vector_kernel(float *out, bool own)
+{
+	DYNAMIC_SHARED(float4, s4);
+	float4		x = load4((const float *) s4 + (own ? 4 * threadIdx.x : 0));
+
+	out[threadIdx.x] = x.x + x.w;
 }
 
 /* The last launch's record: its counts by key. */
@@ -169,6 +181,14 @@ main(void)
 	expect("shared, 8-byte words", line, "sreq", 2);
 	expect("shared, 8-byte words", line, "swave", 2 * 2);
 	expect("shared, not global", line, "rreq", 0);
+	LAUNCH(shared_vector_kernel, 1, 32, 32 * sizeof(float4), 0)(out, false);
+	last_launch(path, line, sizeof(line));
+	expect("shared, 16-byte broadcast", line, "sreq", 1);
+	expect("shared, 16-byte broadcast", line, "swave", 1);
+	LAUNCH(shared_vector_kernel, 1, 32, 32 * sizeof(float4), 0)(out, true);
+	last_launch(path, line, sizeof(line));
+	expect("shared, 16 bytes a lane", line, "sreq", 1);
+	expect("shared, 16 bytes a lane", line, "swave", 4);
 
 	printf("census: %d checks, %d failed\n", checks, failures);
 	return failures ? 1 : 0;
