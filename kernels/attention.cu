@@ -433,15 +433,15 @@ UNROLL
 			int			j = j0 + lane,
 						n = min(32, most - j0);
 			float		s[GROUP] = {0.0f},
-						rescale[GROUP];
+						rescale[GROUP],
+						e[GROUP];
 
 			if (j < most)
 				dot_group(s, ks + (size_t) j * (dk + 1), qs, dk, dk4);
 UNROLL
 			for (int r = 0; r < GROUP; r++)
 			{
-				float		e = 0.0f;
-
+				e[r] = 0.0f;
 				rescale[r] = 1.0f;
 				if (j0 < vis[r])	/* the same for every lane */
 				{
@@ -449,15 +449,15 @@ UNROLL
 								m_new = fmaxf(m[r], warp_reduce(sr, MaxOp()));
 
 					rescale[r] = expf(m[r] - m_new);
-					e = j < vis[r] ? expf(sr - m_new) : 0.0f;
-					l[r] = l[r] * rescale[r] + warp_reduce(e, SumOp());
+					e[r] = j < vis[r] ? expf(sr - m_new) : 0.0f;
+					l[r] = l[r] * rescale[r] + warp_reduce(e[r], SumOp());
 					if (dropout > 0.0f && j < vis[r])
-						e = device_uniform(seed, stream, a.p_off + (size_t) (g + r) * a.lk + j) >= dropout ?
-							e * keep_scale : 0.0f;
+						e[r] = device_uniform(seed, stream, a.p_off + (size_t) (g + r) * a.lk + j) >= dropout ?
+							e[r] * keep_scale : 0.0f;
 					m[r] = m_new;
 				}
-				w[lane * GROUP + r] = e;
 			}
+			store4(w + lane * GROUP, e);
 			__syncwarp();
 			for (int c = lane; c < dk; c += 32)
 			{
@@ -552,29 +552,29 @@ UNROLL
 		for (int j = lane; j < most; j += 32)
 		{
 			float		sc[GROUP] = {0.0f},
-						gv[GROUP] = {0.0f};
+						gv[GROUP] = {0.0f},
+						p[GROUP];
 
 			dot_group(sc, ks + (size_t) j * (dk + 1), qs, dk, dk4);
 			dot_group(gv, vs + (size_t) j * (dk + 1), dc, dk, dk4);
 UNROLL
 			for (int r = 0; r < GROUP; r++)
 			{
-				float		p = 0.0f,
-							gr = 0.0f;
-
+				p[r] = 0.0f;
 				if (j < vis[r])
 				{
-					p = expf(sc[r] * scale - l[r]);
-					gr = gv[r];
+					p[r] = expf(sc[r] * scale - l[r]);
 					if (dropout > 0.0f)
-						gr = device_uniform(seed, stream, a.p_off + (size_t) (g + r) * a.lk + j) >= dropout ?
-							gr * keep_scale : 0.0f;
+						gv[r] = device_uniform(seed, stream, a.p_off + (size_t) (g + r) * a.lk + j) >= dropout ?
+							gv[r] * keep_scale : 0.0f;
 				}
-				pr[j * GROUP + r] = p;
-				sr[j * GROUP + r] = gr;
-				dot[r] += gr * p;
-				total[r] += p;
+				else
+					gv[r] = 0.0f;
+				dot[r] += gv[r] * p[r];
+				total[r] += p[r];
 			}
+			store4(pr + j * GROUP, p);
+			store4(sr + j * GROUP, gv);
 		}
 UNROLL
 		for (int r = 0; r < GROUP; r++)
@@ -585,9 +585,16 @@ UNROLL
 					dsum[(a.q0 + g + r) * num_heads + h] = dot[r];
 			}
 		for (int j = lane; j < most; j += 32)
+		{
+			float4		p4 = load4(pr + j * GROUP),
+						g4 = load4(sr + j * GROUP);
+			float		ds[GROUP];
+
 UNROLL
 			for (int r = 0; r < GROUP; r++)
-				sr[j * GROUP + r] = pr[j * GROUP + r] * (sr[j * GROUP + r] - dot[r]) * scale;
+				ds[r] = lane4(p4, r) * (lane4(g4, r) - dot[r]) * scale;
+			store4(sr + j * GROUP, ds);
+		}
 		__syncwarp();
 		for (int c = lane; c < dk; c += 32)
 		{
@@ -674,24 +681,25 @@ UNROLL
 
 			dot_group(sq, qs + (size_t) i * (dk + 1), kr, dk, dk4);
 			dot_group(gq, ds + (size_t) i * (dk + 1), vr, dk, dk4);
+			float		pd[GROUP],
+						sd[GROUP];
+
 UNROLL
 			for (int r = 0; r < GROUP; r++)
 			{
-				float		pd = 0.0f,
-							sd = 0.0f;
-
+				pd[r] = sd[r] = 0.0f;
 				if (i >= i0[r])
 				{
 					size_t		e = a.p_off + (size_t) (first + i) * a.lk + g + r;
 					float		p = expf(sq[r] * scale - ls[i]);
 					bool		keep = dropout <= 0.0f || device_uniform(seed, stream, e) >= dropout;
 
-					pd = keep ? p * keep_scale : 0.0f;
-					sd = p * ((keep ? gq[r] * keep_scale : 0.0f) - Ds[i]) * scale;
+					pd[r] = keep ? p * keep_scale : 0.0f;
+					sd[r] = p * ((keep ? gq[r] * keep_scale : 0.0f) - Ds[i]) * scale;
 				}
-				pc[i * GROUP + r] = pd;
-				sc[i * GROUP + r] = sd;
 			}
+			store4(pc + i * GROUP, pd);
+			store4(sc + i * GROUP, sd);
 		}
 		__syncwarp();
 		for (int c = lane; c < dk; c += 32)

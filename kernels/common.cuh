@@ -23,15 +23,20 @@ extern "C" {
 #define BLOCK 256
 
 /*
- * The 16 bytes at p (16-byte aligned) in one load: ld.v4 on a GPU. g++
- * would cut a float4 into four 4-byte reads (four warp instructions to the
- * census): there, one read of a 16-byte vector.
+ * The 16 bytes at p (16-byte aligned) in one load or store: ld.v4 and
+ * st.v4 on a GPU. g++ would cut a float4 into four 4-byte accesses (four
+ * warp instructions to the census): there, one access of a 16-byte vector.
  */
 #ifdef __CUDACC__
 __device__ __forceinline__ float4
 load4(const float *p)
 {
 	return *(const float4 *) p;
+}
+__device__ __forceinline__ void
+store4(float *p, const float v[4])
+{
+	*(float4 *) p = make_float4(v[0], v[1], v[2], v[3]);
 }
 #else
 typedef float emu_float4 __attribute__((vector_size(16)));
@@ -42,6 +47,11 @@ load4(const float *p)
 	emu_float4	v = *(const emu_float4 *) p;
 
 	return make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void
+store4(float *p, const float v[4])
+{
+	*(emu_float4 *) p = emu_float4{v[0], v[1], v[2], v[3]};
 }
 #endif
 
