@@ -580,7 +580,10 @@ UNROLL
 		for (int r = 0; r < GROUP; r++)
 			if (r < rows)		/* the same for every lane */
 			{
-				dot[r] = warp_reduce(dot[r], SumOp()) / warp_reduce(total[r], SumOp());
+				float		sum_p = warp_reduce(total[r], SumOp()),
+							sum_gp = warp_reduce(dot[r], SumOp());
+
+				dot[r] = sum_p > 0.0f ? sum_gp / sum_p : 0.0f;	/* no keys (an empty source): 0, not 0 / 0 */
 				if (lane == 0)
 					dsum[(a.q0 + g + r) * num_heads + h] = dot[r];
 			}
@@ -754,28 +757,35 @@ tile_dkv_shared(const TfAttentionShape *sh)
 }
 
 /*
- * Whether the tiled kernels serve this call (all three fit; the forward is
- * tiled only when it need not keep probabilities); the first time on a
- * device, lifts their shared memory limit there.
+ * Whether the tiled kernels serve this call: all three fit in the shared
+ * memory a block of this device may opt in to (at most TILE_MAX_SHARED; an
+ * A100 allows 163 KB, an H100 227 KB), and the forward need not keep
+ * probabilities. The first time on a device, lifts the kernels' limit there.
  */
 static bool
 tiled(const TfAttentionShape *sh, const float *probs)
 {
-	static std::atomic<uint64_t> raised{0};	/* a bit per device */
-	int			device = 0;
+	static std::atomic<int> limit[64];	/* bytes per device, 0 until asked */
+	int			device = 0,
+				most = 0;
 
-	if (probs != NULL || sh->kv_cache || sh->k_len != NULL || tile_forward_shared(sh) > TILE_MAX_SHARED ||
-		tile_dq_shared(sh) > TILE_MAX_SHARED || tile_dkv_shared(sh) > TILE_MAX_SHARED)
+	if (probs != NULL || sh->kv_cache || sh->k_len != NULL)
 		return false;
 	cudaGetDevice(&device);
-	if (device < 64 && !(raised.load() >> device & 1))
+	if (device >= 64)
+		return false;
+	if ((most = limit[device].load()) == 0)
 	{
-		cudaFuncSetAttribute((const void *) attention_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, TILE_MAX_SHARED);
-		cudaFuncSetAttribute((const void *) attention_dq_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, TILE_MAX_SHARED);
-		cudaFuncSetAttribute((const void *) attention_dkv_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, TILE_MAX_SHARED);
-		raised.fetch_or((uint64_t) 1 << device);
+		if (cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+			most = 48 * 1024;	/* what every device allows without opting in */
+		most = most < TILE_MAX_SHARED ? most : TILE_MAX_SHARED;
+		cudaFuncSetAttribute((const void *) attention_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
+		cudaFuncSetAttribute((const void *) attention_dq_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
+		cudaFuncSetAttribute((const void *) attention_dkv_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
+		limit[device].store(most);
 	}
-	return true;
+	return tile_forward_shared(sh) <= (size_t) most && tile_dq_shared(sh) <= (size_t) most &&
+		tile_dkv_shared(sh) <= (size_t) most;
 }
 
 bool

@@ -235,16 +235,41 @@ cuda_copy(TfBackend *be, float *dst, const float *src, size_t n)
 }
 
 /*
- * Grows, in bf16, the two rounded-operand workspaces (bf16_operand) to this
- * batch's needs, with a quarter of headroom: batch shapes vary from step to
- * step. False when out of memory.
+ * Grows the attention backward's workspace (k_attention_workspace) to at
+ * least `floats`, with a quarter of headroom; false when out of memory.
  */
 static bool
-cuda_reserve(TfBackend *be, size_t plane, size_t operand)
+attention_workspace(TfBackend *be, size_t floats)
+{
+	CudaState  *st = state(be);
+	float	   *p;
+
+	if (floats <= st->attention_work_floats)
+		return true;
+	floats += floats / 4;
+	p = (float *) cuda_alloc(be, floats * sizeof(float));
+	if (p == NULL)
+		return false;
+	cuda_free(be, st->attention_work);
+	st->attention_work = p;
+	st->attention_work_floats = floats;
+	return true;
+}
+
+/*
+ * Grows the attention backward's workspace to the tiled kernels' row
+ * statistics and, in bf16, the two rounded-operand workspaces
+ * (bf16_operand) to this batch's needs, with a quarter of headroom: batch
+ * shapes vary from step to step. False when out of memory.
+ */
+static bool
+cuda_reserve(TfBackend *be, size_t plane, size_t row_stats, size_t operand)
 {
 	CudaState  *st = state(be);
 
 	(void) plane;				/* attention keeps its planes in shared memory */
+	if (!attention_workspace(be, row_stats))
+		return false;
 	for (int i = 0; st->bf16 && i < 2; i++)
 		if (operand > st->operand16_n[i])
 		{
@@ -522,25 +547,14 @@ cuda_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const fl
 						const TfAttentionShape *sh)
 {
 	CudaState  *st = state(be);
-	size_t		need = k_attention_workspace(sh);
 
 	if (!attention_fits(be, sh))
 		return;
-	/* grown on first need, with a quarter of headroom: no later step of the shape allocates */
-	if (need > st->attention_work_floats)
+	/* reserve sized the tiled kernels' share; the per-row kernels' planes grow here */
+	if (!attention_workspace(be, k_attention_workspace(sh)))
 	{
-		float	   *p;
-
-		need += need / 4;
-		p = (float *) cuda_alloc(be, need * sizeof(float));
-		if (p == NULL)
-		{
-			fail(be, "attention_backward", "out of device memory for the workspace");
-			return;
-		}
-		cuda_free(be, st->attention_work);
-		st->attention_work = p;
-		st->attention_work_floats = need;
+		fail(be, "attention_backward", "out of device memory for the workspace");
+		return;
 	}
 	k_attention_backward(dq, dk, dv, dctx, lse, q, ldq, k, v, ldk, sh, st->bf16, st->attention_work, st->stream);
 	launched(be, "attention_backward");

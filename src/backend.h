@@ -100,13 +100,14 @@ struct TfBackend
 
 	/*
 	 * Reserves working memory for attention planes [queries, keys] of up to
-	 * `plane` elements (the longest sentence squared) and, in bf16, for
-	 * matrix-product operands of up to `operand` elements that are not weights (the largest activation
+	 * `plane` elements (the longest sentence squared), for `row_stats`
+	 * per-row attention statistics (sentences x the longest x num_heads)
+	 * and, in bf16, for matrix-product operands of up to `operand` elements that are not weights (the largest activation
 	 * or gradient a gemm reads); false when out of memory. Called once per
 	 * batch, before its operations: a backend that grows nothing during a
 	 * step allocates only here.
 	 */
-	bool		(*reserve) (TfBackend *be, size_t plane, size_t operand);
+	bool		(*reserve) (TfBackend *be, size_t plane, size_t row_stats, size_t operand);
 
 	/*
 	 * C[M,N] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T, row-major

@@ -536,11 +536,12 @@ cpu_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, co
 
 /* Grows the attention scratch to two planes of `per_thread` floats per thread; false when out of memory. */
 static bool
-cpu_reserve(TfBackend *be, size_t per_thread, size_t operand)
+cpu_reserve(TfBackend *be, size_t per_thread, size_t row_stats, size_t operand)
 {
 	CpuState   *st = be->state;
 	float	   *s;
 
+	(void) row_stats;			/* the backward recomputes per (sentence, head) plane */
 	(void) operand;				/* products read fp32 */
 	if (per_thread <= st->scratch_per_thread)
 		return true;

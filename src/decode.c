@@ -314,7 +314,7 @@ stream_resize(TfStream *s, int S, int max_src)
 	if (longs > o.pstart_capacity)
 		s->pstart = be->alloc(be, longs * sizeof(int64_t));
 	if (s->host == NULL || s->arena == NULL || s->idx == NULL || s->pstart == NULL ||
-		!be->reserve(be, (size_t) s->Tmax * (s->Tmax > max_src ? s->Tmax : max_src), 0))
+		!be->reserve(be, (size_t) s->Tmax * (s->Tmax > max_src ? s->Tmax : max_src), 0, 0))
 	{
 		free(s->host);
 		if (s->arena != o.arena)

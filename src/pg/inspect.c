@@ -132,8 +132,7 @@ attention_attention_weights(PG_FUNCTION_ARGS)
 	c = tf_model_config(am->engine);
 	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, SPM_SOURCE, lang.source_id);
 	target = inspection_target(am, &source, TEXT_ARG_OR_NULL(1), lang);
-	tf_model_keep_attention(am->engine);
-	teacher_forced(am, &source, &target);
+	teacher_forced(am, &source, &target, true);
 	src_tokens = token_texts(am, &source, -1, am->eos_id);
 	dec_tokens = token_texts(am, &target, am->bos_id, -1);
 	for (kind = 0; kind < 3; kind++)
@@ -192,8 +191,7 @@ alignment(AttentionModel *am, Encoded *source, Encoded *target, int *q, int *k)
 	int			i,
 				h;
 
-	tf_model_keep_attention(am->engine);
-	teacher_forced(am, source, target);
+	teacher_forced(am, source, target, true);
 	p = fetch_attention(am, TF_CROSS, c->num_decoder_layers - 1, q, k);
 	a = palloc0(Max((size_t) *q * *k, 1) * sizeof(float));
 	for (i = 0; i < *q * *k; i++)
@@ -366,8 +364,7 @@ attention_plot_attention(PG_FUNCTION_ARGS)
 	if (kind != TF_ENCODER_SELF)
 		check_plot_size("target", target.n + 1, head >= 0 ? PLOT_MAX_PIECES : PLOT_MAX_PIECES_HEADS,
 						"plot_attention", "attention_weights");
-	tf_model_keep_attention(am->engine);
-	teacher_forced(am, &source, &target);
+	teacher_forced(am, &source, &target, true);
 	p = fetch_attention(am, kind, layer, &q, &k);
 	src_labels = label_strings(token_texts(am, &source, -1, am->eos_id), source.n + 1);
 	dec_labels = label_strings(token_texts(am, &target, am->bos_id, -1), target.n + 1);

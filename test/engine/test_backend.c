@@ -368,8 +368,8 @@ compare_attention_shape(Both *b, bool causal, bool cross, float dropout, int B, 
 	sh.q_start = q_start, sh.k_start = k_start, sh.p_start = p_start;
 	dsh = sh;
 	dsh.q_start = d_qs, dsh.k_start = d_ks, dsh.p_start = d_ps;
-	b->cpu->reserve(b->cpu, (size_t) max_q * max_k, 0);
-	b->gpu->reserve(b->gpu, (size_t) max_q * max_k, 0);
+	b->cpu->reserve(b->cpu, (size_t) max_q * max_k, (size_t) B * max_q * H, 0);
+	b->gpu->reserve(b->gpu, (size_t) max_q * max_k, (size_t) B * max_q * H, 0);
 	/* queries at column 1 of the rows, keys at D + 1, values at 2D + 1 (leading dimension LD) */
 	b->cpu->attention(b->cpu, ctx, lse, probs, qkv + 1, LD, qkv + D + 1, qkv + 2 * D + 1, LD, &sh);
 	b->gpu->attention(b->gpu, d_ctx, d_lse, NULL, d_qkv + 1, LD, d_qkv + D + 1, d_qkv + 2 * D + 1, LD, &dsh);

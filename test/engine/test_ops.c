@@ -158,7 +158,7 @@ check_attention(TfBackend *be, bool causal, bool cross, float dropout)
 			.seed = 5, .stream = 77, .max_q = MAXQ, .max_k = MAXK, .p_total = p_start[B]}, D, D};
 	char		what[64];
 
-	be->reserve(be, MAXQ * MAXK, 0);
+	be->reserve(be, MAXQ * MAXK, B * MAXQ * H, 0);
 	fill(q, sizeof(q) / 4);
 	fill(k, sizeof(k) / 4);
 	fill(v, sizeof(v) / 4);

@@ -439,12 +439,12 @@ nbest_hypotheses(AttentionModel *am, text *source, int32 source_language, TfDeco
 
 /*
  * Runs one teacher-forced pass of source -> target ids (no EOS in
- * target->ids): afterwards the engine holds the attention probabilities.
- * Returns the log-probability of the target's tokens and EOS (without its
- * prefix, the forced language token).
+ * target->ids): afterwards, with keep_attention, the engine holds the
+ * attention probabilities. Returns the log-probability of the target's
+ * tokens and EOS (without its prefix, the forced language token).
  */
 double
-teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target)
+teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target, bool keep_attention)
 {
 	int			n = target->n + 1;
 	int32_t    *tgt = palloc(2 * (size_t) n * sizeof(int32_t));
@@ -469,6 +469,8 @@ teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target)
 	b.tgt_in = tgt;
 	b.labels = tgt + n;
 	threads = cpu_budget_take_for(am->engine, 0);
+	if (keep_attention)
+		tf_model_keep_attention(am->engine);
 	rc = tf_model_score_prefixed(am->engine, &b, target->prefix, &log_prob, err, sizeof(err));
 	cpu_budget_give(threads);
 	if (rc != TF_OK)
@@ -484,5 +486,5 @@ score_text(AttentionModel *am, text *source, text *target, CallLanguages lang)
 	Encoded		s = encode_text(am, source, true, SPM_SOURCE, lang.source_id),
 				t = encode_text(am, target, false, SPM_TARGET, lang.target_id);
 
-	return teacher_forced(am, &s, &t);
+	return teacher_forced(am, &s, &t, false);
 }

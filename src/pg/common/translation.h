@@ -135,9 +135,11 @@ int			translate_rows(bool one_arg, const NullableDatum *options, text **texts, i
 
 /*
  * Runs one teacher-forced pass of source -> target ids (no EOS in
- * target->ids): afterwards the engine holds the attention probabilities.
- * Returns the log-probability of the target's tokens and EOS, in nats.
+ * target->ids): afterwards, with keep_attention, the engine holds the
+ * attention probabilities. Returns the log-probability of the target's
+ * tokens and EOS, in nats.
  */
-double		teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target);
+double		teacher_forced(AttentionModel *am, const Encoded *source, const Encoded *target,
+						   bool keep_attention);
 
 #endif
