@@ -651,9 +651,9 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 		m->row_loss = m->be->alloc(m->be, (size_t) lay->Nt * sizeof(double));
 		m->row_loss_capacity = m->row_loss != NULL ? (size_t) lay->Nt : 0;
 	}
-	if (m->arena == NULL || m->layout == NULL || m->mask_arena == NULL ||
-		m->row_loss == NULL || !m->be->reserve(m->be, (size_t) longest * longest,
-														  (size_t) lay->B * longest * m->config.num_heads, operand))
+	if (m->arena == NULL || m->layout == NULL || m->mask_arena == NULL || m->row_loss == NULL ||
+		!m->be->reserve(m->be, (size_t) longest * longest, (size_t) lay->B * longest * m->config.num_heads,
+						operand))
 	{
 		snprintf(err, errlen, "out of memory for the activations of %d source and %d target tokens (%zu MB)",
 				 lay->Ns, lay->Nt, need * sizeof(float) >> 20);
