@@ -364,6 +364,18 @@ width4(int dk)
 }
 
 /*
+ * Floats of one warp's buffers in a tiled kernel: two [GROUP, dk4] row
+ * groups and `per_row` values for each of GROUP rows (a multiple of 4: the
+ * next warp's buffers stay 16-byte aligned). The kernels lay out shared
+ * memory with it and the host sizes it with it.
+ */
+__host__ __device__ __forceinline__ size_t
+warp_floats(int dk, int per_row)
+{
+	return 2 * GROUP * (size_t) width4(dk) + GROUP * (size_t) per_row;
+}
+
+/*
  * Forward of query rows [tile * TILE_ROWS, ...) of sentence b, head h:
  * ctx and the rows' log-sum-exp, by an online softmax (running max m and
  * sum l over 32 keys at a time, earlier terms rescaled by exp(m_old -
@@ -385,10 +397,10 @@ attention_tile_kernel(float *ctx, float *lse, const float *q, int ldq, const flo
 				d = num_heads * dk,
 				dk4 = width4(dk),
 				seen = causal ? min(a.lk, t.r1) : a.lk;	/* keys any row of the tile sees */
-	float	   *qs = (float *) sm4 + warp * (2 * GROUP * dk4 + 32 * GROUP),
+	float	   *qs = (float *) sm4 + warp * warp_floats(dk, 32),
 			   *acc = qs + GROUP * dk4,
 			   *w = acc + GROUP * dk4,
-			   *ks = (float *) sm4 + TILE_WARPS * (2 * GROUP * dk4 + 32 * GROUP),
+			   *ks = (float *) sm4 + TILE_WARPS * warp_floats(dk, 32),
 			   *vs = ks + (size_t) seen * (dk + 1);
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
@@ -514,11 +526,11 @@ attention_dq_tile_kernel(float *dq, float *dsum, const float *dctx, const float 
 				d = num_heads * dk,
 				dk4 = width4(dk),
 				seen = causal ? min(a.lk, t.r1) : a.lk;
-	float	   *qs = (float *) sm4 + warp * (2 * GROUP * dk4 + 2 * GROUP * seen),
+	float	   *qs = (float *) sm4 + warp * warp_floats(dk, 2 * seen),
 			   *dc = qs + GROUP * dk4,
 			   *pr = dc + GROUP * dk4,
 			   *sr = pr + GROUP * seen,
-			   *ks = (float *) sm4 + TILE_WARPS * (2 * GROUP * dk4 + 2 * GROUP * seen),
+			   *ks = (float *) sm4 + TILE_WARPS * warp_floats(dk, 2 * seen),
 			   *vs = ks + (size_t) seen * (dk + 1);
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
@@ -645,11 +657,11 @@ attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dsum, const f
 				dk4 = width4(dk),
 				first = causal ? min(t.r0, a.lq) : 0;	/* the first query that sees the tile's keys */
 	int			lq = a.lq - first;
-	float	   *kr = (float *) sm4 + warp * (2 * GROUP * dk4 + 2 * GROUP * lq),
+	float	   *kr = (float *) sm4 + warp * warp_floats(dk, 2 * lq),
 			   *vr = kr + GROUP * dk4,
 			   *pc = vr + GROUP * dk4,
 			   *sc = pc + GROUP * lq,
-			   *qs = (float *) sm4 + TILE_WARPS * (2 * GROUP * dk4 + 2 * GROUP * lq),
+			   *qs = (float *) sm4 + TILE_WARPS * warp_floats(dk, 2 * lq),
 			   *ds = qs + (size_t) lq * (dk + 1),
 			   *ls = ds + (size_t) lq * (dk + 1),
 			   *Ds = ls + lq;
@@ -740,19 +752,19 @@ UNROLL
 static size_t
 tile_forward_shared(const TfAttentionShape *sh)
 {
-	return (TILE_WARPS * (size_t) (2 * GROUP * width4(sh->head_dim) + 32 * GROUP) +
+	return (TILE_WARPS * warp_floats(sh->head_dim, 32) +
 			2 * (size_t) sh->max_k * (sh->head_dim + 1)) * sizeof(float);
 }
 static size_t
 tile_dq_shared(const TfAttentionShape *sh)
 {
-	return (TILE_WARPS * (size_t) (2 * GROUP * width4(sh->head_dim) + 2 * GROUP * sh->max_k) +
+	return (TILE_WARPS * warp_floats(sh->head_dim, 2 * sh->max_k) +
 			2 * (size_t) sh->max_k * (sh->head_dim + 1)) * sizeof(float);
 }
 static size_t
 tile_dkv_shared(const TfAttentionShape *sh)
 {
-	return (TILE_WARPS * (size_t) (2 * GROUP * width4(sh->head_dim) + 2 * GROUP * sh->max_q) +
+	return (TILE_WARPS * warp_floats(sh->head_dim, 2 * sh->max_q) +
 			2 * (size_t) sh->max_q * (sh->head_dim + 2)) * sizeof(float);
 }
 
