@@ -369,10 +369,10 @@ width4(int dk)
  * next warp's buffers stay 16-byte aligned). The kernels lay out shared
  * memory with it and the host sizes it with it.
  */
-__host__ __device__ __forceinline__ size_t
-warp_floats(int dk, int per_row)
+__host__ __device__ __forceinline__ int
+warp_floats(int dk4, int per_row)
 {
-	return 2 * GROUP * (size_t) width4(dk) + GROUP * (size_t) per_row;
+	return 2 * GROUP * dk4 + GROUP * per_row;
 }
 
 /*
@@ -397,10 +397,10 @@ attention_tile_kernel(float *ctx, float *lse, const float *q, int ldq, const flo
 				d = num_heads * dk,
 				dk4 = width4(dk),
 				seen = causal ? min(a.lk, t.r1) : a.lk;	/* keys any row of the tile sees */
-	float	   *qs = (float *) sm4 + warp * warp_floats(dk, 32),
+	float	   *qs = (float *) sm4 + warp * warp_floats(dk4, 32),
 			   *acc = qs + GROUP * dk4,
 			   *w = acc + GROUP * dk4,
-			   *ks = (float *) sm4 + TILE_WARPS * warp_floats(dk, 32),
+			   *ks = (float *) sm4 + TILE_WARPS * warp_floats(dk4, 32),
 			   *vs = ks + (size_t) seen * (dk + 1);
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
@@ -526,11 +526,11 @@ attention_dq_tile_kernel(float *dq, float *dsum, const float *dctx, const float 
 				d = num_heads * dk,
 				dk4 = width4(dk),
 				seen = causal ? min(a.lk, t.r1) : a.lk;
-	float	   *qs = (float *) sm4 + warp * warp_floats(dk, 2 * seen),
+	float	   *qs = (float *) sm4 + warp * warp_floats(dk4, 2 * seen),
 			   *dc = qs + GROUP * dk4,
 			   *pr = dc + GROUP * dk4,
 			   *sr = pr + GROUP * seen,
-			   *ks = (float *) sm4 + TILE_WARPS * warp_floats(dk, 2 * seen),
+			   *ks = (float *) sm4 + TILE_WARPS * warp_floats(dk4, 2 * seen),
 			   *vs = ks + (size_t) seen * (dk + 1);
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
@@ -657,11 +657,11 @@ attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dsum, const f
 				dk4 = width4(dk),
 				first = causal ? min(t.r0, a.lq) : 0;	/* the first query that sees the tile's keys */
 	int			lq = a.lq - first;
-	float	   *kr = (float *) sm4 + warp * warp_floats(dk, 2 * lq),
+	float	   *kr = (float *) sm4 + warp * warp_floats(dk4, 2 * lq),
 			   *vr = kr + GROUP * dk4,
 			   *pc = vr + GROUP * dk4,
 			   *sc = pc + GROUP * lq,
-			   *qs = (float *) sm4 + TILE_WARPS * warp_floats(dk, 2 * lq),
+			   *qs = (float *) sm4 + TILE_WARPS * warp_floats(dk4, 2 * lq),
 			   *ds = qs + (size_t) lq * (dk + 1),
 			   *ls = ds + (size_t) lq * (dk + 1),
 			   *Ds = ls + lq;
@@ -752,19 +752,19 @@ UNROLL
 static size_t
 tile_forward_shared(const TfAttentionShape *sh)
 {
-	return (TILE_WARPS * warp_floats(sh->head_dim, 32) +
+	return (TILE_WARPS * (size_t) warp_floats(width4(sh->head_dim), 32) +
 			2 * (size_t) sh->max_k * (sh->head_dim + 1)) * sizeof(float);
 }
 static size_t
 tile_dq_shared(const TfAttentionShape *sh)
 {
-	return (TILE_WARPS * warp_floats(sh->head_dim, 2 * sh->max_k) +
+	return (TILE_WARPS * (size_t) warp_floats(width4(sh->head_dim), 2 * sh->max_k) +
 			2 * (size_t) sh->max_k * (sh->head_dim + 1)) * sizeof(float);
 }
 static size_t
 tile_dkv_shared(const TfAttentionShape *sh)
 {
-	return (TILE_WARPS * warp_floats(sh->head_dim, 2 * sh->max_q) +
+	return (TILE_WARPS * (size_t) warp_floats(width4(sh->head_dim), 2 * sh->max_q) +
 			2 * (size_t) sh->max_q * (sh->head_dim + 2)) * sizeof(float);
 }
 
