@@ -20,7 +20,9 @@
  * matrix products of the census count the rest), and a line "timed" with
  * the wall time of the counted training and beam steps (each ends in a
  * download, so on a GPU it is the step's time; under emulation it means
- * nothing).
+ * nothing). On a GPU the counted steps are also the CUDA profiler's range
+ * (cuProfilerStart/Stop), so `ncu --profile-from-start off` or `nsys
+ * --capture-range=cudaProfilerApi` sees only them (bench/gpu-suite).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
@@ -38,12 +40,19 @@ static int	vocab = 37000;
 #define FIRST_ID 4				/* pad 0, unk 1, BOS 2, EOS 3 */
 
 static void (*census_mark) (const char *label);
+static int	(*profiler_start) (void);	/* the CUDA driver's cuProfilerStart/Stop */
+static int	(*profiler_stop) (void);
 
+/* A counted step's bounds ("...-begin", "...-end"): the census's marks, or the profiler's range on a GPU. */
 static void
 mark(const char *label)
 {
 	if (census_mark != NULL)
 		census_mark(label);
+	else if (profiler_start != NULL && strstr(label, "-begin") != NULL)
+		profiler_start();
+	else if (profiler_stop != NULL)
+		profiler_stop();
 }
 
 /* Deterministic generator (xorshift64*). */
@@ -152,6 +161,11 @@ main(int argc, char **argv)
 	lib = dlopen(getenv("ATTENTION_CUDA_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
 	if (lib != NULL)
 		*(void **) &census_mark = dlsym(lib, "cuemu_census_mark");
+	if (census_mark == NULL && (lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD)) != NULL)
+	{
+		*(void **) &profiler_start = dlsym(lib, "cuProfilerStart");
+		*(void **) &profiler_stop = dlsym(lib, "cuProfilerStop");
+	}
 	if (census_mark == NULL)
 		fprintf(stderr, "census_step: the CUDA library has no census (build attention_cuda_census.so)\n");
 
