@@ -25,7 +25,7 @@ def main(path):
         value = float(row["Metric Value"].replace(",", ""))
         unit = row.get("Metric Unit", "ns")
         us = value / 1e3 if unit == "nsecond" or unit == "ns" else value * 1e3 if unit == "msecond" else value
-        name = row["Kernel Name"].split("(")[0].split("<")[0]
+        name = row["Kernel Name"].removeprefix("void ").split("(")[0].split("<")[0]
         times.setdefault(name, []).append(us)
     if not times:
         print("no kernel times in", path)
