@@ -749,23 +749,36 @@ UNROLL
 }
 
 /* Dynamic shared memory (bytes) of the three tiled kernels for this call, at most rows of keys and queries. */
+/*
+ * Dynamic shared memory for n floats, in bytes, rounded up to 16. ptxas
+ * widens the tail of a loop over a shared row to one 16-byte load (LDS.128)
+ * where the index is a multiple of 4, so the last load may reach past the
+ * n-th float: compute-sanitizer's memcheck flagged it on an H200 when the
+ * per-row kernels allocated exactly n.
+ */
+static size_t
+shared_floats(size_t n)
+{
+	return (n > 0 ? (n + 3) / 4 * 4 : 4) * sizeof(float);
+}
+
 static size_t
 tile_forward_shared(const TfAttentionShape *sh)
 {
-	return (TILE_WARPS * (size_t) warp_floats(width4(sh->head_dim), 32) +
-			2 * (size_t) sh->max_k * (sh->head_dim + 1)) * sizeof(float);
+	return shared_floats(TILE_WARPS * (size_t) warp_floats(width4(sh->head_dim), 32) +
+						 2 * (size_t) sh->max_k * (sh->head_dim + 1));
 }
 static size_t
 tile_dq_shared(const TfAttentionShape *sh)
 {
-	return (TILE_WARPS * (size_t) warp_floats(width4(sh->head_dim), 2 * sh->max_k) +
-			2 * (size_t) sh->max_k * (sh->head_dim + 1)) * sizeof(float);
+	return shared_floats(TILE_WARPS * (size_t) warp_floats(width4(sh->head_dim), 2 * sh->max_k) +
+						 2 * (size_t) sh->max_k * (sh->head_dim + 1));
 }
 static size_t
 tile_dkv_shared(const TfAttentionShape *sh)
 {
-	return (TILE_WARPS * (size_t) warp_floats(width4(sh->head_dim), 2 * sh->max_q) +
-			2 * (size_t) sh->max_q * (sh->head_dim + 2)) * sizeof(float);
+	return shared_floats(TILE_WARPS * (size_t) warp_floats(width4(sh->head_dim), 2 * sh->max_q) +
+						 2 * (size_t) sh->max_q * (sh->head_dim + 2));
 }
 
 /*
@@ -803,7 +816,7 @@ tiled(const TfAttentionShape *sh, const float *probs)
 bool
 k_attention_fits(const TfAttentionShape *sh)
 {
-	return (size_t) sh->max_k * sizeof(float) <= ATT_MAX_SHARED;
+	return shared_floats((size_t) sh->max_k) <= ATT_MAX_SHARED;
 }
 
 size_t
@@ -820,7 +833,7 @@ k_attention(float *ctx, float *lse, float *probs, const float *q, int ldq, const
 {
 	dim3		grid((unsigned) (sh->batch * sh->num_heads), (unsigned) sh->max_q);
 	unsigned	threads = row_threads(sh->max_k > sh->head_dim ? sh->max_k : sh->head_dim, ATT_THREADS);
-	size_t		shared = (size_t) (sh->max_k > 0 ? sh->max_k : 1) * sizeof(float);
+	size_t		shared = shared_floats((size_t) sh->max_k);
 
 	if (sh->batch == 0 || sh->max_q == 0)
 		return;
@@ -876,7 +889,7 @@ k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, const f
 	if (sh->max_q > 0)
 		LAUNCH(attention_dq_kernel, dim3(pairs, (unsigned) sh->max_q),
 			   row_threads(sh->max_k > sh->head_dim ? sh->max_k : sh->head_dim, ATT_THREADS),
-			   (size_t) (sh->max_k > 0 ? sh->max_k : 1) * sizeof(float), stream)
+			   shared_floats((size_t) sh->max_k), stream)
 			(dq, work, work + sh->p_total, dctx, lse, q, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start,
 			 sh->num_heads, sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream, bf16_kv);
 	if (sh->max_k > 0)
