@@ -11,13 +11,14 @@ training step and a beam-search step), so the sum sits beside the census's estim
 launches), without the gaps between launches.
 """
 import csv
+import gzip
 import statistics
 import sys
 
 
 def main(path):
     times = {}
-    with open(path, newline="") as f:
+    with (gzip.open(path, "rt", newline="") if path.endswith(".gz") else open(path, newline="")) as f:
         lines = [line for line in f if line.startswith('"')]   # ncu's own log lines start with ==
     for row in csv.DictReader(lines):
         if row.get("Metric Name") != "gpu__time_duration.sum":

@@ -228,7 +228,7 @@ host_layout(TfStream *s, void *block)
 	return off;
 }
 
-/* Lays the backend buffers out in arena (NULL: measures); returns the floats. */
+/* Lays the backend buffers out in arena (NULL: measures), each TF_CARVE_ALIGN-aligned; returns the floats. */
 static size_t
 arena_layout(TfStream *s, float *arena)
 {
@@ -242,14 +242,15 @@ arena_layout(TfStream *s, float *arena)
 	for (l = 0; l <= s->Ld; l++)
 	{
 		s->cache[l] = arena != NULL ? arena + off : NULL;
-		off += cache;
+		off += tf_carve_count(cache, sizeof(float));
 	}
 	for (l = 0; l < s->Ld; l++)
 	{
 		s->cross[l] = arena != NULL ? arena + off : NULL;
-		off += (size_t) s->S * s->max_src * 2 * d;
+		off += tf_carve_count((size_t) s->S * s->max_src * 2 * d, sizeof(float));
 	}
-#define CUT(field, count) (s->field = arena != NULL ? arena + off : NULL, off += (size_t) (count))
+#define CUT(field, count) (s->field = arena != NULL ? arena + off : NULL, \
+								 off += tf_carve_count((size_t) (count), sizeof(float)))
 	CUT(x, RC * d);
 	CUT(x1, RC * d);
 	CUT(x2, RC * d);

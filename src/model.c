@@ -474,14 +474,16 @@ tf_model_num_parameters(const TfModel *m)
 /*
  * Bump allocation of n elements of elem_size bytes from an arena during a
  * sizing (base NULL: returns NULL) or an assigning pass; *used counts the
- * arena's elements. take() carves floats, take_mask() dropout-mask bytes.
+ * arena's elements, each carve rounded up by tf_carve_count (so every
+ * buffer starts TF_CARVE_ALIGN bytes into the arena). take() carves floats,
+ * take_mask() dropout-mask bytes.
  */
 static void *
 take_elements(void *base, size_t *used, size_t n, size_t elem_size)
 {
 	char	   *p = base != NULL ? (char *) base + *used * elem_size : NULL;
 
-	*used += n;
+	*used += tf_carve_count(n, elem_size);
 	return p;
 }
 

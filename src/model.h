@@ -113,6 +113,22 @@ typedef struct BatchLayout
 	size_t		scratch_capacity;
 } BatchLayout;
 
+/*
+ * Buffers carved out of an arena (model.c's activations and dropout masks,
+ * decode.c's stream buffers) start TF_CARVE_ALIGN bytes apart, as cudaMalloc's
+ * own allocations: cuBLAS's Hopper kernels need 16-byte aligned operands, and
+ * on an H200 it ran the products whose output sat 4 bytes off (after a
+ * carve of an odd number of floats) on an sm_80 kernel at about half the
+ * speed (docs/gpus.md). tf_carve_count(n, elem_size): n rounded up to that.
+ */
+#define TF_CARVE_ALIGN 256
+
+static inline size_t
+tf_carve_count(size_t n, size_t elem_size)
+{
+	return (n * elem_size + TF_CARVE_ALIGN - 1) / TF_CARVE_ALIGN * TF_CARVE_ALIGN / elem_size;
+}
+
 /* Device pointers into the uploaded layout (see BatchLayout). */
 #define SRC_START(m) ((m)->idx)
 #define TGT_START(m) ((m)->idx + (m)->lay.B + 1)
