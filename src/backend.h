@@ -118,6 +118,14 @@ struct TfBackend
 						 float beta, float *c, int ldc);
 
 	/*
+	 * The caller's promise that x [n floats] stays unchanged until the next
+	 * hold_operand (x NULL: none held), through the gemms that read it: a
+	 * backend that rounds gemm operands (CUDA's bf16) then rounds it once
+	 * for all of them. NULL on backends that round nothing (the CPU's).
+	 */
+	void		(*hold_operand) (TfBackend *be, const float *x, size_t n);
+
+	/*
 	 * Inference products with weights fixed for the model's life (NULL on
 	 * backends without them: CUDA's; the model then uses gemm):
 	 * y[rows, out] = x[rows, in] W^T + bias (bias [out] or NULL), W [out, in]

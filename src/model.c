@@ -767,17 +767,27 @@ decoder_output(const TfModel *m)
 	return c->normalize_before ? m->dec_final : m->acts[c->num_encoder_layers + c->num_decoder_layers - 1].out;
 }
 
+/* be->hold_operand where the backend has one. */
+static void
+hold_operand(TfBackend *be, const float *x, size_t n)
+{
+	if (be->hold_operand != NULL)
+		be->hold_operand(be, x, n);
+}
+
 /*
  * Backward of linear: dW += dy^T x, db += colsum(dy), and dx = dy W
- * (dx_beta 1 adds into dx).
+ * (dx_beta 1 adds into dx). dy is held (hold_operand) across both products.
  */
 static void
 linear_backward(TfBackend *be, float *dx, float dx_beta, float *dw, float *db, const float *dy,
 				const float *x, const float *w, int rows, int in, int out)
 {
+	hold_operand(be, dy, (size_t) rows * out);
 	be->gemm(be, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
 	be->bias_backward(be, db, dy, rows, out);
 	be->gemm(be, false, false, rows, in, out, 1.0f, dy, out, w, in, dx_beta, dx, in);
+	hold_operand(be, NULL, 0);
 }
 
 /* Which attention of a layer. */
@@ -1339,10 +1349,12 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 		if (m->reduce_grads)
 			be->all_reduce(be, m->grads + m->off_logits_bias, (size_t) c->vocab_size, false);
 	}
+	hold_operand(be, m->logits, (size_t) Nt * c->vocab_size);
 	be->gemm(be, true, false, c->vocab_size, d, Nt, 1.0f, m->logits, c->vocab_size,
 			 decoder_output(m), d, 1.0f, m->grads + m->off_embedding, d);
 	be->gemm(be, false, false, Nt, d, c->vocab_size, 1.0f, m->logits, c->vocab_size,
 			 m->params + m->off_embedding, d, 0.0f, c->normalize_before ? m->g_b : m->g_a, d);
+	hold_operand(be, NULL, 0);
 	if (c->normalize_before)
 		final_norm_backward(m, true, m->g_a, m->g_b);
 
