@@ -748,7 +748,6 @@ UNROLL
 	}
 }
 
-/* Dynamic shared memory (bytes) of the three tiled kernels for this call, at most rows of keys and queries. */
 /*
  * Dynamic shared memory for n floats, in bytes, rounded up to 16. ptxas
  * widens the tail of a loop over a shared row to one 16-byte load (LDS.128)
@@ -762,6 +761,7 @@ shared_floats(size_t n)
 	return (n > 0 ? (n + 3) / 4 * 4 : 4) * sizeof(float);
 }
 
+/* Dynamic shared memory (bytes) of the three tiled kernels for this call, at most rows of keys and queries. */
 static size_t
 tile_forward_shared(const TfAttentionShape *sh)
 {

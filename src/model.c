@@ -475,7 +475,7 @@ tf_model_num_parameters(const TfModel *m)
  * Bump allocation of n elements of elem_size bytes from an arena during a
  * sizing (base NULL: returns NULL) or an assigning pass; *used counts the
  * arena's elements, each carve rounded up by tf_carve_count (so every
- * buffer starts TF_CARVE_ALIGN bytes into the arena). take() carves floats,
+ * buffer starts at a multiple of TF_CARVE_ALIGN bytes into the arena). take() carves floats,
  * take_mask() dropout-mask bytes.
  */
 static void *

@@ -115,11 +115,12 @@ typedef struct BatchLayout
 
 /*
  * Buffers carved out of an arena (model.c's activations and dropout masks,
- * decode.c's stream buffers) start TF_CARVE_ALIGN bytes apart, as cudaMalloc's
- * own allocations: cuBLAS's Hopper kernels need 16-byte aligned operands, and
- * on an H200 it ran the products whose output sat 4 bytes off (after a
- * carve of an odd number of floats) on an sm_80 kernel at about half the
- * speed (docs/gpus.md). tf_carve_count(n, elem_size): n rounded up to that.
+ * decode.c's stream buffers) start at multiples of TF_CARVE_ALIGN bytes, as
+ * cudaMalloc's own allocations do: cuBLAS's Hopper kernels need 16-byte
+ * aligned operands, and on an H200 it ran the products whose output sat 4
+ * bytes off (after a carve of an odd number of floats) on an sm_80 kernel
+ * at about half the speed (docs/gpus.md). tf_carve_count(n, elem_size): the
+ * elements a carve of n takes, n rounded up to a multiple of that.
  */
 #define TF_CARVE_ALIGN 256
 
