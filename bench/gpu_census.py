@@ -12,8 +12,9 @@ side for the training step and at --sentences for the beam-search step.
 
   gpu_census.py --counts CENSUS
 
-prints, per section of one census, its launches, GEMMs, host
-synchronisations, allocations and frees (the test command's smoke census).
+prints, per section of one census, its launches, GEMMs (and how many of them
+have an operand off 16 bytes), host synchronisations, allocations and frees
+(the test command's smoke census).
 """
 import math
 import re
@@ -34,6 +35,10 @@ L2_BW = 5.5e12              # bytes/s, L2 to SMs
 L1_BW = 128 * SMS * 1.83e9  # bytes/s: 128 bytes per clock and SM (A100 whitepaper's L1 figure);
                             # shared memory is the same SRAM: a wavefront (32 banks x 4 bytes) is 128 bytes of it
 ACCESS_LATENCY = 150e-9     # s per access of one thread's serial chain (~270 cycles, an L2 hit)
+# Measured on an H200 (2026-11-26, bench/results/gpu-kernels-h200-20261126-before.txt): products with
+# an operand or row stride off 16 bytes ran on sm_80 kernels at 150-260 TFLOP/s, aligned ones at
+# 500-780 on Hopper's; such a product is priced at 3 times its aligned cost.
+MISALIGNED_GEMM = 3.0
 # Assumptions of this model:
 MIN_KERNEL = 2e-6           # s: no launch finishes faster (launch latency and tail)
 SYNC_COST = 10e-6           # s per host synchronisation: the stream drains, the host waits
@@ -87,6 +92,8 @@ def extrapolate(recs1, recs2, size1, size2, size):
         n["name"] = f1.get("name", kind)
         n["threads"] = n1.get("block", 0)   # threads per block do not scale
         n["type"] = f1.get("type")
+        if "aligned" in n1:                 # a flag, not a count: misaligned at either size
+            n["aligned"] = min(n1["aligned"], n2["aligned"])
         out.append((kind, n))
     return out
 
@@ -110,12 +117,13 @@ def gemm_cost(n):
     flops = 2 * m * nn * k * b
     byts = ((m * k + k * nn) * es + m * nn * 4 * (1 + n["beta"])) * b
     peak = BF16_DENSE if n["type"] == "bf16" else FP32
-    return max(flops / peak, byts / HBM_BW, MIN_KERNEL), flops, byts
+    slow = MISALIGNED_GEMM if not n.get("aligned", 1) else 1.0
+    return max(slow * flops / peak, slow * byts / HBM_BW, MIN_KERNEL), flops, byts
 
 
 def price(recs):
     kernels = OrderedDict()
-    totals = dict(launches=0, gemms=0, syncs=0, mallocs=0, frees=0, h2d=0.0, d2h=0.0, d2d=0.0,
+    totals = dict(launches=0, gemms=0, misaligned=0, syncs=0, mallocs=0, frees=0, h2d=0.0, d2h=0.0, d2d=0.0,
                   t_kernels=0.0, t_gemm=0.0, t_other=0.0, flops=0.0)
     for kind, n in recs:
         if kind == "launch":
@@ -142,6 +150,7 @@ def price(recs):
         elif kind == "gemm":
             t, flops, _ = gemm_cost(n)
             totals["gemms"] += 1
+            totals["misaligned"] += 0 if n.get("aligned", 1) else 1
             totals["t_gemm"] += t
             totals["flops"] += flops
         elif kind == "sync":
@@ -185,7 +194,9 @@ def report(title, kernels, totals, extra_flops):
               f"{k['lanes'] / req if req else 0:5.1f} {k['chain']:9.0f} {k['t'] * 1e3:8.3f} "
               f"{k['t'] / step * 100:5.1f}%  {'; '.join(notes)}")
     print(f"{'GEMMs (cuBLAS, ' + str(totals['gemms']) + ' calls)':32} {'':>87} {totals['t_gemm'] * 1e3:8.3f} "
-          f"{totals['t_gemm'] / step * 100:5.1f}%")
+          f"{totals['t_gemm'] / step * 100:5.1f}%" +
+          (f"  {totals['misaligned']} with an operand off 16 bytes (priced x{MISALIGNED_GEMM:.0f})"
+           if totals["misaligned"] else ""))
     print(f"{'copies, memsets, host syncs':32} {'':>87} {totals['t_other'] * 1e3:8.3f} "
           f"{totals['t_other'] / step * 100:5.1f}%")
     print(f"step estimate {step * 1e3:.1f} ms: kernels {totals['t_kernels'] * 1e3:.1f}, GEMMs {totals['t_gemm'] * 1e3:.1f}, "
@@ -236,8 +247,9 @@ def counts(path):
     sections, _ = parse(path, "/dev/null")
     for name, recs in sections.items():
         kinds = [k for k, _ in recs]
-        print(f"{name} launches={kinds.count('launch')} gemms={kinds.count('gemm')} syncs={kinds.count('sync')} "
-              f"mallocs={kinds.count('malloc')} frees={kinds.count('free')}")
+        misaligned = sum(1 for k, f in recs if k == "gemm" and f.get("aligned") == "0")
+        print(f"{name} launches={kinds.count('launch')} gemms={kinds.count('gemm')} misaligned={misaligned} "
+              f"syncs={kinds.count('sync')} mallocs={kinds.count('malloc')} frees={kinds.count('free')}")
     return 0
 
 
