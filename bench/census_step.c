@@ -9,8 +9,10 @@
  *   census_step TOKENS SENTENCES [--precision fp32|bf16] [--layers N]
  *
  * --layers N: a tiny model instead (N + N layers, d_model 64, 4 heads, d_ff
- * 128, 1,000 pieces), for the test command's smoke census (launches per
- * layer, host synchronisations and allocations per step).
+ * 128, 1,001 pieces: odd, so that its logits' rows are aligned only when
+ * the device pads them), for the test command's smoke census (launches per
+ * layer, host synchronisations, allocations and misaligned products per
+ * step).
  *
  * Training: sentences of 20 to 40 tokens on both sides (mean 30, the
  * paper's WMT batches), about TOKENS source and TOKENS target tokens, ids
@@ -147,7 +149,7 @@ main(int argc, char **argv)
 	}
 	if (layers > 0)
 	{
-		vocab = 1000;
+		vocab = 1001;
 		tf_config_small(&c, vocab);
 		c.num_encoder_layers = c.num_decoder_layers = layers;
 		c.d_model = 64, c.num_heads = 4, c.d_ff = 128;

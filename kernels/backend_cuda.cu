@@ -71,6 +71,14 @@ struct CudaState
 	std::atomic<bool> aborted;
 };
 
+/*
+ * The logits' row stride: the vocabulary rounded up to 64 floats, so every
+ * row starts at a multiple of 256 bytes (TfBackend.vocab_multiple). An
+ * imported vocabulary of odd size (opus-mt's 58,101) would otherwise put
+ * the rows off 16 bytes, where cuBLAS falls back to sm_80 kernels.
+ */
+#define VOCAB_MULTIPLE 64
+
 /* How long a rank waits for the others to join its communicator. */
 #define JOIN_TIMEOUT_SECONDS 300
 
@@ -452,21 +460,21 @@ columns_workspace(TfBackend *be, int rows, int cols, int parts, size_t *floats)
 }
 
 static void
-cuda_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols)
+cuda_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols, int ld)
 {
-	k_bias_rows(out, bias, rows, cols, state(be)->stream);
+	k_bias_rows(out, bias, rows, cols, ld, state(be)->stream);
 	launched(be, "bias_rows");
 }
 
 static void
-cuda_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int cols)
+cuda_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int cols, int ld)
 {
 	size_t		floats;
 	float	   *ws = columns_workspace(be, rows, cols, 1, &floats);
 
 	if (ws == NULL)
 		return;
-	k_bias_backward(dbias, dout, rows, cols, ws, floats, state(be)->stream);
+	k_bias_backward(dbias, dout, rows, cols, ld, ws, floats, state(be)->stream);
 	launched(be, "bias_backward");
 }
 
@@ -587,9 +595,10 @@ cuda_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const fl
 
 static void
 cuda_cross_entropy(TfBackend *be, float *logits, float *inv_sum, const int32_t *labels, int rows, int vocab,
-				   int pad_id, float label_smoothing, double *row_loss)
+				   int ld, int pad_id, float label_smoothing, double *row_loss)
 {
-	k_cross_entropy(logits, inv_sum, labels, rows, vocab, pad_id, label_smoothing, row_loss, state(be)->stream);
+	k_cross_entropy(logits, inv_sum, labels, rows, vocab, ld, pad_id, label_smoothing, row_loss,
+					state(be)->stream);
 	launched(be, "cross_entropy");
 }
 
@@ -602,9 +611,9 @@ cuda_accumulate(TfBackend *be, double *out, const double *x, size_t n)
 
 static void
 cuda_cross_entropy_backward(TfBackend *be, float *logits, const float *inv_sum, const int32_t *labels, int rows,
-							int vocab, int pad_id, float label_smoothing, float grad_scale)
+							int vocab, int ld, int pad_id, float label_smoothing, float grad_scale)
 {
-	k_cross_entropy_backward(logits, inv_sum, labels, rows, vocab, pad_id, label_smoothing, grad_scale,
+	k_cross_entropy_backward(logits, inv_sum, labels, rows, vocab, ld, pad_id, label_smoothing, grad_scale,
 							 state(be)->stream);
 	launched(be, "cross_entropy_backward");
 }
@@ -657,10 +666,11 @@ cuda_cache_gather(TfBackend *be, void *dst, size_t dst_stride, const void *src, 
 }
 
 static void
-cuda_log_softmax_topk(TfBackend *be, const float *logits, int rows, int vocab, int k, float *top_logp,
+cuda_log_softmax_topk(TfBackend *be, const float *logits, int rows, int vocab, int ld, int k, float *top_logp,
 					  int32_t *top_id, int skip_id, int eos_id, float *eos_logp)
 {
-	k_log_softmax_topk(logits, rows, vocab, k, top_logp, top_id, skip_id, eos_id, eos_logp, state(be)->stream);
+	k_log_softmax_topk(logits, rows, vocab, ld, k, top_logp, top_id, skip_id, eos_id, eos_logp,
+					   state(be)->stream);
 	launched(be, "log_softmax_topk");
 }
 
@@ -887,6 +897,7 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 	be->reserve = cuda_reserve;
 	be->gemm = cuda_gemm;
 	be->hold_operand = cuda_hold_operand;
+	be->vocab_multiple = VOCAB_MULTIPLE;
 	be->bias_rows = cuda_bias_rows;
 	be->bias_backward = cuda_bias_backward;
 	be->embed = cuda_embed;

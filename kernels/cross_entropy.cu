@@ -11,12 +11,12 @@
 
 /* One block per row; with inv_sum the row keeps exp(x - max) for the backward. */
 __global__ void
-cross_entropy_kernel(float *logits, float *inv_sum, const int32_t *labels, int vocab, int pad_id,
+cross_entropy_kernel(float *logits, float *inv_sum, const int32_t *labels, int vocab, int ld, int pad_id,
 					 float label_smoothing, double *row_loss)
 {
 	__shared__ float part[33];
 	size_t		r = blockIdx.x;
-	float	   *x = logits + r * vocab;
+	float	   *x = logits + r * ld;
 	int			label = labels[r];
 	float		mx = -INFINITY,
 				sum = 0.0f,
@@ -59,11 +59,11 @@ cross_entropy_kernel(float *logits, float *inv_sum, const int32_t *labels, int v
 
 /* One block per row: grad_scale * (softmax - q), zero on ignored rows. */
 __global__ void
-cross_entropy_backward_kernel(float *logits, const float *inv_sum, const int32_t *labels, int vocab, int pad_id,
-							  float label_smoothing, float grad_scale)
+cross_entropy_backward_kernel(float *logits, const float *inv_sum, const int32_t *labels, int vocab, int ld,
+							  int pad_id, float label_smoothing, float grad_scale)
 {
 	size_t		r = blockIdx.x;
-	float	   *x = logits + r * vocab;
+	float	   *x = logits + r * ld;
 	float		scale = grad_scale * inv_sum[r],
 				smooth = grad_scale * label_smoothing / vocab;
 	bool		pad = labels[r] == pad_id;
@@ -116,8 +116,8 @@ warp_best(float *v, int *id)
  * descending, id ascending, as the CPU's insertion keeps them).
  */
 __global__ void
-log_softmax_topk_kernel(const float *logits, int vocab, int k, float *top_logp, int32_t *top_id, int skip_id,
-						int eos_id, float *eos_logp)
+log_softmax_topk_kernel(const float *logits, int vocab, int ld, int k, float *top_logp, int32_t *top_id,
+						int skip_id, int eos_id, float *eos_logp)
 {
 	__shared__ float part[33];
 	__shared__ float best_v[32];
@@ -125,7 +125,7 @@ log_softmax_topk_kernel(const float *logits, int vocab, int k, float *top_logp, 
 	__shared__ float pick_v;
 	__shared__ int pick_i;
 	size_t		r = blockIdx.x;
-	const float *x = logits + r * vocab;
+	const float *x = logits + r * ld;
 	int			lane = threadIdx.x & 31,
 				warp = threadIdx.x >> 5;
 	float		mx = -INFINITY,
@@ -175,20 +175,20 @@ log_softmax_topk_kernel(const float *logits, int vocab, int k, float *top_logp, 
 }
 
 void
-k_cross_entropy(float *logits, float *inv_sum, const int32_t *labels, int rows, int vocab, int pad_id,
+k_cross_entropy(float *logits, float *inv_sum, const int32_t *labels, int rows, int vocab, int ld, int pad_id,
 				float label_smoothing, double *row_loss, cudaStream_t stream)
 {
 	if (rows > 0)
-		LAUNCH(cross_entropy_kernel, rows, BLOCK, 0, stream)(logits, inv_sum, labels, vocab, pad_id,
+		LAUNCH(cross_entropy_kernel, rows, BLOCK, 0, stream)(logits, inv_sum, labels, vocab, ld, pad_id,
 															   label_smoothing, row_loss);
 }
 
 void
 k_cross_entropy_backward(float *logits, const float *inv_sum, const int32_t *labels, int rows, int vocab,
-						 int pad_id, float label_smoothing, float grad_scale, cudaStream_t stream)
+						 int ld, int pad_id, float label_smoothing, float grad_scale, cudaStream_t stream)
 {
 	if (rows > 0)
-		LAUNCH(cross_entropy_backward_kernel, rows, BLOCK, 0, stream)(logits, inv_sum, labels, vocab, pad_id,
+		LAUNCH(cross_entropy_backward_kernel, rows, BLOCK, 0, stream)(logits, inv_sum, labels, vocab, ld, pad_id,
 																		label_smoothing, grad_scale);
 }
 
@@ -199,10 +199,10 @@ k_accumulate(double *out, const double *x, size_t n, cudaStream_t stream)
 }
 
 void
-k_log_softmax_topk(const float *logits, int rows, int vocab, int k, float *top_logp, int32_t *top_id,
+k_log_softmax_topk(const float *logits, int rows, int vocab, int ld, int k, float *top_logp, int32_t *top_id,
 				   int skip_id, int eos_id, float *eos_logp, cudaStream_t stream)
 {
 	if (rows > 0)
-		LAUNCH(log_softmax_topk_kernel, rows, BLOCK, 0, stream)(logits, vocab, k, top_logp, top_id, skip_id,
+		LAUNCH(log_softmax_topk_kernel, rows, BLOCK, 0, stream)(logits, vocab, ld, k, top_logp, top_id, skip_id,
 																  eos_id, eos_logp);
 }

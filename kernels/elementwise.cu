@@ -32,17 +32,17 @@ scale_kernel(float *x, size_t n, float s)
 }
 
 __global__ void
-bias_rows_kernel(float *out, const float *bias, int rows, int cols)
+bias_rows_kernel(float *out, const float *bias, int rows, int cols, int ld)
 {
 	size_t		n = (size_t) rows * cols;
 
 	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
-		out[i] = bias[i % cols];
+		out[i / cols * ld + i % cols] = bias[i % cols];
 }
 
 /* Pass 1: partial[chunk, c] = sum of column c over the chunk's rows, in row order. */
 __global__ void
-column_partials_kernel(float *partial, const float *dout, int rows, int cols, int chunks)
+column_partials_kernel(float *partial, const float *dout, int rows, int cols, int ld, int chunks)
 {
 	int			c = blockIdx.x * blockDim.x + threadIdx.x,
 				chunk = blockIdx.y,
@@ -53,7 +53,7 @@ column_partials_kernel(float *partial, const float *dout, int rows, int cols, in
 	if (c >= cols)
 		return;
 	for (int r = chunk * per; r < r1; r++)
-		s += dout[(size_t) r * cols + c];
+		s += dout[(size_t) r * ld + c];
 	partial[(size_t) chunk * cols + c] = s;
 }
 
@@ -104,21 +104,21 @@ k_scale(float *x, size_t n, float s, cudaStream_t stream)
 }
 
 void
-k_bias_rows(float *out, const float *bias, int rows, int cols, cudaStream_t stream)
+k_bias_rows(float *out, const float *bias, int rows, int cols, int ld, cudaStream_t stream)
 {
-	LAUNCH(bias_rows_kernel, blocks_for((size_t) rows * cols, BLOCK), BLOCK, 0, stream)(out, bias, rows, cols);
+	LAUNCH(bias_rows_kernel, blocks_for((size_t) rows * cols, BLOCK), BLOCK, 0, stream)(out, bias, rows, cols, ld);
 }
 
 void
-k_bias_backward(float *dbias, const float *dout, int rows, int cols, float *workspace, size_t workspace_floats,
-				cudaStream_t stream)
+k_bias_backward(float *dbias, const float *dout, int rows, int cols, int ld, float *workspace,
+				size_t workspace_floats, cudaStream_t stream)
 {
 	int			chunks = column_chunks(rows, cols, 1, workspace_floats);
 
 	if (rows <= 0 || cols <= 0)
 		return;
 	LAUNCH(column_partials_kernel, dim3(blocks_for(cols, 64), (unsigned) chunks), 64, 0, stream)
-		(workspace, dout, rows, cols, chunks);
+		(workspace, dout, rows, cols, ld, chunks);
 	LAUNCH(column_total_kernel, blocks_for(cols, BLOCK), BLOCK, 0, stream)(dbias, workspace, cols, chunks);
 }
 

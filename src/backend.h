@@ -79,6 +79,9 @@ struct TfBackend
 	bool		host_memory;	/* backend memory is host memory (the CPU backend) */
 	int64_t		allocations;	/* device allocations made so far (tests: none in a steady step) */
 	int			cache_bytes;	/* bytes per key/value cache element (cache_gather) */
+	int			vocab_multiple; /* the logits' row stride: the vocabulary rounded up to a multiple of
+								 * this (CUDA 64: rows at 256 bytes, as cuBLAS's Hopper kernels want
+								 * them; the CPU 1: contiguous) */
 
 	/* Memory: zeroed allocation (NULL when out of memory), free, copies. */
 	/* Releases the backend and its state (threads, handles, workspaces). */
@@ -152,11 +155,14 @@ struct TfBackend
 	 */
 	int			int8_weight_max;
 
-	/* out[r, :] = bias for every row r (out [rows, cols]): the C of a GEMM with beta 1. */
-	void		(*bias_rows) (TfBackend *be, float *out, const float *bias, int rows, int cols);
+	/*
+	 * out[r, :] = bias for every row r (out [rows, cols], row stride ld >=
+	 * cols): the C of a GEMM with beta 1.
+	 */
+	void		(*bias_rows) (TfBackend *be, float *out, const float *bias, int rows, int cols, int ld);
 
-	/* dbias += column sums of dout [rows, cols]. */
-	void		(*bias_backward) (TfBackend *be, float *dbias, const float *dout, int rows, int cols);
+	/* dbias += column sums of dout [rows, cols] (row stride ld >= cols). */
+	void		(*bias_backward) (TfBackend *be, float *dbias, const float *dout, int rows, int cols, int ld);
 
 	/*
 	 * out[i, :] = E[ids[i], :] * scale + pe[positions[i], :]. out [rows, d],
@@ -238,14 +244,15 @@ struct TfBackend
 
 	/*
 	 * Label-smoothed cross-entropy (PyTorch's definition, q = (1 - eps) onehot
-	 * + eps / V) of logits [rows, vocab] against labels: row_loss [rows]
-	 * receives each row's loss in nats, 0 where the label is pad_id. With
-	 * inv_sum != NULL (training) each logit is replaced by exp(logit - row
-	 * max) and inv_sum [rows] receives 1 / the row's sum of those, for
-	 * cross_entropy_backward; otherwise the logits are kept.
+	 * + eps / V) of logits [rows, vocab] (row stride ld >= vocab; the columns
+	 * past vocab are never read) against labels: row_loss [rows] receives each
+	 * row's loss in nats, 0 where the label is pad_id. With inv_sum != NULL
+	 * (training) each logit is replaced by exp(logit - row max) and inv_sum
+	 * [rows] receives 1 / the row's sum of those, for cross_entropy_backward;
+	 * otherwise the logits are kept.
 	 */
 	void		(*cross_entropy) (TfBackend *be, float *logits, float *inv_sum, const int32_t *labels,
-								  int rows, int vocab, int pad_id, float label_smoothing,
+								  int rows, int vocab, int ld, int pad_id, float label_smoothing,
 								  double *row_loss);
 
 	/* *out += x[0] + ... + x[n-1], summed in a fixed order (out, x backend memory). */
@@ -256,7 +263,7 @@ struct TfBackend
 	 * = grad_scale * (softmax - q), zero on ignored rows.
 	 */
 	void		(*cross_entropy_backward) (TfBackend *be, float *logits, const float *inv_sum,
-										   const int32_t *labels, int rows, int vocab, int pad_id,
+										   const int32_t *labels, int rows, int vocab, int ld, int pad_id,
 										   float label_smoothing, float grad_scale);
 
 	/* *out = sum of squares of x (n elements), in double (out backend memory). */
@@ -294,14 +301,15 @@ struct TfBackend
 								 size_t src_stride, bool from_fp32, const int32_t *rows, int n, size_t count);
 
 	/*
-	 * Per row of logits [rows, vocab]: the k largest log-probabilities
-	 * (log_softmax over the whole vocabulary) in descending order, ties by
+	 * Per row of logits [rows, vocab] (row stride ld >= vocab): the k
+	 * largest log-probabilities (log_softmax over the whole vocabulary) in
+	 * descending order, ties by
 	 * ascending id, of every id but skip_id (the pad id, never generated),
 	 * into top_logp and top_id [rows, k], and the log-probability of eos_id
 	 * into eos_logp [rows]. k < vocab. Outputs are backend memory. Beam
 	 * search.
 	 */
-	void		(*log_softmax_topk) (TfBackend *be, const float *logits, int rows, int vocab, int k,
+	void		(*log_softmax_topk) (TfBackend *be, const float *logits, int rows, int vocab, int ld, int k,
 									 float *top_logp, int32_t *top_id, int skip_id, int eos_id,
 									 float *eos_logp);
 

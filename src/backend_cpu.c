@@ -151,7 +151,7 @@ cpu_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float a
 				m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-static void cpu_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols);
+static void cpu_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols, int ld);
 
 /*
  * fp32 products of one row and of 9 to 64 rows go to OpenBLAS (sgemv,
@@ -174,7 +174,7 @@ cpu_linear(TfBackend *be, TfWeightType type, float *y, const float *x, const voi
 	if (type == TF_WEIGHTS_FP32 && (rows == 1 || (rows >= FP32_BLAS_MIN_ROWS && rows <= FP32_BLAS_MAX_ROWS)))
 	{
 		if (bias != NULL)
-			cpu_bias_rows(be, y, bias, rows, out);
+			cpu_bias_rows(be, y, bias, rows, out, out);
 		cpu_gemm(be, false, true, rows, out, in, 1.0f, x, in, w, in, bias != NULL ? 1.0f : 0.0f, y, out);
 		return;
 	}
@@ -184,17 +184,17 @@ cpu_linear(TfBackend *be, TfWeightType type, float *y, const float *x, const voi
 }
 
 static void
-cpu_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols)
+cpu_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols, int ld)
 {
 	int			r;
 
 #pragma omp parallel for num_threads(nthreads(be)) schedule(static)
 	for (r = 0; r < rows; r++)
-		memcpy(out + (size_t) r * cols, bias, (size_t) cols * sizeof(float));
+		memcpy(out + (size_t) r * ld, bias, (size_t) cols * sizeof(float));
 }
 
 static void
-cpu_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int cols)
+cpu_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int cols, int ld)
 {
 	int			blocks = (cols + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
 	int			blk;
@@ -210,7 +210,7 @@ cpu_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int 
 
 		for (r = 0; r < rows; r++)
 			for (c = c0; c < c1; c++)
-				acc[c - c0] += dout[(size_t) r * cols + c];
+				acc[c - c0] += dout[(size_t) r * ld + c];
 		for (c = c0; c < c1; c++)
 			dbias[c] += acc[c - c0];
 	}
@@ -831,14 +831,14 @@ cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const flo
 
 static void
 cpu_cross_entropy(TfBackend *be, float *logits, float *inv_sum, const int32_t *labels, int rows,
-				  int vocab, int pad_id, float label_smoothing, double *row_loss)
+				  int vocab, int ld, int pad_id, float label_smoothing, double *row_loss)
 {
 	int			r;
 
 #pragma omp parallel for num_threads(nthreads(be)) schedule(static)
 	for (r = 0; r < rows; r++)
 	{
-		float	   *x = logits + (size_t) r * vocab;
+		float	   *x = logits + (size_t) r * ld;
 		float		mx = -INFINITY;
 		float		sum = 0.0f,
 					sum_x = 0.0f,
@@ -898,7 +898,7 @@ cpu_accumulate(TfBackend *be, double *out, const double *x, size_t n)
 
 static void
 cpu_cross_entropy_backward(TfBackend *be, float *logits, const float *inv_sum, const int32_t *labels,
-						   int rows, int vocab, int pad_id, float label_smoothing, float grad_scale)
+						   int rows, int vocab, int ld, int pad_id, float label_smoothing, float grad_scale)
 {
 	float		smooth = grad_scale * label_smoothing / vocab;
 	int			r;
@@ -906,7 +906,7 @@ cpu_cross_entropy_backward(TfBackend *be, float *logits, const float *inv_sum, c
 #pragma omp parallel for num_threads(nthreads(be)) schedule(static)
 	for (r = 0; r < rows; r++)
 	{
-		float	   *x = logits + (size_t) r * vocab;
+		float	   *x = logits + (size_t) r * ld;
 		float		scale = grad_scale * inv_sum[r];
 		int			j;
 
@@ -1068,7 +1068,7 @@ sum_exp(const float *x, int n, float mx)
 }
 
 static void
-cpu_log_softmax_topk(TfBackend *be, const float *logits, int rows, int vocab, int k,
+cpu_log_softmax_topk(TfBackend *be, const float *logits, int rows, int vocab, int ld, int k,
 					 float *top_logp, int32_t *top_id, int skip_id, int eos_id, float *eos_logp)
 {
 	int			r;
@@ -1076,7 +1076,7 @@ cpu_log_softmax_topk(TfBackend *be, const float *logits, int rows, int vocab, in
 #pragma omp parallel for num_threads(nthreads(be)) schedule(static)
 	for (r = 0; r < rows; r++)
 	{
-		const float *x = logits + (size_t) r * vocab;
+		const float *x = logits + (size_t) r * ld;
 		float	   *tv = top_logp + (size_t) r * k;
 		int32_t    *ti = top_id + (size_t) r * k;
 		float		mx = -INFINITY;
@@ -1205,6 +1205,7 @@ tf_backend_cpu_create(int threads)
 	be->copy = cpu_copy_floats;
 	be->reserve = cpu_reserve;
 	be->gemm = cpu_gemm;
+	be->vocab_multiple = 1;
 	be->bias_rows = cpu_bias_rows;
 	be->bias_backward = cpu_bias_backward;
 	be->embed = cpu_embed;

@@ -262,7 +262,7 @@ arena_layout(TfStream *s, float *arena)
 	CUT(f1, RC * s->F);
 	CUT(mean, RC);
 	CUT(rstd, RC);
-	CUT(logits, RC * s->V);
+	CUT(logits, RC * (size_t) s->m->ldv);
 	CUT(d_packed, RC * (2 * s->K + 1));
 #undef CUT
 	return off;
@@ -754,7 +754,7 @@ topk_step(TfStream *s)
 	size_t		RK = (size_t) s->R * s->K;
 	float	   *d = s->d_packed;
 
-	be->log_softmax_topk(be, s->logits, s->R, s->V, s->K, d, (int32_t *) (d + RK + s->R), s->m->config.pad_id,
+	be->log_softmax_topk(be, s->logits, s->R, s->V, s->m->ldv, s->K, d, (int32_t *) (d + RK + s->R), s->m->config.pad_id,
 						 s->opt.eos_id, d + RK);
 	be->download(be, s->packed, d, (2 * RK + s->R) * sizeof(float));
 	memcpy(s->top_logp, s->packed, RK * sizeof(float));

@@ -248,6 +248,7 @@ create(const TfConfig *config, uint64_t seed, const char *device, int threads, b
 		return NULL;
 	}
 	m->config = *config;
+	m->ldv = (config->vocab_size + m->be->vocab_multiple - 1) / m->be->vocab_multiple * m->be->vocab_multiple;
 	m->seed = seed;
 	m->quantized = quantized;
 	layout_parameters(m);
@@ -559,7 +560,7 @@ layout_activations(TfModel *m, float *base)
 		m->final_mean = take(base, &used, Ns + Nt);
 		m->final_rstd = take(base, &used, Ns + Nt);
 	}
-	m->logits = take(base, &used, Nt * c->vocab_size);
+	m->logits = take(base, &used, Nt * (size_t) m->ldv);
 	m->inv_sum = take(base, &used, Nt);
 	m->tmp = take(base, &used, N * d);
 	m->g_a = take(base, &used, N * d);
@@ -612,7 +613,7 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 	size_t		need = layout_activations(m, NULL);
 	size_t		masks = layout_masks(m, NULL);
 	size_t		rows = (size_t) (lay->Ns > lay->Nt ? lay->Ns : lay->Nt),
-				widest = (size_t) m->config.vocab_size,	/* logits; then d_ff and the fused QKV */
+				widest = (size_t) m->ldv,	/* logits; then d_ff and the fused QKV */
 				operand,
 				longs = 3 * (size_t) (lay->B + 1),
 				layout = longs * sizeof(int64_t) + lay->ints_used * sizeof(int32_t);
@@ -686,29 +687,35 @@ row_scales(const TfModel *m, size_t w)
 }
 
 /*
- * y[rows, out] = x[rows, in] W^T + b with W [out, in] as in nn.Linear. In
- * training, the bias is the GEMM's initial C (beta 1), one pass instead of
- * a zeroing and an add; inference goes through the backend's linear where
- * there is one (the CPU's: oneDNN or OpenBLAS by row count, int8 through
- * oneDNN; bench/cpu_matmul.c).
+ * y[rows, out] (row stride ldy) = x[rows, in] W^T + b with W [out, in] as
+ * in nn.Linear. In training, the bias is the GEMM's initial C (beta 1), one
+ * pass instead of a zeroing and an add; inference goes through the
+ * backend's linear where there is one and y is contiguous (the CPU's:
+ * oneDNN or OpenBLAS by row count, int8 through oneDNN; bench/cpu_matmul.c).
  */
-void
-tf_linear(TfModel *m, float *y, const float *x, size_t w, size_t b, int rows, int in, int out)
+static void
+linear_strided(TfModel *m, float *y, int ldy, const float *x, size_t w, size_t b, int rows, int in, int out)
 {
 	TfBackend  *be = m->be;
 	const float *bias = b == SIZE_MAX ? NULL : m->params + b;
 
-	if (m->quantized)
+	if (m->quantized && ldy == out)
 		be->linear(be, TF_WEIGHTS_INT8, y, x, m->q8 + w, row_scales(m, w), bias, rows, in, out);
-	else if (be->linear != NULL && m->grads == NULL)
+	else if (be->linear != NULL && m->grads == NULL && ldy == out)
 		be->linear(be, TF_WEIGHTS_FP32, y, x, m->params + w, NULL, bias, rows, in, out);
 	else
 	{
 		if (bias != NULL)
-			be->bias_rows(be, y, bias, rows, out);
+			be->bias_rows(be, y, bias, rows, out, ldy);
 		be->gemm(be, false, true, rows, out, in, 1.0f, x, in, m->params + w, in, bias != NULL ? 1.0f : 0.0f,
-				 y, out);
+				 y, ldy);
 	}
+}
+
+void
+tf_linear(TfModel *m, float *y, const float *x, size_t w, size_t b, int rows, int in, int out)
+{
+	linear_strided(m, y, out, x, w, b, rows, in, out);
 }
 
 /*
@@ -720,8 +727,8 @@ tf_logits(TfModel *m, float *logits, const float *h, int rows)
 {
 	const TfConfig *c = &m->config;
 
-	tf_linear(m, logits, h, m->off_embedding, c->logits_bias ? m->off_logits_bias : SIZE_MAX, rows, c->d_model,
-			  c->vocab_size);
+	linear_strided(m, logits, m->ldv, h, m->off_embedding, c->logits_bias ? m->off_logits_bias : SIZE_MAX, rows,
+				   c->d_model, c->vocab_size);
 }
 
 /* The embeddings' scale: sqrt(d_model) (section 3.4), or 1 without scale_embedding. */
@@ -785,7 +792,7 @@ linear_backward(TfBackend *be, float *dx, float dx_beta, float *dw, float *db, c
 {
 	hold_operand(be, dy, (size_t) rows * out);
 	be->gemm(be, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
-	be->bias_backward(be, db, dy, rows, out);
+	be->bias_backward(be, db, dy, rows, out, out);
 	be->gemm(be, false, false, rows, in, out, 1.0f, dy, out, w, in, dx_beta, dx, in);
 	hold_operand(be, NULL, 0);
 }
@@ -1078,7 +1085,7 @@ forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *
 
 	/* logits through the shared embedding (section 3.4) and the label-smoothed loss */
 	tf_logits(m, m->logits, decoder_output(m), m->lay.Nt);
-	be->cross_entropy(be, m->logits, training ? m->inv_sum : NULL, LABELS(m), m->lay.Nt, c->vocab_size,
+	be->cross_entropy(be, m->logits, training ? m->inv_sum : NULL, LABELS(m), m->lay.Nt, c->vocab_size, m->ldv,
 					  c->pad_id, c->label_smoothing, m->row_loss);
 	be->accumulate(be, m->stats, m->row_loss, (size_t) m->lay.Nt);
 	batch_tokens = count_tokens(m);
@@ -1101,6 +1108,12 @@ const float *
 tf_model_logits(const TfModel *m)
 {
 	return m->logits;
+}
+
+int
+tf_model_logits_stride(const TfModel *m)
+{
+	return m->ldv;
 }
 
 /* Backward of residual_norm: from d(out) in dout to d(r) in dr and d(y) (pre-dropout) in dy. */
@@ -1341,18 +1354,18 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	 * the encoder's input adds to last, goes last.
 	 */
 	/* logits become grad_scale * d(loss_sum)/d(logits) */
-	be->cross_entropy_backward(be, m->logits, m->inv_sum, LABELS(m), Nt, c->vocab_size, c->pad_id,
+	be->cross_entropy_backward(be, m->logits, m->inv_sum, LABELS(m), Nt, c->vocab_size, m->ldv, c->pad_id,
 							   c->label_smoothing, grad_scale);
 	if (c->logits_bias)
 	{
-		be->bias_backward(be, m->grads + m->off_logits_bias, m->logits, Nt, c->vocab_size);
+		be->bias_backward(be, m->grads + m->off_logits_bias, m->logits, Nt, c->vocab_size, m->ldv);
 		if (m->reduce_grads)
 			be->all_reduce(be, m->grads + m->off_logits_bias, (size_t) c->vocab_size, false);
 	}
-	hold_operand(be, m->logits, (size_t) Nt * c->vocab_size);
-	be->gemm(be, true, false, c->vocab_size, d, Nt, 1.0f, m->logits, c->vocab_size,
+	hold_operand(be, m->logits, (size_t) Nt * m->ldv);
+	be->gemm(be, true, false, c->vocab_size, d, Nt, 1.0f, m->logits, m->ldv,
 			 decoder_output(m), d, 1.0f, m->grads + m->off_embedding, d);
-	be->gemm(be, false, false, Nt, d, c->vocab_size, 1.0f, m->logits, c->vocab_size,
+	be->gemm(be, false, false, Nt, d, c->vocab_size, 1.0f, m->logits, m->ldv,
 			 m->params + m->off_embedding, d, 0.0f, c->normalize_before ? m->g_b : m->g_a, d);
 	hold_operand(be, NULL, 0);
 	if (c->normalize_before)

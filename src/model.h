@@ -199,7 +199,10 @@ const float *tf_encoder_output(const TfModel *m);
  */
 void		tf_final_norm(TfModel *m, bool decoder, float *out, float *mean, float *rstd, const float *x, int rows);
 
-/* logits [rows, vocab] = h [rows, d_model] E^T, plus final_logits_bias when the model has one (model.c). */
+/*
+ * logits [rows, vocab] (row stride TfModel.ldv) = h [rows, d_model] E^T, plus
+ * final_logits_bias when the model has one (model.c).
+ */
 void		tf_logits(TfModel *m, float *logits, const float *h, int rows);
 
 /* Checks a padded batch and builds m->lay; TF_ERROR with a message naming the problem. */
@@ -225,6 +228,8 @@ struct TfModel
 				num_qrows;
 	size_t		off_embedding;
 	size_t		off_logits_bias;	/* final_logits_bias [1, vocab] when config.logits_bias */
+	int			ldv;			/* the logits' row stride: vocab_size rounded up to the backend's
+								 * vocab_multiple (TfBackend) */
 	size_t		off_enc_norm,
 				off_dec_norm;	/* pre-norm: the stacks' final LayerNorms, weight [d] then bias [d] */
 	LayerOffsets *layer_off;	/* encoder layers, then decoder layers */
@@ -264,7 +269,7 @@ struct TfModel
 			   *dec_final,		/* pre-norm: LN(last decoder layer's output) [Nt, d] */
 			   *final_mean,
 			   *final_rstd,		/* their LayerNorm statistics [Ns + Nt] */
-			   *logits,			/* [Nt, vocab] */
+			   *logits,			/* [Nt, vocab], row stride ldv */
 			   *inv_sum,		/* 1 / sum of exp(logit - max) of each row (training) */
 			   *tmp;
 	float	   *g_a,

@@ -316,10 +316,18 @@ int			tf_model_backward(TfModel *model, float grad_scale, char *err, size_t errl
 /*
  * Logits of the last forward with training = false, for the target
  * positions whose label is not padding, in batch order: [non-pad labels,
- * vocab_size] (backend memory: read it with tf_model_download). A training
- * forward keeps what its backward needs there instead.
+ * vocab_size] with row stride tf_model_logits_stride (backend memory: read
+ * it with tf_model_download). A training forward keeps what its backward
+ * needs there instead.
  */
 const float *tf_model_logits(const TfModel *model);
+
+/*
+ * The row stride of tf_model_logits, in floats: vocab_size, rounded up on a
+ * GPU (to 64: rows at 256-byte boundaries, as cuBLAS's fast kernels want
+ * them); the columns past vocab_size hold nothing.
+ */
+int			tf_model_logits_stride(const TfModel *model);
 
 /* Sets every gradient to zero. */
 void		tf_model_zero_grad(TfModel *model);

@@ -83,6 +83,48 @@ same(Both *b, const char *what, const float *gpu, const float *cpu, size_t n)
 	free(h);
 }
 
+/*
+ * same() over rows of cols floats with row stride ld (> cols), whose
+ * columns past cols the backends were given as NaN and must leave NaN on
+ * both (never read as numbers, never written).
+ */
+static void
+same_rows(Both *b, const char *what, const float *gpu, const float *cpu, int rows, int cols, int ld)
+{
+	float	   *h = down(b->gpu, gpu, (size_t) rows * ld * sizeof(float)),
+			   *hc = malloc((size_t) rows * cols * sizeof(float)),
+			   *cc = malloc((size_t) rows * cols * sizeof(float));
+	int			r,
+				c,
+				touched = 0;
+
+	for (r = 0; r < rows; r++)
+	{
+		memcpy(hc + (size_t) r * cols, h + (size_t) r * ld, cols * sizeof(float));
+		memcpy(cc + (size_t) r * cols, cpu + (size_t) r * ld, cols * sizeof(float));
+		for (c = cols; c < ld; c++)
+			touched += !isnan(h[(size_t) r * ld + c]) + !isnan(cpu[(size_t) r * ld + c]);
+	}
+	CHECK(touched == 0, "%s: %d padding columns written", what, touched);
+	CHECK(rel_error(hc, cc, (size_t) rows * cols) <= TOL, "%s: cuda differs from cpu, relative error %.3g", what,
+		  rel_error(hc, cc, (size_t) rows * cols));
+	free(h), free(hc), free(cc);
+}
+
+/* n floats of rows [rows, cols] with row stride ld: random, the columns past cols NaN (malloc'd). */
+static float *
+strided_randoms(int rows, int cols, int ld)
+{
+	float	   *x = randoms((size_t) rows * ld);
+	int			r,
+				c;
+
+	for (r = 0; r < rows; r++)
+		for (c = cols; c < ld; c++)
+			x[(size_t) r * ld + c] = NAN;
+	return x;
+}
+
 static void
 compare_gemm(Both *b)
 {
@@ -187,18 +229,32 @@ compare_elementwise(Both *b)
 		strcat(what, " backward");
 		same(b, what, dout, out, n);
 	}
-	b->cpu->bias_rows(b->cpu, out, bias, R, D);
-	b->gpu->bias_rows(b->gpu, dout, dbias, R, D);
+	b->cpu->bias_rows(b->cpu, out, bias, R, D, D);
+	b->gpu->bias_rows(b->gpu, dout, dbias, R, D, D);
 	same(b, "bias_rows", dout, out, n);
-	b->cpu->bias_backward(b->cpu, bias, y, R, D);
-	b->gpu->bias_backward(b->gpu, dbias, dy, R, D);
+	b->cpu->bias_backward(b->cpu, bias, y, R, D, D);
+	b->gpu->bias_backward(b->gpu, dbias, dy, R, D, D);
 	same(b, "bias_backward", dbias, bias, D);
-	b->cpu->bias_backward(b->cpu, out, y, 3, (int) n / 3);	/* fewer rows than chunks, wide */
-	b->gpu->bias_backward(b->gpu, dout, dy, 3, (int) n / 3);
+	b->cpu->bias_backward(b->cpu, out, y, 3, (int) n / 3, (int) n / 3);	/* fewer rows than chunks, wide */
+	b->gpu->bias_backward(b->gpu, dout, dy, 3, (int) n / 3, (int) n / 3);
 	same(b, "bias_backward, 3 rows", dout, out, n / 3);
-	b->cpu->bias_backward(b->cpu, bias, y, (int) n / 7, 7);	/* many rows, narrow */
-	b->gpu->bias_backward(b->gpu, dbias, dy, (int) n / 7, 7);
+	b->cpu->bias_backward(b->cpu, bias, y, (int) n / 7, 7, 7);	/* many rows, narrow */
+	b->gpu->bias_backward(b->gpu, dbias, dy, (int) n / 7, 7, 7);
 	same(b, "bias_backward, many rows", dbias, bias, 7);
+	{
+		/* strided rows (the logits' padded vocabulary): [R, D - 5] of stride D */
+		float	   *s = strided_randoms(R, D - 5, D),
+				   *ds = up(b->gpu, s, n * 4);
+
+		b->cpu->bias_rows(b->cpu, s, bias, R, D - 5, D);
+		b->gpu->bias_rows(b->gpu, ds, dbias, R, D - 5, D);
+		same_rows(b, "bias_rows, strided", ds, s, R, D - 5, D);
+		b->cpu->bias_backward(b->cpu, bias, s, R, D - 5, D);
+		b->gpu->bias_backward(b->gpu, dbias, ds, R, D - 5, D);
+		same(b, "bias_backward, strided", dbias, bias, D - 5);
+		free(s);
+		b->gpu->free(b->gpu, ds);
+	}
 	b->cpu->embed(b->cpu, out, ids, pos, E, pe, R, D, 2.5f);
 	b->gpu->embed(b->gpu, dout, dids, dpos, dE, dpe, R, D, 2.5f);
 	same(b, "embed", dout, out, n);
@@ -522,9 +578,9 @@ compare_attention_cache(Both *b)
 static void
 compare_cross_entropy(Both *b)
 {
-	enum {R = 9, V = 503, K = 5};
-	size_t		n = (size_t) R * V;
-	float	   *x = randoms(n),
+	enum {R = 9, V = 503, LD = 512, K = 5};	/* rows of V logits, stride LD as a GPU pads them */
+	size_t		n = (size_t) R * LD;
+	float	   *x = strided_randoms(R, V, LD),
 			   *inv = malloc(R * 4),
 			   *top = malloc(R * K * 4),
 			   *eos = malloc(R * 4);
@@ -546,10 +602,10 @@ compare_cross_entropy(Both *b)
 	int			i;
 
 	/* ties: equal logits in row 2 must rank by ascending id; id 20, one of the best, is skipped */
-	x[2 * V + 10] = x[2 * V + 20] = x[2 * V + 30] = 5.0f;
+	x[2 * LD + 10] = x[2 * LD + 20] = x[2 * LD + 30] = 5.0f;
 	d_x = up(b->gpu, x, n * 4);
-	b->cpu->log_softmax_topk(b->cpu, x, R, V, K, top, ids, 20, 3, eos);
-	b->gpu->log_softmax_topk(b->gpu, d_x, R, V, K, d_top, d_ids, 20, 3, d_eos);
+	b->cpu->log_softmax_topk(b->cpu, x, R, V, LD, K, top, ids, 20, 3, eos);
+	b->gpu->log_softmax_topk(b->gpu, d_x, R, V, LD, K, d_top, d_ids, 20, 3, d_eos);
 	h_ids = down(b->gpu, d_ids, sizeof(ids));
 	CHECK(memcmp(h_ids, ids, sizeof(ids)) == 0 && h_ids[2 * K] == 10 && h_ids[2 * K + 1] == 30,
 		  "log_softmax_topk: cuda's ids differ from cpu's (row 2: %d %d %d)", h_ids[2 * K], h_ids[2 * K + 1],
@@ -562,8 +618,8 @@ compare_cross_entropy(Both *b)
 	{
 		bool		train = i == 1;
 
-		b->cpu->cross_entropy(b->cpu, x, train ? inv : NULL, labels, R, V, 0, 0.1f, rows);
-		b->gpu->cross_entropy(b->gpu, d_x, train ? d_inv : NULL, d_labels, R, V, 0, 0.1f, d_rows);
+		b->cpu->cross_entropy(b->cpu, x, train ? inv : NULL, labels, R, V, LD, 0, 0.1f, rows);
+		b->gpu->cross_entropy(b->gpu, d_x, train ? d_inv : NULL, d_labels, R, V, LD, 0, 0.1f, d_rows);
 		h_rows = down(b->gpu, d_rows, sizeof(rows));
 		{
 			double		worst = 0.0;
@@ -575,16 +631,16 @@ compare_cross_entropy(Both *b)
 		}
 		free(h_rows);
 	}
-	same(b, "cross_entropy exp(logits - max)", d_x, x, n);
+	same_rows(b, "cross_entropy exp(logits - max)", d_x, x, R, V, LD);
 	same(b, "cross_entropy inv_sum", d_inv, inv, R);
 	b->cpu->accumulate(b->cpu, &total, rows, R);
 	b->gpu->accumulate(b->gpu, d_total, d_rows, R);
 	b->gpu->accumulate(b->gpu, d_total, d_rows, R);
 	b->gpu->download(b->gpu, &gtotal, d_total, sizeof(double));
 	CHECK(fabs(gtotal - 2 * total) <= TOL * fabs(total), "accumulate twice: %.9g, cpu %.9g", gtotal, 2 * total);
-	b->cpu->cross_entropy_backward(b->cpu, x, inv, labels, R, V, 0, 0.1f, 0.25f);
-	b->gpu->cross_entropy_backward(b->gpu, d_x, d_inv, d_labels, R, V, 0, 0.1f, 0.25f);
-	same(b, "cross_entropy_backward", d_x, x, n);
+	b->cpu->cross_entropy_backward(b->cpu, x, inv, labels, R, V, LD, 0, 0.1f, 0.25f);
+	b->gpu->cross_entropy_backward(b->gpu, d_x, d_inv, d_labels, R, V, LD, 0, 0.1f, 0.25f);
+	same_rows(b, "cross_entropy_backward", d_x, x, R, V, LD);
 	free(x), free(inv), free(top), free(eos), free(h_ids);
 	b->gpu->free(b->gpu, d_x), b->gpu->free(b->gpu, d_inv), b->gpu->free(b->gpu, d_top), b->gpu->free(b->gpu, d_eos);
 	b->gpu->free(b->gpu, d_labels), b->gpu->free(b->gpu, d_ids), b->gpu->free(b->gpu, d_rows);
@@ -640,7 +696,8 @@ compare_training(bool variant)
 	int			s,
 				i;
 
-	tf_config_small(&c, 64);
+	/* the variant's odd vocabulary: the GPU's logits rows padded to 128 floats, the CPU's not */
+	tf_config_small(&c, variant ? 67 : 64);
 	c.d_model = 32, c.num_heads = 4, c.d_ff = 64, c.num_encoder_layers = 2, c.num_decoder_layers = 2;
 	c.attention_dropout = 0.1f, c.relu_dropout = 0.1f;
 	if (variant)
@@ -681,6 +738,29 @@ compare_training(bool variant)
 		   "(%.4f -> %.4f); %lld allocations after step 1\n", variant ? ", GELU, logits bias" : "", worst,
 		   loss[1][0], loss[1][19],
 		   (long long) (m[1]->be->allocations - allocs));
+	{
+		/* beam search of the trained models: the same hypotheses (the variant's over padded logits) */
+		TfDecodeOptions dopt;
+		TfHypothesis hyp[2][4 * 2];
+		int			same_tokens = 0;
+
+		tf_decode_options_default(&dopt);
+		dopt.beam_size = 3, dopt.nbest = 2;
+		for (i = 0; i < 2; i++)
+			CHECK(tf_model_translate(m[i], src, 4, 8, &dopt, hyp[i], err, sizeof(err)) == TF_OK,
+				  "beam search on %s: %s", tf_model_backend(m[i]), err);
+		for (s = 0; s < 4 * 2; s++)
+		{
+			same_tokens += hyp[0][s].length == hyp[1][s].length &&
+				memcmp(hyp[0][s].tokens, hyp[1][s].tokens, hyp[0][s].length * sizeof(int32_t)) == 0;
+			CHECK(fabs(hyp[0][s].log_prob - hyp[1][s].log_prob) <= 1e-4 * fmax(1.0, fabs(hyp[0][s].log_prob)),
+				  "hypothesis %d: log-probability %.6f on cuda, %.6f on cpu", s, hyp[1][s].log_prob,
+				  hyp[0][s].log_prob);
+		}
+		CHECK(same_tokens == 4 * 2, "beam search: %d of 8 hypotheses equal on cuda and cpu", same_tokens);
+		tf_hypotheses_free(hyp[0], 4 * 2);
+		tf_hypotheses_free(hyp[1], 4 * 2);
+	}
 	tf_model_free(m[0]);
 	tf_model_free(m[1]);
 }

@@ -218,7 +218,7 @@ ce_loss(void *arg)
 	double		rows[16],
 				loss = 0.0;
 
-	c->be->cross_entropy(c->be, c->logits, NULL, c->labels, c->rows, c->vocab, 0, 0.1f, rows);
+	c->be->cross_entropy(c->be, c->logits, NULL, c->labels, c->rows, c->vocab, c->vocab, 0, 0.1f, rows);
 	c->be->accumulate(c->be, &loss, rows, c->rows);
 	return loss;
 }
@@ -234,8 +234,8 @@ check_cross_entropy(TfBackend *be)
 
 	fill(logits, R * V);
 	memcpy(grad, logits, sizeof(grad));
-	be->cross_entropy(be, grad, scratch, labels, R, V, 0, 0.1f, rows);
-	be->cross_entropy_backward(be, grad, scratch, labels, R, V, 0, 0.1f, 1.0f);
+	be->cross_entropy(be, grad, scratch, labels, R, V, V, 0, 0.1f, rows);
+	be->cross_entropy_backward(be, grad, scratch, labels, R, V, V, 0, 0.1f, 1.0f);
 	CHECK(rows[1] == 0.0 && rows[0] > 0.0, "pad row's loss %g, another row's %g", rows[1], rows[0]);
 	fd_check("cross_entropy dlogits", logits, grad, R * V, ce_loss, &c);
 }
@@ -313,7 +313,7 @@ check_simple_ops(TfBackend *be)
 	for (j = 0; j < D; j++)
 		CHECK(fabsf(de[1 * D + j] - 2.0f * (w[0 * D + j] + w[2 * D + j])) < 1e-6f &&
 			  de[2 * D + j] == 0.0f, "embedding gradient of a repeated id");
-	be->bias_backward(be, dbias, w, R, D);
+	be->bias_backward(be, dbias, w, R, D, D);
 	for (j = 0; j < D; j++)
 	{
 		float		s = 0.0f;
@@ -322,7 +322,7 @@ check_simple_ops(TfBackend *be)
 			s += w[i * D + j];
 		CHECK(fabsf(dbias[j] - s) < 1e-5f, "bias gradient column %d", j);
 	}
-	be->bias_rows(be, out, dbias, R, D);
+	be->bias_rows(be, out, dbias, R, D, D);
 	for (j = 0; j < D; j++)
 		CHECK(out[4 * D + j] == dbias[j], "bias_rows column %d", j);
 	fill(x, R * D);
