@@ -124,7 +124,10 @@ struct TfBackend
 	 * The caller's promise that x [n floats] stays unchanged until the next
 	 * hold_operand (x NULL: none held), through the gemms that read it: a
 	 * backend that rounds gemm operands (CUDA's bf16) then rounds it once
-	 * for all of them. NULL on backends that round nothing (the CPU's).
+	 * for all of them. The caller releases the hold (x NULL) right after
+	 * those gemms, before anything writes x: a hold left set would let a
+	 * later product of the same buffer reuse an old rounding. NULL on
+	 * backends that round nothing (the CPU's).
 	 */
 	void		(*hold_operand) (TfBackend *be, const float *x, size_t n);
 

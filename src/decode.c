@@ -754,8 +754,8 @@ topk_step(TfStream *s)
 	size_t		RK = (size_t) s->R * s->K;
 	float	   *d = s->d_packed;
 
-	be->log_softmax_topk(be, s->logits, s->R, s->V, s->m->ldv, s->K, d, (int32_t *) (d + RK + s->R), s->m->config.pad_id,
-						 s->opt.eos_id, d + RK);
+	be->log_softmax_topk(be, s->logits, s->R, s->V, s->m->ldv, s->K, d, (int32_t *) (d + RK + s->R),
+						 s->m->config.pad_id, s->opt.eos_id, d + RK);
 	be->download(be, s->packed, d, (2 * RK + s->R) * sizeof(float));
 	memcpy(s->top_logp, s->packed, RK * sizeof(float));
 	memcpy(s->eos_logp, s->packed + RK, s->R * sizeof(float));

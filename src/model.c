@@ -691,7 +691,8 @@ row_scales(const TfModel *m, size_t w)
  * in nn.Linear. In training, the bias is the GEMM's initial C (beta 1), one
  * pass instead of a zeroing and an add; inference goes through the
  * backend's linear where there is one and y is contiguous (the CPU's:
- * oneDNN or OpenBLAS by row count, int8 through oneDNN; bench/cpu_matmul.c).
+ * oneDNN or OpenBLAS by row count, int8 through oneDNN; bench/cpu_matmul.c;
+ * int8 models run only there, so ldy is out for them).
  */
 static void
 linear_strided(TfModel *m, float *y, int ldy, const float *x, size_t w, size_t b, int rows, int in, int out)
@@ -699,7 +700,7 @@ linear_strided(TfModel *m, float *y, int ldy, const float *x, size_t w, size_t b
 	TfBackend  *be = m->be;
 	const float *bias = b == SIZE_MAX ? NULL : m->params + b;
 
-	if (m->quantized && ldy == out)
+	if (m->quantized)			/* the CPU's: its logits are contiguous (vocab_multiple 1) */
 		be->linear(be, TF_WEIGHTS_INT8, y, x, m->q8 + w, row_scales(m, w), bias, rows, in, out);
 	else if (be->linear != NULL && m->grads == NULL && ldy == out)
 		be->linear(be, TF_WEIGHTS_FP32, y, x, m->params + w, NULL, bias, rows, in, out);
