@@ -13,7 +13,7 @@ its estimates with (docs/gpus.md, "Measured on a GPU"). The card need not be an 
 import re
 import sys
 
-GEMM_PREFIXES = ("nvjet", "cutlass", "cublas", "sm80", "sm90", "ampere")
+from ncu_kernels import GEMM_PREFIXES
 
 
 def estimates(path):

@@ -13,10 +13,11 @@ matrix-product kernels in the CSV, one per call (cuBLAS's split-K reductions are
 product before them). Prints one row per shape: calls, kernel(s), microseconds and TFLOP/s.
 """
 import collections
-import csv
 import gzip
 import re
 import sys
+
+from ncu_kernels import GEMM_PREFIXES, launches
 
 
 def text(path):
@@ -39,19 +40,6 @@ def gemm_calls(log):
     return calls
 
 
-def kernels(csv_text):
-    launches = {}
-    for row in csv.DictReader(line for line in csv_text.splitlines() if line.startswith('"')):
-        e = launches.setdefault(int(row["ID"]), {"name": row["Kernel Name"].removeprefix("void ").split("(")[0]})
-        if row["Metric Name"] == "gpu__time_duration.sum":
-            e["us"] = float(row["Metric Value"].replace(",", "")) / 1e3
-    return [launches[i] for i in sorted(launches)]
-
-
-def is_gemm(name):
-    return name.startswith(("nvjet", "cutlass", "cublas", "sm80", "sm90", "ampere"))
-
-
 def main(log_path, csv_path):
     calls = [c[:7] for c in gemm_calls(text(log_path))]
     step = next((t for t in range(len(calls) // 2, 0, -1) if calls[:t] == calls[t:2 * t]), None)
@@ -59,13 +47,13 @@ def main(log_path, csv_path):
         print("no two identical training steps in", log_path)
         return 1
     products = []
-    for k in kernels(text(csv_path)):
-        if not is_gemm(k["name"]):
+    for name, us in launches(csv_path):
+        if not name.startswith(GEMM_PREFIXES):
             continue
-        if "splitKreduce" in k["name"] and products:
-            products[-1][1] += k["us"]
+        if "splitKreduce" in name and products:
+            products[-1][1] += us
         else:
-            products.append([k["name"], k["us"]])
+            products.append([name, us])
     if len(products) < step:
         print(f"{len(products)} matrix-product kernels in the profile, fewer than the step's {step} calls")
         return 1
@@ -74,7 +62,7 @@ def main(log_path, csv_path):
         r = rows[call]
         r[0] += 1
         r[1] += us
-        r[2][re.sub(r"<.*", "", name)[:34]] += 1
+        r[2][name[:34]] += 1
     total_us = sum(r[1] for r in rows.values())
     total_flop = sum(2.0 * c[2] * c[3] * c[4] * r[0] for c, r in rows.items())
     print(f"{step} matrix products in the training step: {total_us / 1e3:.2f} ms, {total_flop / total_us / 1e6:.0f} TFLOP/s")

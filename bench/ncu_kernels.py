@@ -16,8 +16,13 @@ import statistics
 import sys
 
 
-def main(path):
-    times = {}
+# cuBLAS's matrix-product kernels, by name (bench/ncu_gemms.py, bench/census_vs_measured.py)
+GEMM_PREFIXES = ("nvjet", "cutlass", "cublas", "sm80", "sm90", "ampere")
+
+
+def launches(path):
+    """Every profiled launch in launch order: (kernel name without template arguments, microseconds)."""
+    out = []
     with (gzip.open(path, "rt", newline="") if path.endswith(".gz") else open(path, newline="")) as f:
         lines = [line for line in f if line.startswith('"')]   # ncu's own log lines start with ==
     for row in csv.DictReader(lines):
@@ -27,6 +32,13 @@ def main(path):
         unit = row.get("Metric Unit", "ns")
         us = value / 1e3 if unit == "nsecond" or unit == "ns" else value * 1e3 if unit == "msecond" else value
         name = row["Kernel Name"].removeprefix("void ").split("(")[0].split("<")[0]
+        out.append((int(row["ID"]), name, us))
+    return [(name, us) for _, name, us in sorted(out)]
+
+
+def main(path):
+    times = {}
+    for name, us in launches(path):
         times.setdefault(name, []).append(us)
     if not times:
         print("no kernel times in", path)

@@ -222,3 +222,21 @@ fixture_decode_model(const Fixture *fx)
 	tf_tensors_free(tensors);
 	return m;
 }
+
+float *
+fixture_logits(TfModel *m, size_t rows, int vocab)
+{
+	size_t		ld = (size_t) tf_model_logits_stride(m);
+	float	   *strided = malloc((rows > 0 ? rows : 1) * ld * sizeof(float)),
+			   *logits = malloc((rows > 0 ? rows : 1) * vocab * sizeof(float));
+	char		err[TF_ERRLEN];
+	size_t		r;
+
+	CHECK(ld >= (size_t) vocab, "logits stride %zu under the vocabulary %d", ld, vocab);
+	CHECK(tf_model_download(m, strided, tf_model_logits(m), rows * ld * sizeof(float), err, sizeof(err)) == TF_OK,
+		  "download: %s", err);
+	for (r = 0; r < rows; r++)
+		memcpy(logits + r * vocab, strided + r * ld, vocab * sizeof(float));
+	free(strided);
+	return logits;
+}

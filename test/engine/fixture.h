@@ -64,6 +64,13 @@ TfModel    *fixture_model(const Fixture *fx, float dropout);
 void		fixture_synthetic_batch(int32_t *src, int32_t *tgt, int32_t *lab, TfBatch *b);
 
 /*
+ * The logits of the model's last evaluation forward, rows of vocab floats
+ * without the device's padding (tf_model_logits_stride): [rows, vocab] on
+ * the host (malloc'd; a failed CHECK leaves it unfilled).
+ */
+float	   *fixture_logits(TfModel *m, size_t rows, int vocab);
+
+/*
  * An inference model (on test_device, 2 threads, no dropout) with the decode
  * fixture's configuration and parameters; NULL (a failed CHECK) on error.
  */

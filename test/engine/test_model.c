@@ -74,14 +74,7 @@ check_against_pytorch(const Fixture *fx)
 		for (r = 0; r < b.batch_size * b.tgt_len; r++)
 			if (b.labels[r] != cfg[6])
 				memcpy(compact + (size_t) kept++ * vocab, ref + (size_t) r * vocab, vocab * sizeof(float));
-		int			ld = tf_model_logits_stride(m);
-		float	   *strided = download(m, tf_model_logits(m), (size_t) kept * ld),
-				   *logits = malloc((size_t) kept * vocab * sizeof(float));
-
-		CHECK(ld >= vocab, "logits stride %d under the vocabulary %d", ld, vocab);
-		for (r = 0; r < kept; r++)
-			memcpy(logits + (size_t) r * vocab, strided + (size_t) r * ld, vocab * sizeof(float));
-		free(strided);
+		float	   *logits = fixture_logits(m, kept, vocab);
 
 		CHECK(kept == tokens, "%d label rows, %lld tokens", kept, (long long) tokens);
 		CHECK(rel_error(logits, compact, (size_t) kept * vocab) < 1e-5,

@@ -257,19 +257,10 @@ forward(TfModel *m, const Fixture *fx, double *loss, size_t *count)
 	int64_t		tokens = 0;
 	float	   *logits;
 
-	int			ld = tf_model_logits_stride(m);
-	float	   *strided;
-
 	CHECK(tf_model_forward(m, &b, false, loss, &tokens, err, sizeof(err)) == TF_OK, "forward: %s", err);
 	*loss /= (double) (tokens > 0 ? tokens : 1);
 	*count = (size_t) tokens * cfg[0];
-	logits = malloc(*count * sizeof(float));
-	strided = malloc((size_t) tokens * ld * sizeof(float));
-	CHECK(tf_model_download(m, strided, tf_model_logits(m), (size_t) tokens * ld * sizeof(float), err,
-							sizeof(err)) == TF_OK, "download: %s", err);
-	for (int64_t r = 0; r < tokens; r++)
-		memcpy(logits + r * cfg[0], strided + r * ld, cfg[0] * sizeof(float));
-	free(strided);
+	logits = fixture_logits(m, (size_t) tokens, cfg[0]);
 	return logits;
 }
 
