@@ -39,6 +39,10 @@ ACCESS_LATENCY = 150e-9     # s per access of one thread's serial chain (~270 cy
 # an operand or row stride off 16 bytes ran on sm_80 kernels at 150-260 TFLOP/s, aligned ones at
 # 500-780 on Hopper's; such a product is priced at 3 times its aligned cost.
 MISALIGNED_GEMM = 3.0
+# Our kernels' wmma (mma.sync; NVIDIA publishes no Hopper figure for it): A100's published per-SM
+# rate, 2,048 dense bf16 FLOP per clock (312 TFLOP/s over 108 SMs at 1.41 GHz), at 132 SMs and
+# 1.83 GHz: 495 TFLOP/s, half of wgmma's
+MMA_SYNC = 2048 * SMS * 1.83e9
 # Assumptions of this model:
 MIN_KERNEL = 2e-6           # s: no launch finishes faster (launch latency and tail)
 SYNC_COST = 10e-6           # s per host synchronisation: the stream drains, the host waits
@@ -108,7 +112,8 @@ def kernel_time(n):
     fill = max(min(1.0, n["grid"] / SMS), 1e-9)
     t_mem = max(dram / HBM_BW, l2 / L2_BW, l1 / L1_BW) / fill
     t_chain = n["chain"] * ACCESS_LATENCY
-    return max(t_mem, t_chain, MIN_KERNEL), dram, t_chain > t_mem
+    t_mma = n.get("mma", 0) * 2 * 16 * 16 * 16 / MMA_SYNC / fill
+    return max(t_mem, t_chain, t_mma, MIN_KERNEL), dram, t_chain > max(t_mem, t_mma)
 
 
 def gemm_cost(n):
@@ -130,7 +135,7 @@ def price(recs):
             t, dram, chained = kernel_time(n)
             k = kernels.setdefault(n["name"], dict(launches=0, blocks=0, threads=n["threads"], sectors=0.0, bsec=0.0,
                                                    unique=0.0, dram=0.0, rreq=0.0, wreq=0.0, lanes=0.0,
-                                                   chain=0.0, t=0.0, t_chain=0.0, swave=0.0, sreq=0.0))
+                                                   chain=0.0, t=0.0, t_chain=0.0, swave=0.0, sreq=0.0, mma=0.0))
             k["launches"] += 1
             k["blocks"] = max(k["blocks"], n["grid"])
             k["sectors"] += n["rsec"] + n["wsec"]
@@ -142,6 +147,7 @@ def price(recs):
             k["lanes"] += n["lanes"]
             k["swave"] += n.get("swave", 0)
             k["sreq"] += n.get("sreq", 0)
+            k["mma"] += n.get("mma", 0)
             k["chain"] = max(k["chain"], n["chain"])
             k["t"] += t
             k["t_chain"] += t if chained else 0
@@ -186,6 +192,8 @@ def report(title, kernels, totals, extra_flops):
             notes.append(f"{k['blocks']:.0f} blocks for {SMS} SMs")
         if req and 32 * k["sectors"] / req > 256:
             notes.append("uncoalesced")
+        if k["mma"]:
+            notes.append(f"tensor cores {k['mma'] * 8192 / 1e12:.2f} TFLOP (mma.sync at {MMA_SYNC / 1e12:.0f} TFLOP/s)")
         if 128 * k["swave"] > 32 * k["sectors"] and k["t"] > 1e-4:
             notes.append(f"shared-memory bound ({k['swave'] / k['sreq']:.1f} wavefronts per instruction)")
         print(f"{name[:32]:32} {k['launches']:8d} {k['blocks']:9.0f} {k['threads']:4.0f} {32 * k['sectors'] / 1e9:8.3f} "

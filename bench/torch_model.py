@@ -10,9 +10,11 @@ Used by test/fixtures/make_model_fixture.py (the reference state the C tests com
 against) and bench/reference_train_step.py (the throughput reference).
 
 With BF16_RULES set (make_bf16_fixture.py), the engine's bf16 mixed precision applied
-explicitly: every matrix product of a projection and the logits takes its operands rounded
-to bfloat16 (round-to-nearest-even) and accumulates in fp32, and attention reads its keys
-and values rounded so; everything else stays fp32.
+explicitly: every matrix product takes its operands rounded to bfloat16
+(round-to-nearest-even) and accumulates in fp32: those of the projections and the logits,
+and inside attention Q K^T and P~ V, where P~ is exp(S - the row's max) rounded so (dropped
+out), and the product is divided by the row's sum of exp(S - max) last; everything else
+(softmax statistics, LayerNorm, the loss) stays fp32.
 
 With INT8_RULES set (make_int8_fixture.py), the engine's int8 models (src/quantize.c,
 src/cpu_matmul.c) applied explicitly: every projection's weight and the shared embedding
@@ -108,7 +110,7 @@ class Attention(nn.Module):
     def forward(self, x, mem, key_pad, causal):
         b, lq, lk, d = x.shape[0], x.shape[1], mem.shape[1], x.shape[2]
         h, dk = self.heads, d // self.heads
-        q = self.q_proj(x).view(b, lq, h, dk).transpose(1, 2)
+        q = rounded(self.q_proj(x)).view(b, lq, h, dk).transpose(1, 2)
         k = rounded(self.k_proj(mem)).view(b, lk, h, dk).transpose(1, 2)
         v = rounded(self.v_proj(mem)).view(b, lk, h, dk).transpose(1, 2)
         mask = key_pad[:, None, None, :].expand(b, h, lq, lk)
@@ -119,6 +121,13 @@ class Attention(nn.Module):
                                                  dropout_p=self.dropout if self.training else 0.0)
             return self.out_proj(ctx.transpose(1, 2).reshape(b, lq, d))
         scores = q @ k.transpose(-1, -2) / math.sqrt(dk)
+        if BF16_RULES:  # P~ = bf16(exp(S - row max)) times V, divided by the row's sum last
+            scores = scores.masked_fill(mask, float("-inf"))
+            e = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+            total = e.sum(dim=-1, keepdim=True)
+            self.probs = (e / total).detach()
+            ctx = (rounded(F.dropout(e, self.dropout, self.training)) @ v) / total
+            return self.out_proj(ctx.transpose(1, 2).reshape(b, lq, d))
         probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
         self.probs = probs.detach()  # [batch, heads, queries, keys], for attention inspection
         probs = F.dropout(probs, self.dropout, self.training)

@@ -14,51 +14,13 @@
  * (sentence x head, row), as many threads as the longest row of keys or
  * d_k needs (row_threads); a row of scores in dynamic shared memory.
  */
-#include "kernels.h"
+#include "attention.cuh"
 
 #include <atomic>
 
 #define ATT_THREADS 128
 #define ATT_MAX_SHARED (48 * 1024)
 
-/*
- * A key or value element as attention reads it: rounded to bf16 in mixed
- * precision; a bf16 cache's element is that already.
- */
-__device__ __forceinline__ float
-kv_value(float x, bool bf16_kv)
-{
-	return bf16_kv ? __bfloat162float(__float2bfloat16_rn(x)) : x;
-}
-__device__ __forceinline__ float
-kv_value(__nv_bfloat16 x, bool bf16_kv)
-{
-	(void) bf16_kv;
-	return __bfloat162float(x);
-}
-
-/* Sentence b's geometry for head h (the arrays are device memory). */
-struct Pair
-{
-	int			lq,
-				lk;
-	size_t		q0,
-				k0;
-	size_t		p_off;			/* first probability of this head */
-};
-
-__device__ __forceinline__ Pair
-pair_of(const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, const int32_t *k_len, int b, int h)
-{
-	Pair		a;
-
-	a.q0 = (size_t) q_start[b];
-	a.k0 = (size_t) k_start[b];
-	a.lq = q_start[b + 1] - q_start[b];
-	a.lk = k_len != NULL ? k_len[b] : k_start[b + 1] - k_start[b];
-	a.p_off = (size_t) p_start[b] + (size_t) h * a.lq * a.lk;
-	return a;
-}
 
 template <class KV>
 __global__ void
@@ -99,7 +61,7 @@ attention_kernel(float *ctx, float *lse, float *probs, const float *q, int ldq, 
 		float		dot = 0.0f;
 
 		for (int c = 0; c < dk; c++)
-			dot += qr[c] * kv_value(kr[c], bf16_kv);
+			dot += kv_value(qr[c], bf16_kv) * kv_value(kr[c], bf16_kv);
 		row[j] = dot * scale;
 		mx = fmaxf(mx, row[j]);
 	}
@@ -114,13 +76,13 @@ attention_kernel(float *ctx, float *lse, float *probs, const float *q, int ldq, 
 		lse[(a.q0 + i) * num_heads + h] = mx + logf(sum);
 	for (int j = threadIdx.x; j < a.lk; j += blockDim.x)
 	{
-		float		p = j < visible ? row[j] / sum : 0.0f;
+		float		p = j < visible ? (bf16_kv ? row[j] : row[j] / sum) : 0.0f;
 
 		if (probs != NULL)
-			probs[p0 + j] = p;
+			probs[p0 + j] = bf16_kv ? p / sum : p;
 		if (dropout > 0.0f)
 			p = device_uniform(seed, stream, p0 + j) >= dropout ? p * keep_scale : 0.0f;
-		row[j] = p;
+		row[j] = kv_value(p, bf16_kv);	/* bf16: P~ = bf16(exp(S - max) dropped out), divided by the sum last */
 	}
 	__syncthreads();
 	for (int c = threadIdx.x; c < dk; c += blockDim.x)
@@ -129,7 +91,7 @@ attention_kernel(float *ctx, float *lse, float *probs, const float *q, int ldq, 
 
 		for (int j = 0; j < visible; j++)
 			acc += row[j] * kv_value(v[(a.k0 + j) * ldk + h * dk + c], bf16_kv);
-		cr[c] = acc;
+		cr[c] = bf16_kv ? acc / sum : acc;
 	}
 }
 
@@ -185,11 +147,11 @@ attention_dq_kernel(float *dq, float *dscores, float *pws, const float *dctx, co
 		if (j < visible)
 		{
 			for (int c = 0; c < dk; c++)
-				s += qr[c] * kv_value(kr[c], bf16_kv);
+				s += kv_value(qr[c], bf16_kv) * kv_value(kr[c], bf16_kv);
 			p = expf(s * scale - l);
 		}
 		for (int c = 0; c < dk; c++)
-			g += dc[c] * kv_value(vr[c], bf16_kv);
+			g += kv_value(dc[c], bf16_kv) * kv_value(vr[c], bf16_kv);
 		if (dropout > 0.0f)
 			g = device_uniform(seed, stream, p0 + j) >= dropout ? g * keep_scale : 0.0f;
 		row[j] = g;
@@ -210,16 +172,20 @@ attention_dq_kernel(float *dq, float *dscores, float *pws, const float *dctx, co
 		float		acc = 0.0f;
 
 		for (int j = 0; j < a.lk; j++)
-			acc += row[j] * kv_value(k[(a.k0 + j) * ldk + h * dk + c], bf16_kv);
+			acc += kv_value(row[j], bf16_kv) * kv_value(k[(a.k0 + j) * ldk + h * dk + c], bf16_kv);
 		dqr[c] = acc;
 	}
 }
 
-/* Key side: for key j, dV = Pd^T dctx and dK = dS^T Q, summed over queries in order (P from pws). */
+/*
+ * Key side: for key j, dV = Pd^T dctx and dK = dS^T Q, summed over queries in
+ * order (P from pws); bf16: each factor rounded (docs/gpus.md's bf16 rules).
+ */
 __global__ void
 attention_dkv_kernel(float *dkey, float *dvalue, const float *dscores, const float *dctx, const float *pws,
 					 const float *q, int ldq, int ldk, const int32_t *q_start, const int32_t *k_start,
-					 const int64_t *p_start, int num_heads, int dk, float dropout, uint64_t seed, uint64_t stream)
+					 const int64_t *p_start, int num_heads, int dk, float dropout, uint64_t seed, uint64_t stream,
+					 bool bf16)
 {
 	int			b = blockIdx.x / num_heads,
 				h = blockIdx.x % num_heads,
@@ -242,8 +208,8 @@ attention_dkv_kernel(float *dkey, float *dvalue, const float *dscores, const flo
 
 			if (dropout > 0.0f)
 				p = device_uniform(seed, stream, e) >= dropout ? p * keep_scale : 0.0f;
-			gv += p * dctx[(a.q0 + i) * d + h * dk + c];
-			gk += dscores[e] * q[(a.q0 + i) * ldq + h * dk + c];
+			gv += kv_value(p, bf16) * kv_value(dctx[(a.q0 + i) * d + h * dk + c], bf16);
+			gk += kv_value(dscores[e], bf16) * kv_value(q[(a.q0 + i) * ldq + h * dk + c], bf16);
 		}
 		dkey[(a.k0 + j) * ldk + h * dk + c] = gk;
 		dvalue[(a.k0 + j) * ldk + h * dk + c] = gv;
@@ -264,7 +230,6 @@ attention_dkv_kernel(float *dkey, float *dvalue, const float *dscores, const flo
  * visit only the keys their rows see. Used where the slices fit
  * (tile_*_shared).
  */
-#define TILE_ROWS 64
 #define TILE_WARPS 4
 #define GROUP 4
 #define TILE_MIN_BLOCKS 4		/* the forward's blocks resident per SM: registers capped at 128 */
@@ -273,14 +238,14 @@ attention_dkv_kernel(float *dkey, float *dvalue, const float *dscores, const flo
 /* Rows [r0, r0 + n) of a head's slice (row stride ld, d_k columns) into shared rows of dk + 1. */
 template <class T>
 __device__ __forceinline__ void
-load_slice(float *dst, const T *src, size_t r0, int n, int ld, int h, int dk, bool bf16)
+load_slice(float *dst, const T *src, size_t r0, int n, int ld, int h, int dk)
 {
 	for (int e = threadIdx.x; e < n * dk; e += blockDim.x)
 	{
 		int			r = e / dk,
 					c = e % dk;
 
-		dst[r * (dk + 1) + c] = kv_value(src[(r0 + r) * ld + (size_t) h * dk + c], bf16);
+		dst[r * (dk + 1) + c] = src[(r0 + r) * ld + (size_t) h * dk + c];
 	}
 }
 
@@ -289,14 +254,14 @@ load_slice(float *dst, const T *src, size_t r0, int n, int ld, int h, int dk, bo
  * them real) into dst [GROUP, dk4], zero past d_k and past `rows`.
  */
 __device__ __forceinline__ void
-load_group(float *dst, const float *src, size_t r0, int rows, int ld, int h, int dk, int dk4, int lane, bool bf16)
+load_group(float *dst, const float *src, size_t r0, int rows, int ld, int h, int dk, int dk4, int lane)
 {
 	for (int e = lane; e < GROUP * dk4; e += 32)
 	{
 		int			r = e / dk4,
 					c = e % dk4;
 
-		dst[e] = r < rows && c < dk ? kv_value(src[(r0 + r) * ld + (size_t) h * dk + c], bf16) : 0.0f;
+		dst[e] = r < rows && c < dk ? src[(r0 + r) * ld + (size_t) h * dk + c] : 0.0f;
 	}
 }
 
@@ -334,27 +299,6 @@ UNROLL
 	}
 }
 
-/* A tiled kernel's block: its sentence's geometry for its head, its rows [r0, r1) of `rows`. */
-struct Tile
-{
-	Pair		a;
-	int			h,
-				r0,
-				r1;
-};
-
-__device__ __forceinline__ Tile
-tile_of(const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, int num_heads, bool key_rows)
-{
-	Tile		t;
-	int			b = blockIdx.x / num_heads;
-
-	t.h = blockIdx.x % num_heads;
-	t.a = pair_of(q_start, k_start, p_start, NULL, b, t.h);
-	t.r0 = blockIdx.y * TILE_ROWS;
-	t.r1 = min(key_rows ? t.a.lk : t.a.lq, t.r0 + TILE_ROWS);
-	return t;
-}
 
 /* d_k rounded up to a multiple of 4 (the width of a group row) */
 __host__ __device__ __forceinline__ int
@@ -386,7 +330,7 @@ warp_floats(int dk4, int per_row)
 __global__ void __launch_bounds__(TILE_WARPS * 32, TILE_MIN_BLOCKS)
 attention_tile_kernel(float *ctx, float *lse, const float *q, int ldq, const float *k, const float *v, int ldk,
 					  const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, int num_heads,
-					  int dk, bool causal, float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
+					  int dk, bool causal, float dropout, uint64_t seed, uint64_t stream)
 {
 	DYNAMIC_SHARED(float4, sm4);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, false);
@@ -407,8 +351,8 @@ attention_tile_kernel(float *ctx, float *lse, const float *q, int ldq, const flo
 
 	if (t.r0 >= t.r1)			/* the whole block leaves together */
 		return;
-	load_slice(ks, k, a.k0, seen, ldk, h, dk, bf16_kv);
-	load_slice(vs, v, a.k0, seen, ldk, h, dk, bf16_kv);
+	load_slice(ks, k, a.k0, seen, ldk, h, dk);
+	load_slice(vs, v, a.k0, seen, ldk, h, dk);
 	__syncthreads();
 	for (int g = t.r0 + warp * GROUP; g < t.r1; g += TILE_WARPS * GROUP)
 	{
@@ -436,7 +380,7 @@ UNROLL
 				lse[(a.q0 + g + lane) * num_heads + h] = -INFINITY;
 			continue;
 		}
-		load_group(qs, q, a.q0 + g, rows, ldq, h, dk, dk4, lane, false);
+		load_group(qs, q, a.q0 + g, rows, ldq, h, dk, dk4, lane);
 		for (int e = lane; e < GROUP * dk4; e += 32)
 			acc[e] = 0.0f;
 		__syncwarp();
@@ -515,7 +459,7 @@ __global__ void
 attention_dq_tile_kernel(float *dq, float *dsum, const float *dctx, const float *lse, const float *q,
 						 const float *k, const float *v, int ldq, int ldk, const int32_t *q_start,
 						 const int32_t *k_start, const int64_t *p_start, int num_heads, int dk, bool causal,
-						 float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
+						 float dropout, uint64_t seed, uint64_t stream)
 {
 	DYNAMIC_SHARED(float4, sm4);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, false);
@@ -537,8 +481,8 @@ attention_dq_tile_kernel(float *dq, float *dsum, const float *dctx, const float 
 
 	if (t.r0 >= t.r1)
 		return;
-	load_slice(ks, k, a.k0, seen, ldk, h, dk, bf16_kv);
-	load_slice(vs, v, a.k0, seen, ldk, h, dk, bf16_kv);
+	load_slice(ks, k, a.k0, seen, ldk, h, dk);
+	load_slice(vs, v, a.k0, seen, ldk, h, dk);
 	__syncthreads();
 	for (int g = t.r0 + warp * GROUP; g < t.r1; g += TILE_WARPS * GROUP)
 	{
@@ -558,8 +502,8 @@ UNROLL
 			most = max(most, vis[r]);
 			l[r] = r < rows ? lse[(a.q0 + i) * num_heads + h] : 0.0f;
 		}
-		load_group(qs, q, a.q0 + g, rows, ldq, h, dk, dk4, lane, false);
-		load_group(dc, dctx, a.q0 + g, rows, d, h, dk, dk4, lane, false);
+		load_group(qs, q, a.q0 + g, rows, ldq, h, dk, dk4, lane);
+		load_group(dc, dctx, a.q0 + g, rows, d, h, dk, dk4, lane);
 		__syncwarp();
 		for (int j = lane; j < most; j += 32)
 		{
@@ -645,7 +589,7 @@ __global__ void
 attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dsum, const float *dctx, const float *lse,
 						  const float *q, const float *k, const float *v, int ldq, int ldk,
 						  const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, int num_heads,
-						  int dk, bool causal, float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
+						  int dk, bool causal, float dropout, uint64_t seed, uint64_t stream)
 {
 	DYNAMIC_SHARED(float4, sm4);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, true);
@@ -670,8 +614,8 @@ attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dsum, const f
 
 	if (t.r0 >= t.r1)
 		return;
-	load_slice(qs, q, a.q0 + first, lq, ldq, h, dk, false);
-	load_slice(ds, dctx, a.q0 + first, lq, d, h, dk, false);
+	load_slice(qs, q, a.q0 + first, lq, ldq, h, dk);
+	load_slice(ds, dctx, a.q0 + first, lq, d, h, dk);
 	for (int i = threadIdx.x; i < lq; i += blockDim.x)
 	{
 		ls[i] = lse[(a.q0 + first + i) * num_heads + h];
@@ -686,8 +630,8 @@ attention_dkv_tile_kernel(float *dkey, float *dvalue, const float *dsum, const f
 UNROLL
 		for (int r = 0; r < GROUP; r++)
 			i0[r] = r >= keys ? lq : causal ? min(g + r, a.lq) - first : 0;
-		load_group(kr, k, a.k0 + g, keys, ldk, h, dk, dk4, lane, bf16_kv);
-		load_group(vr, v, a.k0 + g, keys, ldk, h, dk, dk4, lane, bf16_kv);
+		load_group(kr, k, a.k0 + g, keys, ldk, h, dk, dk4, lane);
+		load_group(vr, v, a.k0 + g, keys, ldk, h, dk, dk4, lane);
 		__syncwarp();
 		for (int i = i0[0] + lane; i < lq; i += 32)
 		{
@@ -781,24 +725,34 @@ tile_dkv_shared(const TfAttentionShape *sh)
 						 2 * (size_t) sh->max_q * (sh->head_dim + 2));
 }
 
+/* Which kernels serve a call (kernel_path). */
+typedef enum Path
+{
+	PER_ROW,					/* the per-row kernels */
+	TILED,						/* fp32: the tiled kernels above */
+	TILED_MMA					/* bf16: the tiled kernels on tensor cores (attention_mma.cu) */
+} Path;
+
 /*
- * Whether the tiled kernels serve this call: all three fit in the shared
- * memory a block of this device may opt in to (at most TILE_MAX_SHARED; an
- * A100 allows 163 KB, an H100 227 KB), and the forward need not keep
- * probabilities. The first time on a device, lifts the kernels' limit there.
+ * The kernels for this call: a tiled family where its three kernels fit in
+ * the shared memory a block of this device may opt in to (at most
+ * TILE_MAX_SHARED; an A100 allows 163 KB, an H100 227 KB) and the forward
+ * need not keep probabilities nor read a cache; the per-row kernels
+ * otherwise (under bf16 they follow the same rules). The first time on a
+ * device, lifts the tiled kernels' limit there.
  */
-static bool
-tiled(const TfAttentionShape *sh, const float *probs)
+static Path
+kernel_path(const TfAttentionShape *sh, const float *probs, bool bf16)
 {
 	static std::atomic<int> limit[64];	/* bytes per device, 0 until asked */
 	int			device = 0,
 				most = 0;
 
 	if (probs != NULL || sh->kv_cache || sh->k_len != NULL)
-		return false;
+		return PER_ROW;
 	cudaGetDevice(&device);
 	if (device >= 64)
-		return false;
+		return PER_ROW;
 	if ((most = limit[device].load()) == 0)
 	{
 		if (cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
@@ -807,10 +761,13 @@ tiled(const TfAttentionShape *sh, const float *probs)
 		cudaFuncSetAttribute((const void *) attention_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
 		cudaFuncSetAttribute((const void *) attention_dq_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
 		cudaFuncSetAttribute((const void *) attention_dkv_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
+		k_attention_mma_set_limit(most);
 		limit[device].store(most);
 	}
+	if (bf16)
+		return k_attention_mma_fits(sh, (size_t) most) ? TILED_MMA : PER_ROW;
 	return tile_forward_shared(sh) <= (size_t) most && tile_dq_shared(sh) <= (size_t) most &&
-		tile_dkv_shared(sh) <= (size_t) most;
+		tile_dkv_shared(sh) <= (size_t) most ? TILED : PER_ROW;
 }
 
 bool
@@ -820,9 +777,9 @@ k_attention_fits(const TfAttentionShape *sh)
 }
 
 size_t
-k_attention_workspace(const TfAttentionShape *sh)
+k_attention_workspace(const TfAttentionShape *sh, bool bf16_kv)
 {
-	if (tiled(sh, NULL))
+	if (kernel_path(sh, NULL, bf16_kv) != PER_ROW)
 		return (size_t) sh->batch * sh->max_q * sh->num_heads;
 	return 2 * (size_t) sh->p_total;
 }
@@ -834,15 +791,22 @@ k_attention(float *ctx, float *lse, float *probs, const float *q, int ldq, const
 	dim3		grid((unsigned) (sh->batch * sh->num_heads), (unsigned) sh->max_q);
 	unsigned	threads = row_threads(sh->max_k > sh->head_dim ? sh->max_k : sh->head_dim, ATT_THREADS);
 	size_t		shared = shared_floats((size_t) sh->max_k);
+	Path		path;
 
 	if (sh->batch == 0 || sh->max_q == 0)
 		return;
-	if (tiled(sh, probs))
+	path = kernel_path(sh, probs, bf16_kv);
+	if (path == TILED_MMA)
+	{
+		k_attention_mma(ctx, lse, q, ldq, k, v, ldk, sh, stream);
+		return;
+	}
+	if (path == TILED)
 	{
 		LAUNCH(attention_tile_kernel, dim3((unsigned) (sh->batch * sh->num_heads), (unsigned) ((sh->max_q + TILE_ROWS - 1) / TILE_ROWS)),
 			   TILE_WARPS * 32, tile_forward_shared(sh), stream)
 			(ctx, lse, q, ldq, k, v, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads, sh->head_dim,
-			 sh->causal, sh->dropout, sh->seed, sh->stream, bf16_kv);
+			 sh->causal, sh->dropout, sh->seed, sh->stream);
 		return;
 	}
 	if (sh->kv_cache && bf16_kv)	/* a bf16 key/value cache (cache_gather) */
@@ -869,21 +833,28 @@ k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, const f
 					 float *work, cudaStream_t stream)
 {
 	unsigned	pairs = (unsigned) (sh->batch * sh->num_heads);
+	Path		path;
 
 	if (sh->batch == 0)
 		return;
-	if (tiled(sh, NULL))
+	path = kernel_path(sh, NULL, bf16_kv);
+	if (path == TILED_MMA)
+	{
+		k_attention_mma_backward(dq, dk, dv, work, dctx, lse, q, ldq, k, v, ldk, sh, stream);
+		return;
+	}
+	if (path == TILED)
 	{
 		if (sh->max_q > 0)
 			LAUNCH(attention_dq_tile_kernel, dim3(pairs, (unsigned) ((sh->max_q + TILE_ROWS - 1) / TILE_ROWS)),
 				   TILE_WARPS * 32, tile_dq_shared(sh), stream)
 				(dq, work, dctx, lse, q, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
-				 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream, bf16_kv);
+				 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream);
 		if (sh->max_k > 0)
 			LAUNCH(attention_dkv_tile_kernel, dim3(pairs, (unsigned) ((sh->max_k + TILE_ROWS - 1) / TILE_ROWS)),
 				   TILE_WARPS * 32, tile_dkv_shared(sh), stream)
 				(dk, dv, work, dctx, lse, q, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
-				 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream, bf16_kv);
+				 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream);
 		return;
 	}
 	if (sh->max_q > 0)
@@ -896,5 +867,5 @@ k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, const f
 		LAUNCH(attention_dkv_kernel, dim3(pairs, (unsigned) sh->max_k), row_threads(sh->head_dim, ATT_THREADS), 0,
 			   stream)
 			(dk, dv, work, dctx, work + sh->p_total, q, ldq, ldk, sh->q_start, sh->k_start, sh->p_start,
-			 sh->num_heads, sh->head_dim, sh->dropout, sh->seed, sh->stream);
+			 sh->num_heads, sh->head_dim, sh->dropout, sh->seed, sh->stream, bf16_kv);
 }

@@ -584,7 +584,7 @@ cuda_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const fl
 	if (!attention_fits(be, sh))
 		return;
 	/* reserve sized the tiled kernels' share; the per-row kernels' planes grow here */
-	if (!attention_workspace(be, k_attention_workspace(sh)))
+	if (!attention_workspace(be, k_attention_workspace(sh, st->bf16)))
 	{
 		fail(be, "attention_backward", "out of device memory for the workspace");
 		return;

@@ -52,11 +52,11 @@ void		k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *
 /*
  * attention.cu (lse [query rows, num_heads]; probs NULL unless kept for
  * inspection; work: k_attention_workspace(sh) floats for the backward;
- * bf16_kv: keys and values are read rounded to bfloat16, as set_precision
- * TF_BF16 says)
+ * bf16_kv: bf16 mixed precision, as set_precision TF_BF16 says: every
+ * product inside attention reads bf16 operands, docs/gpus.md's bf16 rules)
  */
 bool		k_attention_fits(const TfAttentionShape *sh);
-size_t		k_attention_workspace(const TfAttentionShape *sh);
+size_t		k_attention_workspace(const TfAttentionShape *sh, bool bf16_kv);
 void		k_attention(float *ctx, float *lse, float *probs, const float *q, int ldq, const float *k,
 						const float *v, int ldk, const TfAttentionShape *sh, bool bf16_kv, cudaStream_t stream);
 void		k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, const float *lse,

@@ -4,7 +4,12 @@
  * cuBLAS's documented definition (C = alpha op(A) op(B) + beta C,
  * column-major, element (i, j) of A at A[i + j * lda]; no expected value is
  * computed by code), and planted bugs the harness must catch.
- * Usage: test_harness gemm | nccl | barrier | barrier-bug | host-read | out-of-bounds
+ * Usage: test_harness gemm | nccl | wmma | wmma-misaligned | barrier | barrier-bug | host-read |
+ *        out-of-bounds
+ * wmma checks the emulated warp matrix functions (kernels/emu/wmma_emu.h):
+ * a product against values written out by hand, and a planted bug (a mask
+ * applied to an accumulator's x[] by an assumed element mapping) that must
+ * give other values than the same mask applied through shared memory.
  * nccl checks the emulated NCCL (kernels/emu/nccl_emu.cc) on 3 ranks as
  * threads (CUEMU_DEVICES >= 3): all-reduce and a group of a broadcast and a
  * max-reduction against values written out by hand, the communicator's
@@ -23,6 +28,9 @@
 #include <thread>
 
 #include "emu/cuda_emu.h"
+#include "emu/wmma_emu.h"
+
+using namespace nvcuda;
 
 static int	failures;
 
@@ -197,6 +205,78 @@ write_kernel(float *x, int n)
 	x[threadIdx.x] = (float) n;	/* threads past n write past the allocation */
 }
 
+/*
+ * One warp: C = A B + 7 with A = 2 I plus A[0][1] = 1 and B[k][c] = k + 16 c
+ * (bf16 holds them exactly), into out[0..255] (row-major); then C's strictly
+ * upper triangle zeroed through shared memory (out[256..511], the portable
+ * way) and by assuming lane l holds row l / 2, columns 8 (l % 2) + i
+ * (out[512..767], the planted bug). misaligned: C stored 4 bytes off 32.
+ */
+__global__ void
+wmma_kernel(float *out, bool misaligned)
+{
+	__shared__ __align__(32) __nv_bfloat16 a[256], b[256];
+	__shared__ __align__(32) float c[264];
+	wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+	wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+	wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+	int			lane = threadIdx.x;
+
+	for (int e = lane; e < 256; e += 32)
+	{
+		int			r = e / 16,
+					col = e % 16;
+
+		a[e] = __float2bfloat16_rn(r == col ? 2.0f : r == 0 && col == 1 ? 1.0f : 0.0f);
+		b[e] = __float2bfloat16_rn((float) (r + 16 * col));
+	}
+	__syncwarp();
+	wmma::load_matrix_sync(fa, a, 16);
+	wmma::load_matrix_sync(fb, b, 16);
+	wmma::fill_fragment(fc, 7.0f);
+	wmma::mma_sync(fc, fa, fb, fc);
+	wmma::store_matrix_sync(c + (misaligned ? 1 : 0), fc, 16, wmma::mem_row_major);
+	__syncwarp();
+	for (int e = lane; e < 256; e += 32)
+	{
+		out[e] = c[e];
+		out[256 + e] = e % 16 > e / 16 ? 0.0f : c[e];
+	}
+	for (int i = 0; i < fc.num_elements; i++)
+		if (8 * (lane % 2) + i > lane / 2)
+			fc.x[i] = 0.0f;
+	__syncwarp();
+	wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);
+	__syncwarp();
+	for (int e = lane; e < 256; e += 32)
+		out[512 + e] = c[e];
+}
+
+static int
+wmma_checks(bool misaligned)
+{
+	float		got[768];
+	float	   *d = NULL;
+	int			bad = 0,
+				same = 0;
+
+	cudaMalloc((void **) &d, sizeof(got));
+	LAUNCH(wmma_kernel, 1, 32, 0, 0)(d, misaligned);
+	cudaMemcpy(got, d, sizeof(got), cudaMemcpyDeviceToHost);
+	/* C[r][c] = 2 B[r][c] + (r == 0) B[1][c] + 7, B[k][c] = k + 16 c */
+	bad |= got[0 * 16 + 0] != 2 * 0 + 1 + 7;	/* B[0][0] = 0, B[1][0] = 1 */
+	bad |= got[0 * 16 + 3] != 2 * 48 + 49 + 7;	/* B[0][3] = 48, B[1][3] = 49 */
+	bad |= got[5 * 16 + 2] != 2 * 37 + 7;	/* B[5][2] = 37 */
+	bad |= got[15 * 16 + 15] != 2 * 255 + 7;	/* B[15][15] = 255 */
+	bad |= got[256 + 3] != 0.0f || got[256 + 15 * 16 + 15] != 2 * 255 + 7;
+	for (int e = 0; e < 256; e++)
+		same += got[256 + e] == got[512 + e];
+	printf("%s wmma: hand-written product\n", bad ? "FAIL" : "ok  ");
+	printf("%s wmma: a mask by an assumed element mapping gives other values (%d of 256 equal)\n",
+		   same < 256 ? "ok  " : "FAIL", same);
+	return bad || same == 256;
+}
+
 /* Rank r of the nccl check: its results into got[r][0..4], its abort outcome into got[r][5]. */
 static void
 nccl_rank(ncclUniqueId id, int r, float got[3][6])
@@ -278,6 +358,8 @@ main(int argc, char **argv)
 		return gemm_goldens();
 	if (strcmp(c, "nccl") == 0)
 		return nccl_checks();
+	if (strcmp(c, "wmma") == 0 || strcmp(c, "wmma-misaligned") == 0)
+		return wmma_checks(strcmp(c, "wmma-misaligned") == 0);
 	if (strcmp(c, "barrier") == 0 || strcmp(c, "barrier-bug") == 0)
 		return block_sum(strcmp(c, "barrier-bug") == 0);
 	cudaMalloc((void **) &d, 64 * sizeof(float));
@@ -287,7 +369,8 @@ main(int argc, char **argv)
 		LAUNCH(write_kernel, 1, 128, 0, 0)(d, 64);	/* must fault */
 	else
 	{
-		fprintf(stderr, "usage: %s gemm | nccl | barrier | barrier-bug | host-read | out-of-bounds\n", argv[0]);
+		fprintf(stderr, "usage: %s gemm | nccl | wmma | wmma-misaligned | barrier | barrier-bug | host-read | "
+				"out-of-bounds\n", argv[0]);
 		return 2;
 	}
 	printf("%s: not caught\n", c);

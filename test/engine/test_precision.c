@@ -16,6 +16,7 @@
 #include "check.h"
 #include "fixture.h"
 #include "model.h"
+#include "rng.h"
 
 /* fp32 -> bf16 -> fp32, round to nearest, ties to even; NaN stays NaN (the CPU model of the rounding). */
 static float
@@ -246,6 +247,273 @@ norm_error(const float *a, const float *b, size_t n)
 	return sqrt(d / (r > 0.0 ? r : 1.0));
 }
 
+/*
+ * Attention under docs/gpus.md's bf16 rules, in double on the host: every
+ * product's operands rounded (Q, K, V, dctx, P~, dS), sums exact. With
+ * rules false, the fp32 model (nothing rounded). One call's geometry as
+ * TfAttentionShape's: sentence b's queries q_start[b].., its keys
+ * k_start[b]..; q, k, v, dctx and the outputs [rows, H * DK]; lse [query
+ * rows, H]. dq, dk, dv NULL: forward only.
+ */
+typedef struct RulesCall
+{
+	int			B,
+				H,
+				DK;
+	const int32_t *q_start,
+			   *k_start;
+	const int64_t *p_start;
+	bool		causal;
+	float		dropout;
+	uint64_t	seed,
+				stream;
+} RulesCall;
+
+static float
+rule(float x, bool rules)
+{
+	return rules ? bf16_round(x) : x;
+}
+
+static void
+attention_rules(const RulesCall *c, bool rules, const float *q, const float *k, const float *v, const float *dctx,
+				float *ctx, float *lse, float *dq, float *dk, float *dv)
+{
+	int			D = c->H * c->DK;
+	double		scale = 1.0 / sqrt((double) c->DK),
+				keep_scale = c->dropout > 0.0f ? 1.0 / (1.0 - c->dropout) : 1.0;
+
+	if (dq != NULL)
+	{
+		memset(dq, 0, (size_t) c->q_start[c->B] * D * sizeof(float));
+		memset(dk, 0, (size_t) c->k_start[c->B] * D * sizeof(float));
+		memset(dv, 0, (size_t) c->k_start[c->B] * D * sizeof(float));
+	}
+	for (int b = 0; b < c->B; b++)
+		for (int h = 0; h < c->H; h++)
+		{
+			int			lq = c->q_start[b + 1] - c->q_start[b],
+						lk = c->k_start[b + 1] - c->k_start[b];
+			double	   *s = malloc(((size_t) lk + 1) * sizeof(double)),
+					   *g = malloc(((size_t) lk + 1) * sizeof(double));
+
+			for (int i = 0; i < lq; i++)
+			{
+				size_t		qi = (size_t) (c->q_start[b] + i) * D + (size_t) h * c->DK;
+				int			vis = c->causal && i + 1 < lk ? i + 1 : lk;
+				double		m = -INFINITY,
+							l = 0.0,
+							dot = 0.0,
+							total = 0.0,
+							ls;
+
+				for (int j = 0; j < vis; j++)
+				{
+					size_t		kj = (size_t) (c->k_start[b] + j) * D + (size_t) h * c->DK;
+
+					s[j] = 0.0;
+					for (int e = 0; e < c->DK; e++)
+						s[j] += (double) rule(q[qi + e], rules) * rule(k[kj + e], rules);
+					s[j] *= scale;
+					m = s[j] > m ? s[j] : m;
+				}
+				for (int j = 0; j < vis; j++)
+					l += exp(s[j] - m);
+				ls = vis > 0 ? m + log(l) : -INFINITY;
+				lse[(size_t) (c->q_start[b] + i) * c->H + h] = (float) ls;
+				for (int e = 0; e < c->DK; e++)
+				{
+					double		acc = 0.0;
+
+					for (int j = 0; j < vis; j++)
+					{
+						uint64_t	idx = (uint64_t) c->p_start[b] + ((uint64_t) h * lq + i) * lk + j;
+						double		p = exp(s[j] - m);
+
+						if (c->dropout > 0.0f)
+							p = tf_random_uniform(c->seed, c->stream, idx) >= c->dropout ? p * keep_scale : 0.0;
+						acc += (double) rule((float) p, rules) *
+							rule(v[(size_t) (c->k_start[b] + j) * D + (size_t) h * c->DK + e], rules);
+					}
+					ctx[qi + e] = vis > 0 ? (float) (acc / l) : 0.0f;
+				}
+				if (dq == NULL)
+					continue;
+				for (int j = 0; j < vis; j++)
+				{
+					size_t		kj = (size_t) (c->k_start[b] + j) * D + (size_t) h * c->DK;
+					uint64_t	idx = (uint64_t) c->p_start[b] + ((uint64_t) h * lq + i) * lk + j;
+					bool		keep = c->dropout <= 0.0f || tf_random_uniform(c->seed, c->stream, idx) >= c->dropout;
+					double		gv = 0.0,
+								p = exp(s[j] - ls);
+
+					for (int e = 0; e < c->DK; e++)
+						gv += (double) rule(dctx[qi + e], rules) * rule(v[kj + e], rules);
+					g[j] = keep ? gv * keep_scale : 0.0;
+					dot += g[j] * p;
+					total += p;
+					for (int e = 0; e < c->DK; e++)	/* dV += Pd^T dctx */
+						dv[kj + e] += (float) ((double) rule((float) (keep ? p * keep_scale : 0.0), rules) *
+											   rule(dctx[qi + e], rules));
+				}
+				dot = total > 0.0 ? dot / total : 0.0;
+				for (int j = 0; j < vis; j++)
+				{
+					size_t		kj = (size_t) (c->k_start[b] + j) * D + (size_t) h * c->DK;
+					float		ds = rule((float) (exp(s[j] - ls) * (g[j] - dot) * scale), rules);
+
+					for (int e = 0; e < c->DK; e++)
+					{
+						dq[qi + e] += (float) ((double) ds * rule(k[kj + e], rules));
+						dk[kj + e] += (float) ((double) ds * rule(q[qi + e], rules));
+					}
+				}
+			}
+			free(s);
+			free(g);
+		}
+}
+
+/*
+ * Attention on the CUDA backend in bf16 (the tensor-core kernels where they
+ * fit, the per-row kernels where the probabilities are kept or d_k exceeds
+ * 128) against the host model of the rules (norm error under 2e-3; the sums
+ * run in another order and a rounding may fall the other way) and against
+ * the fp32 model (well above that: the rules are what the kernels do).
+ * Sentences of 1, 31, 64, 65 and 200 tokens; self-attention causal and
+ * not, cross-attention; dropout on and off; d_k 8, 40 (padded to 48) and 64;
+ * 136 for the per-row kernels' backward.
+ */
+static void
+check_attention_rules(void)
+{
+	static const int lens[] = {1, 31, 64, 65, 200},
+				cross_lens[] = {7, 200, 1, 65, 31};
+	static const int cases[][5] = {	/* causal, cross, dropout (%), H, DK */
+		{1, 0, 0, 2, 64}, {1, 0, 20, 2, 64}, {0, 1, 0, 2, 64}, {0, 1, 20, 3, 40}, {1, 0, 10, 4, 8},
+	{0, 0, 0, 1, 136}};
+	char		err[TF_ERRLEN];
+	TfBackend  *gpu = tf_backend_create("cuda", 0, 1, err, sizeof(err));
+	double		worst = 0.0,
+				nearest32 = INFINITY;
+	float	   *weights;
+
+	CHECK(gpu != NULL, "cuda backend: %s", err);
+	if (gpu == NULL)
+		return;
+	weights = gpu->alloc(gpu, 64 * sizeof(float));
+	CHECK(gpu->set_precision(gpu, TF_BF16, weights, 64), "set_precision bf16");
+	for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++)
+	{
+		int			B = 5,
+					H = cases[t][3],
+					DK = cases[t][4],
+					D = H * DK,
+					max_q = 0,
+					max_k = 0;
+		bool		causal = cases[t][0],
+					cross = cases[t][1];
+		int32_t		q_start[6] = {0},
+					k_start[6] = {0};
+		int64_t		p_start[6] = {0};
+		RulesCall	c;
+		TfAttentionShape sh = {0};
+		size_t		nq,
+					nk;
+
+		for (int b = 0; b < B; b++)
+		{
+			int			lk = cross ? cross_lens[b] : lens[b];
+
+			q_start[b + 1] = q_start[b] + lens[b];
+			k_start[b + 1] = k_start[b] + lk;
+			p_start[b + 1] = p_start[b] + (int64_t) H * lens[b] * lk;
+			max_q = lens[b] > max_q ? lens[b] : max_q;
+			max_k = lk > max_k ? lk : max_k;
+		}
+		nq = (size_t) q_start[B], nk = (size_t) k_start[B];
+		c = (RulesCall) {B, H, DK, q_start, k_start, p_start, causal, cases[t][2] / 100.0f, 5, (7ull << 32) | 2};
+
+		float	   *q = malloc(nq * D * 4),
+				   *k = malloc(nk * D * 4),
+				   *v = malloc(nk * D * 4),
+				   *dctx = malloc(nq * D * 4),
+				   *got[6],
+				   *want[6],
+				   *want32[6];
+		size_t		n[6] = {nq * D, nq * H, nq * D, nk * D, nk * D, nq * D};	/* ctx, lse, dq, dk, dv, ctx kept */
+		float	   *d_q,
+				   *d_k,
+				   *d_v,
+				   *d_dctx,
+				   *d_out[6];
+		int32_t    *d_qs,
+				   *d_ks;
+		int64_t    *d_ps;
+		float	   *d_probs;
+		static const char *names[6] = {"context", "log-sum-exp", "dQ", "dK", "dV", "context (probabilities kept)"};
+
+		for (size_t i = 0; i < nq * D; i++)
+			q[i] = 2.0f * rnd(), dctx[i] = rnd();
+		for (size_t i = 0; i < nk * D; i++)
+			k[i] = 2.0f * rnd(), v[i] = rnd();
+		for (int o = 0; o < 6; o++)
+		{
+			got[o] = malloc(n[o] * 4), want[o] = malloc(n[o] * 4), want32[o] = malloc(n[o] * 4);
+			d_out[o] = gpu->alloc(gpu, n[o] * 4);
+		}
+		attention_rules(&c, true, q, k, v, dctx, want[0], want[1], want[2], want[3], want[4]);
+		attention_rules(&c, false, q, k, v, dctx, want32[0], want32[1], want32[2], want32[3], want32[4]);
+		memcpy(want[5], want[0], n[0] * 4), memcpy(want32[5], want32[0], n[0] * 4);
+		d_q = gpu->alloc(gpu, nq * D * 4), d_dctx = gpu->alloc(gpu, nq * D * 4);
+		d_k = gpu->alloc(gpu, nk * D * 4), d_v = gpu->alloc(gpu, nk * D * 4);
+		d_qs = gpu->alloc(gpu, sizeof(q_start)), d_ks = gpu->alloc(gpu, sizeof(k_start));
+		d_ps = gpu->alloc(gpu, sizeof(p_start));
+		d_probs = gpu->alloc(gpu, (size_t) p_start[B] * 4);
+		gpu->upload(gpu, d_q, q, nq * D * 4), gpu->upload(gpu, d_dctx, dctx, nq * D * 4);
+		gpu->upload(gpu, d_k, k, nk * D * 4), gpu->upload(gpu, d_v, v, nk * D * 4);
+		gpu->upload(gpu, d_qs, q_start, sizeof(q_start)), gpu->upload(gpu, d_ks, k_start, sizeof(k_start));
+		gpu->upload(gpu, d_ps, p_start, sizeof(p_start));
+		sh.batch = B, sh.num_heads = H, sh.head_dim = DK, sh.causal = causal, sh.dropout = c.dropout;
+		sh.seed = c.seed, sh.stream = c.stream, sh.max_q = max_q, sh.max_k = max_k, sh.p_total = p_start[B];
+		sh.q_start = d_qs, sh.k_start = d_ks, sh.p_start = d_ps;
+		gpu->reserve(gpu, (size_t) max_q * max_k, (size_t) B * max_q * H, 0);
+		gpu->attention(gpu, d_out[0], d_out[1], NULL, d_q, D, d_k, d_v, D, &sh);
+		gpu->attention(gpu, d_out[5], NULL, d_probs, d_q, D, d_k, d_v, D, &sh);
+		gpu->attention_backward(gpu, d_out[2], d_out[3], d_out[4], d_dctx, d_out[1], d_q, D, d_k, d_v, D, &sh);
+		CHECK(gpu->status(gpu, err, sizeof(err)) == TF_OK, "bf16 attention case %zu: %s", t, err);
+		for (int o = 0; o < 6; o++)
+		{
+			double		e,
+						e32;
+
+			gpu->download(gpu, got[o], d_out[o], n[o] * 4);
+			if (o == 1)			/* rows that see no key: -inf in all three */
+				for (size_t i = 0; i < n[o]; i++)
+					if (isinf(want[o][i]) && got[o][i] == want[o][i])
+						got[o][i] = want[o][i] = want32[o][i] = 0.0f;
+			e = norm_error(got[o], want[o], n[o]);
+			e32 = norm_error(got[o], want32[o], n[o]);
+			worst = e > worst ? e : worst;
+			if (o != 1)			/* a row's log-sum-exp barely moves */
+				nearest32 = e32 < nearest32 ? e32 : nearest32;
+			CHECK(e < 2e-3, "bf16 attention case %zu (%s%s, dropout %d%%, %d heads of %d): %s %.3g off the rules",
+				  t, causal ? "causal" : "", cross ? "cross" : "", cases[t][2], H, DK, names[o], e);
+			CHECK(o == 1 || e32 > 3 * e, "bf16 attention case %zu: %s %.3g off fp32, not well above %.3g off the rules",
+				  t, names[o], e32, e);
+		}
+		for (int o = 0; o < 6; o++)
+			free(got[o]), free(want[o]), free(want32[o]), gpu->free(gpu, d_out[o]);
+		gpu->free(gpu, d_q), gpu->free(gpu, d_k), gpu->free(gpu, d_v), gpu->free(gpu, d_dctx);
+		gpu->free(gpu, d_qs), gpu->free(gpu, d_ks), gpu->free(gpu, d_ps), gpu->free(gpu, d_probs);
+		free(q), free(k), free(v), free(dctx);
+	}
+	printf("  bf16 attention: %zu cases (forward, kept probabilities, backward), worst %.3g off the rules, "
+		   "fp32 at least %.3g away\n", sizeof(cases) / sizeof(cases[0]), worst, nearest32);
+	gpu->free(gpu, weights);
+	gpu->destroy(gpu);
+}
+
 /* The fixture's logits [non-pad label rows, vocab] and mean loss of a model's evaluation forward. */
 static float *
 forward(TfModel *m, const Fixture *fx, double *loss, size_t *count)
@@ -453,5 +721,6 @@ test_precision(const char *fixtures)
 	if (strcmp(test_device, "cuda") != 0)
 		return;
 	check_gemm();
+	check_attention_rules();
 	check_model(fixtures);
 }

@@ -1,0 +1,90 @@
+/*
+ * attention.cuh - what the attention kernels of attention.cu (SIMT, per row
+ * and tiled) and attention_mma.cu (tiled on tensor cores) share: a
+ * sentence's geometry for a head, a tiled block's rows, how keys and values
+ * are read, and the tensor-core launchers attention.cu dispatches to.
+ */
+#ifndef ATTENTION_ATTENTION_CUH
+#define ATTENTION_ATTENTION_CUH
+
+#include "kernels.h"
+
+#define TILE_ROWS 64			/* query rows (key rows for dK/dV) of a tiled block */
+
+/*
+ * A key or value element as attention reads it: rounded to bf16 in mixed
+ * precision; a bf16 cache's element is that already.
+ */
+__device__ __forceinline__ float
+kv_value(float x, bool bf16_kv)
+{
+	return bf16_kv ? __bfloat162float(__float2bfloat16_rn(x)) : x;
+}
+__device__ __forceinline__ float
+kv_value(__nv_bfloat16 x, bool bf16_kv)
+{
+	(void) bf16_kv;
+	return __bfloat162float(x);
+}
+
+/* Sentence b's geometry for head h (the arrays are device memory). */
+struct Pair
+{
+	int			lq,
+				lk;
+	size_t		q0,
+				k0;
+	size_t		p_off;			/* first probability of this head */
+};
+
+__device__ __forceinline__ Pair
+pair_of(const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, const int32_t *k_len, int b, int h)
+{
+	Pair		a;
+
+	a.q0 = (size_t) q_start[b];
+	a.k0 = (size_t) k_start[b];
+	a.lq = q_start[b + 1] - q_start[b];
+	a.lk = k_len != NULL ? k_len[b] : k_start[b + 1] - k_start[b];
+	a.p_off = (size_t) p_start[b] + (size_t) h * a.lq * a.lk;
+	return a;
+}
+
+/* A tiled kernel's block: its sentence's geometry for its head, its rows [r0, r1) of `rows`. */
+struct Tile
+{
+	Pair		a;
+	int			h,
+				r0,
+				r1;
+};
+
+__device__ __forceinline__ Tile
+tile_of(const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, int num_heads, bool key_rows)
+{
+	Tile		t;
+	int			b = blockIdx.x / num_heads;
+
+	t.h = blockIdx.x % num_heads;
+	t.a = pair_of(q_start, k_start, p_start, NULL, b, t.h);
+	t.r0 = blockIdx.y * TILE_ROWS;
+	t.r1 = min(key_rows ? t.a.lk : t.a.lq, t.r0 + TILE_ROWS);
+	return t;
+}
+
+/*
+ * attention_mma.cu: the tiled kernels on tensor cores, for bf16 mixed
+ * precision (docs/gpus.md, "bf16 rules"). k_attention_mma_fits: whether
+ * they serve this call (d_k at most MMA_MAX_HEAD_DIM and each kernel's
+ * shared memory within `most` bytes); they write what the tiled kernels of
+ * attention.cu write (dsum: [query rows, num_heads] workspace).
+ */
+#define MMA_MAX_HEAD_DIM 128
+bool		k_attention_mma_fits(const TfAttentionShape *sh, size_t most);
+void		k_attention_mma_set_limit(int most);
+void		k_attention_mma(float *ctx, float *lse, const float *q, int ldq, const float *k, const float *v, int ldk,
+							const TfAttentionShape *sh, cudaStream_t stream);
+void		k_attention_mma_backward(float *dq, float *dk, float *dv, float *dsum, const float *dctx,
+									 const float *lse, const float *q, int ldq, const float *k, const float *v,
+									 int ldk, const TfAttentionShape *sh, cudaStream_t stream);
+#endif
