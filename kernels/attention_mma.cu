@@ -17,8 +17,8 @@
  * other banks), zero past d_k and past the last row. A warp works on chunks
  * of 16 keys (queries, for dK/dV): an fp32 chunk of scores goes through
  * shared memory, where lane pair (2 r, 2 r + 1) owns row r's columns 0-7
- * and 8-15 for the softmax, masks and dropout (a fragment's element mapping
- * is unspecified: nothing reads one by position). Row sums over keys are
+ * and 8-15 for the softmax, masks and dropout (chunk_col; a fragment's
+ * element mapping is unspecified: nothing reads one by position). Row sums over keys are
  * per lane then across the pair: a fixed order, no atomics. Dropout keeps
  * the Philox masks of the CPU backend, element by element.
  */
@@ -37,6 +37,12 @@ using namespace nvcuda;
 #define HALF_LD 24				/* bf16 chunk [16, 16] in shared rows of 24 */
 #define FULL_MASK 0xffffffffu
 
+/* Dynamic shared memory as the kernels declare it: wmma needs its tiles 32-byte aligned. */
+struct __align__(32) Shared32
+{
+	float4		v[2];
+};
+
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> FragA;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> FragB;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> FragBT;
@@ -54,6 +60,20 @@ __host__ __device__ __forceinline__ int
 up16(int n)
 {
 	return (n + 15) & ~15;
+}
+
+/*
+ * The chunk column of lane's c-th element (c = 0..7): lane pair (2 r, 2 r +
+ * 1) owns row r, columns 0-7 and 8-15, each lane visiting its 8 in an order
+ * rotated by row, so that the 32 lanes' c-th accesses to an fp32 chunk
+ * (rows of CHUNK_LD) fall in 32 distinct banks.
+ */
+__device__ __forceinline__ int
+chunk_col(int c, int lane)
+{
+	int			r = lane / 2;
+
+	return lane % 2 * 8 + ((c + r + (r >> 3) * 4) & 7);
 }
 
 /*
@@ -124,30 +144,30 @@ UNROLL
 }
 
 /*
- * Writes acc / divisor (each lane pair's row r: its own divisor; 0 where it
- * is 0) to rows [row0, row0 + rows) of out (row stride ldo, head h's d_k
- * columns), through chunk. Lane pair r writes row r.
+ * Writes acc / divisor to rows [row0, row0 + rows) of out (row stride ldo,
+ * head h's d_k columns), through chunk; lane pair r holds row r's divisor
+ * (0: the row is written 0). Lanes write 16 consecutive columns of a row
+ * each instruction, two rows a warp (coalesced).
  */
 template <int T>
 __device__ __forceinline__ void
 write_rows(float *out, size_t row0, int rows, int ldo, int h, int dk, FragC (&acc)[T], float *chunk, float divisor)
 {
-	int			lane = threadIdx.x % 32,
-				r = lane / 2,
-				half = lane % 2;
+	int			lane = threadIdx.x % 32;
 
 UNROLL
 	for (int t = 0; t < T; t++)
 	{
 		wmma::store_matrix_sync(chunk, acc[t], CHUNK_LD, wmma::mem_row_major);
 		__syncwarp();
-		for (int c = 0; c < 8; c++)
+		for (int e = lane; e < 256; e += 32)
 		{
-			int			col = 16 * t + half * 8 + c;
+			int			r = e / 16,
+						col = 16 * t + e % 16;
+			float		div = __shfl_sync(FULL_MASK, divisor, 2 * r);
 
 			if (r < rows && col < dk)
-				out[(row0 + r) * ldo + (size_t) h * dk + col] =
-					divisor != 0.0f ? chunk[r * CHUNK_LD + half * 8 + c] / divisor : 0.0f;
+				out[(row0 + r) * ldo + (size_t) h * dk + col] = div != 0.0f ? chunk[r * CHUNK_LD + e % 16] / div : 0.0f;
 		}
 		__syncwarp();			/* chunk is the next tile's */
 	}
@@ -174,7 +194,7 @@ attention_mma_kernel(float *ctx, float *lse, const float *q, int ldq, const floa
 					 const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, int num_heads, int dk,
 					 bool causal, float dropout, uint64_t seed, uint64_t stream)
 {
-	DYNAMIC_SHARED(float4, sm4);
+	DYNAMIC_SHARED(Shared32, smem);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, false);
 	Pair		a = t.a;
 	const int	ld = slice_ld(T);
@@ -184,7 +204,7 @@ attention_mma_kernel(float *ctx, float *lse, const float *q, int ldq, const floa
 				half = lane % 2,
 				seen = causal ? min(a.lk, t.r1) : a.lk,	/* keys any row of the tile sees */
 				g = t.r0 + warp * 16;
-	__nv_bfloat16 *ks = (__nv_bfloat16 *) sm4,
+	__nv_bfloat16 *ks = (__nv_bfloat16 *) smem,
 			   *vs = ks + (size_t) up16(seen) * ld,
 			   *qs = (__nv_bfloat16 *) ((char *) (vs + (size_t) up16(seen) * ld) + warp * forward_warp_bytes(T)),
 			   *pb;
@@ -222,8 +242,12 @@ UNROLL
 	{
 		dots(sb, qa, ks + (size_t) j0 * ld, ld);
 		for (int c = 0; c < 8; c++)
-			if (j0 + half * 8 + c < vis)
-				m = fmaxf(m, sb[r * CHUNK_LD + half * 8 + c] * scale);
+		{
+			int			col = chunk_col(c, lane);
+
+			if (j0 + col < vis)
+				m = fmaxf(m, sb[r * CHUNK_LD + col] * scale);
+		}
 		__syncwarp();			/* sb is the next chunk's */
 	}
 	m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, 1));
@@ -232,17 +256,18 @@ UNROLL
 		dots(sb, qa, ks + (size_t) j0 * ld, ld);
 		for (int c = 0; c < 8; c++)
 		{
-			int			j = j0 + half * 8 + c;
+			int			col = chunk_col(c, lane),
+						j = j0 + col;
 			float		p = 0.0f;
 
 			if (j < vis)
 			{
-				p = expf(sb[r * CHUNK_LD + half * 8 + c] * scale - m);
+				p = expf(sb[r * CHUNK_LD + col] * scale - m);
 				l += p;
 				if (dropout > 0.0f)
 					p = device_uniform(seed, stream, a.p_off + (size_t) i * a.lk + j) >= dropout ? p * keep_scale : 0.0f;
 			}
-			pb[r * HALF_LD + half * 8 + c] = __float2bfloat16_rn(p);
+			pb[r * HALF_LD + col] = __float2bfloat16_rn(p);
 		}
 		__syncwarp();
 		accumulate(acc, pb, vs + (size_t) j0 * ld, ld);
@@ -274,7 +299,7 @@ attention_dq_mma_kernel(float *dq, float *dsum, const float *dctx, const float *
 						const int64_t *p_start, int num_heads, int dk, bool causal, float dropout, uint64_t seed,
 						uint64_t stream)
 {
-	DYNAMIC_SHARED(float4, sm4);
+	DYNAMIC_SHARED(Shared32, smem);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, false);
 	Pair		a = t.a;
 	const int	ld = slice_ld(T);
@@ -285,7 +310,7 @@ attention_dq_mma_kernel(float *dq, float *dsum, const float *dctx, const float *
 				d = num_heads * dk,
 				seen = causal ? min(a.lk, t.r1) : a.lk,
 				g = t.r0 + warp * 16;
-	__nv_bfloat16 *ks = (__nv_bfloat16 *) sm4,
+	__nv_bfloat16 *ks = (__nv_bfloat16 *) smem,
 			   *vs = ks + (size_t) up16(seen) * ld,
 			   *qs = (__nv_bfloat16 *) ((char *) (vs + (size_t) up16(seen) * ld) + warp * dq_warp_bytes(T)),
 			   *dcs = qs + 16 * ld,
@@ -343,14 +368,15 @@ UNROLL
 			dots(gb, da, vs + (size_t) j0 * ld, ld);
 			for (int c = 0; c < 8; c++)
 			{
-				int			j = j0 + half * 8 + c;
+				int			col = chunk_col(c, lane),
+							j = j0 + col;
 				float		p = 0.0f,
 							gv = 0.0f;
 
 				if (j < vis)
 				{
-					p = expf(sb[r * CHUNK_LD + half * 8 + c] * scale - lrow);
-					gv = gb[r * CHUNK_LD + half * 8 + c];
+					p = expf(sb[r * CHUNK_LD + col] * scale - lrow);
+					gv = gb[r * CHUNK_LD + col];
 					if (dropout > 0.0f)
 						gv = device_uniform(seed, stream, a.p_off + (size_t) i * a.lk + j) >= dropout ?
 							gv * keep_scale : 0.0f;
@@ -361,7 +387,7 @@ UNROLL
 					total += p;
 				}
 				else
-					db[r * HALF_LD + half * 8 + c] = __float2bfloat16_rn(p * (gv - D) * scale);
+					db[r * HALF_LD + col] = __float2bfloat16_rn(p * (gv - D) * scale);
 			}
 			__syncwarp();		/* sb and gb are the next chunk's; db is complete */
 			if (pass == 1)
@@ -394,19 +420,18 @@ attention_dkv_mma_kernel(float *dkey, float *dvalue, const float *dsum, const fl
 						 const int32_t *k_start, const int64_t *p_start, int num_heads, int dk, bool causal,
 						 float dropout, uint64_t seed, uint64_t stream)
 {
-	DYNAMIC_SHARED(float4, sm4);
+	DYNAMIC_SHARED(Shared32, smem);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, true);
 	Pair		a = t.a;
 	const int	ld = slice_ld(T);
 	int			lane = threadIdx.x % 32,
 				warp = threadIdx.x / 32,
 				r = lane / 2,
-				half = lane % 2,
 				d = num_heads * dk,
 				first = causal ? min(t.r0, a.lq) : 0,	/* the first query that sees the tile's keys */
 				lq = a.lq - first,
 				g = t.r0 + warp * 16;
-	__nv_bfloat16 *qs = (__nv_bfloat16 *) sm4,
+	__nv_bfloat16 *qs = (__nv_bfloat16 *) smem,
 			   *dcs = qs + (size_t) up16(lq) * ld;
 	float	   *ls = (float *) (dcs + (size_t) up16(lq) * ld),
 			   *Ds = ls + up16(lq);
@@ -459,21 +484,22 @@ UNROLL
 		dots(gb, va, dcs + (size_t) i0 * ld, ld);
 		for (int c = 0; c < 8; c++)
 		{
-			int			i = i0 + half * 8 + c;	/* the query, from `first` */
+			int			col = chunk_col(c, lane),
+						i = i0 + col;	/* the query, from `first` */
 			float		pd = 0.0f,
 						sd = 0.0f;
 
 			if (r < keys && i < lq && (!causal || first + i >= j))
 			{
 				size_t		e = a.p_off + (size_t) (first + i) * a.lk + j;
-				float		p = expf(sb[r * CHUNK_LD + half * 8 + c] * scale - ls[i]);
+				float		p = expf(sb[r * CHUNK_LD + col] * scale - ls[i]);
 				bool		keep = dropout <= 0.0f || device_uniform(seed, stream, e) >= dropout;
 
 				pd = keep ? p * keep_scale : 0.0f;
-				sd = p * ((keep ? gb[r * CHUNK_LD + half * 8 + c] * keep_scale : 0.0f) - Ds[i]) * scale;
+				sd = p * ((keep ? gb[r * CHUNK_LD + col] * keep_scale : 0.0f) - Ds[i]) * scale;
 			}
-			pb[r * HALF_LD + half * 8 + c] = __float2bfloat16_rn(pd);
-			db[r * HALF_LD + half * 8 + c] = __float2bfloat16_rn(sd);
+			pb[r * HALF_LD + col] = __float2bfloat16_rn(pd);
+			db[r * HALF_LD + col] = __float2bfloat16_rn(sd);
 		}
 		__syncwarp();			/* sb and gb are the next chunk's; pb and db are complete */
 		accumulate(acc_v, pb, dcs + (size_t) i0 * ld, ld);

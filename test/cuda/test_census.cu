@@ -10,7 +10,9 @@
  * lanes on one word (1), lane i on word 32 i (32: every lane in bank 0),
  * on word 33 i (1: padded rows), 8-byte words (2), 16-byte loads (load4:
  * one instruction; the same 16 bytes in every lane 1 wavefront, lane i's
- * own 16 bytes 4). Built like the
+ * own 16 bytes 4); wmma (wmma_emu.h): a 16 x 16 bf16 tile of contiguous
+ * rows as ldmatrix moves it (one instruction, 4 wavefronts), one count per
+ * warp-wide mma_sync. Built like the
  * census library (instrumented, census_hooks.cc instead of ThreadSanitizer).
  * Prints "N checks, M failed"; exit 1 on a failure.
  */
@@ -19,6 +21,9 @@
 #include <string.h>
 
 #include "common.cuh"
+#include "emu/wmma_emu.h"
+
+using namespace nvcuda;
 
 static int	checks, failures;
 
@@ -68,6 +73,23 @@ shared_vector_kernel(float *out, bool own)
 	float4		x = load4((const float *) s4 + (own ? 4 * threadIdx.x : 0));
 
 	out[threadIdx.x] = x.x + x.w;
+}
+
+/* One warp: two 16 x 16 bf16 tiles from dynamic shared memory (rows of 32 bytes, contiguous), two products. */
+__global__ void
+mma_kernel(float *out)
+{
+	DYNAMIC_SHARED(__nv_bfloat16, s);
+	wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+	wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+	wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+
+	wmma::load_matrix_sync(a, s, 16);
+	wmma::load_matrix_sync(b, s + 256, 16);
+	wmma::fill_fragment(c, 0.0f);
+	wmma::mma_sync(c, a, b, c);
+	wmma::mma_sync(c, a, b, c);
+	out[threadIdx.x] = c.x[0];
 }
 
 /* The last launch's record: its counts by key. */
@@ -189,6 +211,13 @@ main(void)
 	last_launch(path, line, sizeof(line));
 	expect("shared, 16 bytes a lane", line, "sreq", 1);
 	expect("shared, 16 bytes a lane", line, "swave", 4);
+
+	/* wmma: a tile load is ldmatrix's 16-byte row pieces, 512 contiguous bytes: 4 wavefronts; a product per warp */
+	LAUNCH(mma_kernel, 1, 32, 512 * sizeof(__nv_bfloat16), 0)(out);
+	last_launch(path, line, sizeof(line));
+	expect("wmma tiles", line, "sreq", 2);
+	expect("wmma tiles", line, "swave", 2 * 4);
+	expect("wmma products", line, "mma", 2);
 
 	printf("census: %d checks, %d failed\n", checks, failures);
 	return failures ? 1 : 0;

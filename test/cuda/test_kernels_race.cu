@@ -103,9 +103,12 @@ main(void)
 	sh.batch = 2, sh.num_heads = H, sh.head_dim = DK, sh.q_start = qs, sh.k_start = qs, sh.p_start = ps;
 	sh.causal = true, sh.dropout = 0.2f, sh.seed = 3, sh.stream = 4, sh.max_q = 4, sh.max_k = 4;
 	sh.p_total = ps_h[2];
-	k_attention(out, lse, NULL, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, false, s);	/* tiled */
-	k_attention_backward(y, y + D, y + 2 * D, out, lse, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, true, work, s);
-	k_attention(out, lse, probs, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, false, s);	/* per row, kept */
+	for (int bf16 = 0; bf16 < 2; bf16++)	/* tiled (fp32: SIMT; bf16: tensor cores), then per row, kept */
+	{
+		k_attention(out, lse, NULL, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, bf16, s);
+		k_attention_backward(y, y + D, y + 2 * D, out, lse, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, bf16, work, s);
+		k_attention(out, lse, probs, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, bf16, s);
+	}
 	k_cross_entropy(logits, inv, labels, R, V, V, 0, 0.1f, rows, s);
 	k_accumulate(acc, rows, R, s);
 	k_cross_entropy_backward(logits, inv, labels, R, V, V, 0, 0.1f, 1.0f, s);
