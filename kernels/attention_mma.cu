@@ -123,6 +123,31 @@ UNROLL
 }
 
 /*
+ * dots with a read from shared memory (16 rows of 16 T columns, row stride
+ * ld) tile by tile: fewer registers than fragments held across chunks.
+ */
+template <int T>
+__device__ __forceinline__ void
+dots_shared(float *chunk, const __nv_bfloat16 *a, const __nv_bfloat16 *b, int ld)
+{
+	FragC		s;
+
+	wmma::fill_fragment(s, 0.0f);
+UNROLL
+	for (int t = 0; t < T; t++)
+	{
+		FragA		at;
+		FragBT		bt;
+
+		wmma::load_matrix_sync(at, a + 16 * t, ld);
+		wmma::load_matrix_sync(bt, b + 16 * t, ld);
+		wmma::mma_sync(s, at, bt, s);
+	}
+	wmma::store_matrix_sync(chunk, s, CHUNK_LD, wmma::mem_row_major);
+	__syncwarp();
+}
+
+/*
  * acc[t] += a (16 x 16 bf16 in shared rows of HALF_LD) times rows [16, 16 T]
  * of b (row stride ld), tile by tile.
  */
@@ -443,8 +468,6 @@ attention_dkv_mma_kernel(float *dkey, float *dvalue, const float *dsum, const fl
 			   *gb = sb + 16 * CHUNK_LD;
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
-	FragA		ka[T],
-				va[T];
 	FragC		acc_k[T],
 				acc_v[T];
 
@@ -473,15 +496,13 @@ attention_dkv_mma_kernel(float *dkey, float *dvalue, const float *dsum, const fl
 UNROLL
 	for (int u = 0; u < T; u++)
 	{
-		wmma::load_matrix_sync(ka[u], kr + 16 * u, ld);
-		wmma::load_matrix_sync(va[u], vr + 16 * u, ld);
 		wmma::fill_fragment(acc_k[u], 0.0f);
 		wmma::fill_fragment(acc_v[u], 0.0f);
 	}
 	for (int i0 = start; i0 < lq; i0 += 16)
 	{
-		dots(sb, ka, qs + (size_t) i0 * ld, ld);
-		dots(gb, va, dcs + (size_t) i0 * ld, ld);
+		dots_shared<T>(sb, kr, qs + (size_t) i0 * ld, ld);
+		dots_shared<T>(gb, vr, dcs + (size_t) i0 * ld, ld);
 		for (int c = 0; c < 8; c++)
 		{
 			int			col = chunk_col(c, lane),
