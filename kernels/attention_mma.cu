@@ -36,6 +36,14 @@ using namespace nvcuda;
 #define CHUNK_LD 20				/* fp32 chunk [16, 16] in shared rows of 20 floats */
 #define HALF_LD 24				/* bf16 chunk [16, 16] in shared rows of 24 */
 #define FULL_MASK 0xffffffffu
+/*
+ * Blocks per SM the register allocation must allow (__launch_bounds__):
+ * at heads of up to 64, 4 for the forward (at most 128 registers a thread)
+ * and 3 for the backward's two (170; dQ spills at 128); at 128, what fits
+ * without spilling.
+ */
+#define MMA_MIN_BLOCKS(T) ((T) <= 4 ? 4 : 2)
+#define MMA_BACKWARD_MIN_BLOCKS(T) ((T) <= 4 ? 3 : 1)
 
 /* Dynamic shared memory as the kernels declare it: wmma needs its tiles 32-byte aligned. */
 struct __align__(32) Shared32
@@ -214,7 +222,7 @@ forward_warp_bytes(int tiles)
  * products with V. Rows that see no key: ctx 0, lse -inf.
  */
 template <int T>
-__global__ void __launch_bounds__(MMA_WARPS * 32)
+__global__ void __launch_bounds__(MMA_WARPS * 32, MMA_MIN_BLOCKS(T))
 attention_mma_kernel(float *ctx, float *lse, const float *q, int ldq, const float *k, const float *v, int ldk,
 					 const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, int num_heads, int dk,
 					 bool causal, float dropout, uint64_t seed, uint64_t stream)
@@ -266,6 +274,7 @@ UNROLL
 	for (int j0 = 0; j0 < most; j0 += 16)
 	{
 		dots(sb, qa, ks + (size_t) j0 * ld, ld);
+		NO_UNROLL
 		for (int c = 0; c < 8; c++)
 		{
 			int			col = chunk_col(c, lane);
@@ -279,6 +288,7 @@ UNROLL
 	for (int j0 = 0; j0 < most; j0 += 16)
 	{
 		dots(sb, qa, ks + (size_t) j0 * ld, ld);
+		NO_UNROLL
 		for (int c = 0; c < 8; c++)
 		{
 			int			col = chunk_col(c, lane),
@@ -318,7 +328,7 @@ dq_warp_bytes(int tiles)
  * chunk by chunk; pass 2 recomputes S and dPd for dS.
  */
 template <int T>
-__global__ void __launch_bounds__(MMA_WARPS * 32)
+__global__ void __launch_bounds__(MMA_WARPS * 32, MMA_BACKWARD_MIN_BLOCKS(T))
 attention_dq_mma_kernel(float *dq, float *dsum, const float *dctx, const float *lse, const float *q, const float *k,
 						const float *v, int ldq, int ldk, const int32_t *q_start, const int32_t *k_start,
 						const int64_t *p_start, int num_heads, int dk, bool causal, float dropout, uint64_t seed,
@@ -391,6 +401,7 @@ UNROLL
 		{
 			dots(sb, qa, ks + (size_t) j0 * ld, ld);
 			dots(gb, da, vs + (size_t) j0 * ld, ld);
+			NO_UNROLL
 			for (int c = 0; c < 8; c++)
 			{
 				int			col = chunk_col(c, lane),
@@ -439,7 +450,7 @@ dkv_warp_bytes(int tiles)
  * the warps' buffers.
  */
 template <int T>
-__global__ void __launch_bounds__(MMA_WARPS * 32)
+__global__ void __launch_bounds__(MMA_WARPS * 32, MMA_BACKWARD_MIN_BLOCKS(T))
 attention_dkv_mma_kernel(float *dkey, float *dvalue, const float *dsum, const float *dctx, const float *lse,
 						 const float *q, const float *k, const float *v, int ldq, int ldk, const int32_t *q_start,
 						 const int32_t *k_start, const int64_t *p_start, int num_heads, int dk, bool causal,
@@ -503,6 +514,7 @@ UNROLL
 	{
 		dots_shared<T>(sb, kr, qs + (size_t) i0 * ld, ld);
 		dots_shared<T>(gb, vr, dcs + (size_t) i0 * ld, ld);
+		NO_UNROLL
 		for (int c = 0; c < 8; c++)
 		{
 			int			col = chunk_col(c, lane),

@@ -55,11 +55,17 @@ store4(float *p, const float v[4])
 }
 #endif
 
-/* Unrolls the loop that follows (over a compile-time count), in nvcc and in g++ alike. */
+/*
+ * Unrolls the loop that follows (over a compile-time count), in nvcc and in
+ * g++ alike; NO_UNROLL keeps it a loop (registers before instruction-level
+ * parallelism).
+ */
 #ifdef __CUDACC__
 #define UNROLL _Pragma("unroll")
+#define NO_UNROLL _Pragma("unroll 1")
 #else
 #define UNROLL _Pragma("GCC unroll 8")
+#define NO_UNROLL _Pragma("GCC unroll 1")
 #endif
 
 /*
