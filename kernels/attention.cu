@@ -12,7 +12,8 @@
  * caches (decoding), sentences whose slices exceed shared memory, and the
  * forward that keeps the probabilities for inspection. One block per
  * (sentence x head, row), as many threads as the longest row of keys or
- * d_k needs (row_threads); a row of scores in dynamic shared memory.
+ * d_k needs (row_threads); a row of scores in dynamic shared memory; the
+ * forward's scores a warp per key (lanes on consecutive columns).
  */
 #include "attention.cuh"
 
@@ -55,17 +56,19 @@ attention_kernel(float *ctx, float *lse, float *probs, const float *q, int ldq, 
 		return;
 	}
 	visible = causal && i + 1 < a.lk ? i + 1 : a.lk;
-	for (int j = threadIdx.x; j < visible; j += blockDim.x)
+	for (int j = threadIdx.x / 32; j < visible; j += blockDim.x / 32)	/* a warp per key: its row read coalesced */
 	{
 		const KV   *kr = k + (a.k0 + j) * ldk + h * dk;
 		float		dot = 0.0f;
 
-		for (int c = 0; c < dk; c++)
+		for (int c = threadIdx.x % 32; c < dk; c += 32)
 			dot += kv_value(qr[c], bf16_kv) * kv_value(kr[c], bf16_kv);
-		row[j] = dot * scale;
-		mx = fmaxf(mx, row[j]);
+		dot = warp_reduce(dot, SumOp()) * scale;	/* every lane has it */
+		if (threadIdx.x % 32 == 0)
+			row[j] = dot;
+		mx = fmaxf(mx, dot);
 	}
-	mx = block_max(mx, part);
+	mx = block_max(mx, part);	/* its barrier publishes row */
 	for (int j = threadIdx.x; j < visible; j += blockDim.x)
 	{
 		row[j] = expf(row[j] - mx);
