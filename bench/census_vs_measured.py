@@ -25,7 +25,9 @@ def estimates(path):
     for line in section.splitlines():
         fields = line.split()
         if in_table and len(fields) > 12 and fields[1].isdigit():
-            kernels[fields[0]] = (int(fields[1]), float(fields[12]))
+            name = fields[0].split("<")[0]  # as ncu_kernels names them: no template arguments
+            n, ms = kernels.get(name, (0, 0.0))
+            kernels[name] = (n + int(fields[1]), ms + float(fields[12]))
         elif line.startswith("GEMMs"):
             in_table = False
             gemm_ms = float(re.search(r"\)\s+([\d.]+)", line).group(1))

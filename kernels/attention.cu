@@ -23,14 +23,23 @@
 #define ATT_MAX_SHARED (48 * 1024)
 
 
+/* Floats of the per-row forward's query row in shared memory: d_k, rounded up to 4 (the scores after it stay 16-byte aligned). */
+__host__ __device__ __forceinline__ int
+query_floats(int dk)
+{
+	return (dk + 3) & ~3;
+}
+
 template <class KV>
 __global__ void
 attention_kernel(float *ctx, float *lse, float *probs, const float *q, int ldq, const KV *k, const KV *v, int ldk,
 				 const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, const int32_t *k_len,
 				 int num_heads, int dk, bool causal, float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
 {
-	DYNAMIC_SHARED(float, row);
+	DYNAMIC_SHARED(float, sm);
 	__shared__ float part[33];
+	float	   *qs = sm,		/* the query row, as the products read it */
+			   *row = sm + query_floats(dk);
 	int			b = blockIdx.x / num_heads,
 				h = blockIdx.x % num_heads,
 				i = blockIdx.y,
@@ -56,13 +65,16 @@ attention_kernel(float *ctx, float *lse, float *probs, const float *q, int ldq, 
 		return;
 	}
 	visible = causal && i + 1 < a.lk ? i + 1 : a.lk;
+	for (int c = threadIdx.x; c < dk; c += blockDim.x)
+		qs[c] = kv_value(qr[c], bf16_kv);
+	__syncthreads();
 	for (int j = threadIdx.x / 32; j < visible; j += blockDim.x / 32)	/* a warp per key: its row read coalesced */
 	{
 		const KV   *kr = k + (a.k0 + j) * ldk + h * dk;
 		float		dot = 0.0f;
 
 		for (int c = threadIdx.x % 32; c < dk; c += 32)
-			dot += kv_value(qr[c], bf16_kv) * kv_value(kr[c], bf16_kv);
+			dot += qs[c] * kv_value(kr[c], bf16_kv);
 		dot = warp_reduce(dot, SumOp()) * scale;	/* every lane has it */
 		if (threadIdx.x % 32 == 0)
 			row[j] = dot;
@@ -776,7 +788,7 @@ kernel_path(const TfAttentionShape *sh, const float *probs, bool bf16)
 bool
 k_attention_fits(const TfAttentionShape *sh)
 {
-	return shared_floats((size_t) sh->max_k) <= ATT_MAX_SHARED;
+	return shared_floats((size_t) sh->max_k + query_floats(sh->head_dim)) <= ATT_MAX_SHARED;
 }
 
 size_t
@@ -792,8 +804,8 @@ k_attention(float *ctx, float *lse, float *probs, const float *q, int ldq, const
 			const TfAttentionShape *sh, bool bf16_kv, cudaStream_t stream)
 {
 	dim3		grid((unsigned) (sh->batch * sh->num_heads), (unsigned) sh->max_q);
-	unsigned	threads = row_threads(sh->max_k > sh->head_dim ? sh->max_k : sh->head_dim, ATT_THREADS);
-	size_t		shared = shared_floats((size_t) sh->max_k);
+	unsigned	threads = ATT_THREADS;	/* 4 warps on the keys' scores */
+	size_t		shared = shared_floats((size_t) sh->max_k + query_floats(sh->head_dim));
 	Path		path;
 
 	if (sh->batch == 0 || sh->max_q == 0)
