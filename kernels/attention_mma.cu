@@ -239,9 +239,9 @@ attention_mma_kernel(float *ctx, float *lse, const float *q, int ldq, const floa
 				g = t.r0 + warp * 16;
 	__nv_bfloat16 *ks = (__nv_bfloat16 *) smem,
 			   *vs = ks + (size_t) up16(seen) * ld,
-			   *qs = (__nv_bfloat16 *) ((char *) (vs + (size_t) up16(seen) * ld) + warp * forward_warp_bytes(T)),
-			   *pb;
+			   *qs = (__nv_bfloat16 *) ((char *) (vs + (size_t) up16(seen) * ld) + warp * forward_warp_bytes(T));
 	float	   *sb = (float *) (qs + 16 * ld);
+	__nv_bfloat16 *pb = (__nv_bfloat16 *) (sb + 16 * CHUNK_LD);
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f,
 				m = -INFINITY,
@@ -249,7 +249,6 @@ attention_mma_kernel(float *ctx, float *lse, const float *q, int ldq, const floa
 	FragA		qa[T];
 	FragC		acc[T];
 
-	pb = (__nv_bfloat16 *) (sb + 16 * CHUNK_LD);
 	if (t.r0 >= t.r1)			/* the whole block leaves together */
 		return;
 	load_bf16(ks, T, k, a.k0, seen, up16(seen), ldk, t.h, dk, threadIdx.x, blockDim.x);
@@ -348,10 +347,10 @@ attention_dq_mma_kernel(float *dq, float *dsum, const float *dctx, const float *
 	__nv_bfloat16 *ks = (__nv_bfloat16 *) smem,
 			   *vs = ks + (size_t) up16(seen) * ld,
 			   *qs = (__nv_bfloat16 *) ((char *) (vs + (size_t) up16(seen) * ld) + warp * dq_warp_bytes(T)),
-			   *dcs = qs + 16 * ld,
-			   *db;
+			   *dcs = qs + 16 * ld;
 	float	   *sb = (float *) (dcs + 16 * ld),
 			   *gb = sb + 16 * CHUNK_LD;
+	__nv_bfloat16 *db = (__nv_bfloat16 *) (gb + 16 * CHUNK_LD);
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f,
 				dot = 0.0f,
@@ -360,7 +359,6 @@ attention_dq_mma_kernel(float *dq, float *dsum, const float *dctx, const float *
 				da[T];
 	FragC		acc[T];
 
-	db = (__nv_bfloat16 *) (gb + 16 * CHUNK_LD);
 	if (t.r0 >= t.r1)
 		return;
 	load_bf16(ks, T, k, a.k0, seen, up16(seen), ldk, t.h, dk, threadIdx.x, blockDim.x);
@@ -472,18 +470,16 @@ attention_dkv_mma_kernel(float *dkey, float *dvalue, const float *dsum, const fl
 	float	   *ls = (float *) (dcs + (size_t) up16(lq) * ld),
 			   *Ds = ls + up16(lq);
 	__nv_bfloat16 *kr = (__nv_bfloat16 *) ((char *) (Ds + up16(lq)) + warp * dkv_warp_bytes(T)),
-			   *vr = kr + 16 * ld,
-			   *pb,
-			   *db;
+			   *vr = kr + 16 * ld;
 	float	   *sb = (float *) (vr + 16 * ld),
 			   *gb = sb + 16 * CHUNK_LD;
+	__nv_bfloat16 *pb = (__nv_bfloat16 *) (gb + 16 * CHUNK_LD),
+			   *db = pb + 16 * HALF_LD;
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
 	FragC		acc_k[T],
 				acc_v[T];
 
-	pb = (__nv_bfloat16 *) (gb + 16 * CHUNK_LD);
-	db = pb + 16 * HALF_LD;
 	if (t.r0 >= t.r1)
 		return;
 	load_bf16(qs, T, q, a.q0 + first, lq, up16(lq), ldq, t.h, dk, threadIdx.x, blockDim.x);
