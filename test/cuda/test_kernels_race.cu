@@ -109,6 +109,27 @@ main(void)
 		k_attention_backward(y, y + D, y + 2 * D, out, lse, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, bf16, work, s);
 		k_attention(out, lse, probs, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, bf16, s);
 	}
+	{
+		/* sentences of 37 and 70 tokens: several chunks, warps and row tiles of both tiled families */
+		enum {A = 37 + 70};
+		float	   *xa = device_randoms(A * 3 * D, &state),
+				   *ya = device_randoms(A * 3 * D, &state),
+				   *ca = device_randoms(A * D, &state),
+				   *la = device_randoms(A * H, &state);
+		int32_t		qa_h[3] = {0, 37, A};
+		int64_t		pa_h[3] = {0, H * 37 * 37, H * (37 * 37 + 70 * 70)};
+		TfAttentionShape long_sh = sh;
+
+		long_sh.q_start = long_sh.k_start = device_copy(qa_h, 3);
+		long_sh.p_start = device_copy(pa_h, 3);
+		long_sh.max_q = long_sh.max_k = 70, long_sh.p_total = pa_h[2];
+		for (int bf16 = 0; bf16 < 2; bf16++)
+		{
+			k_attention(ca, la, NULL, xa, 3 * D, xa + D, xa + 2 * D, 3 * D, &long_sh, bf16, s);
+			k_attention_backward(ya, ya + D, ya + 2 * D, ca, la, xa, 3 * D, xa + D, xa + 2 * D, 3 * D, &long_sh, bf16,
+								 work, s);
+		}
+	}
 	k_cross_entropy(logits, inv, labels, R, V, V, 0, 0.1f, rows, s);
 	k_accumulate(acc, rows, R, s);
 	k_cross_entropy_backward(logits, inv, labels, R, V, V, 0, 0.1f, 1.0f, s);
