@@ -2,7 +2,8 @@
  * wmma_emu.h - the subset of CUDA's warp matrix functions (nvcuda::wmma,
  * <mma.h>) the kernels use, for the emulation (cuda_emu.h): the 16x16x16
  * shape, bf16 matrix_a/matrix_b fragments and fp32 accumulators;
- * load_matrix_sync, store_matrix_sync, fill_fragment, mma_sync.
+ * load_matrix_sync (of matrix_a and matrix_b), store_matrix_sync (of
+ * accumulators), fill_fragment, mma_sync.
  *
  * What CUDA leaves unspecified is made to fail here:
  * - The element mapping (which matrix element x[i] of which lane holds) is a
@@ -96,16 +97,6 @@ CUEMU_WMMA_QUIET inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfl
 	for (int i = 0; i < 8; i++) {
 		int e = f.pos(lane(), i), r = e / 16, c = e % 16;
 		f.x[i] = row ? p[(size_t) r * ldm + c] : p[(size_t) c * ldm + r];
-	}
-	__syncwarp();
-}
-CUEMU_WMMA_QUIET inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ldm, layout_t l) {
-	using namespace cuemu::wmma_emu;
-	check(p, ldm, 4);
-	census_tile((const char *) p, ldm, 4, false);
-	for (int i = 0; i < 8; i++) {
-		int e = f.pos(lane(), i), r = e / 16, c = e % 16;
-		f.x[i] = l == mem_row_major ? p[(size_t) r * ldm + c] : p[(size_t) c * ldm + r];
 	}
 	__syncwarp();
 }
