@@ -467,14 +467,14 @@ cuda_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols,
 }
 
 static void
-cuda_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int cols, int ld)
+cuda_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int cols, int ld, float scale)
 {
 	size_t		floats;
 	float	   *ws = columns_workspace(be, rows, cols, 1, &floats);
 
 	if (ws == NULL)
 		return;
-	k_bias_backward(dbias, dout, rows, cols, ld, ws, floats, state(be)->stream);
+	k_bias_backward(dbias, dout, rows, cols, ld, scale, ws, floats, state(be)->stream);
 	launched(be, "bias_backward");
 }
 
@@ -594,10 +594,10 @@ cuda_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const fl
 }
 
 static void
-cuda_cross_entropy(TfBackend *be, float *logits, float *inv_sum, const int32_t *labels, int rows, int vocab,
+cuda_cross_entropy(TfBackend *be, float *logits, bool gradient, const int32_t *labels, int rows, int vocab,
 				   int ld, int pad_id, float label_smoothing, double *row_loss)
 {
-	k_cross_entropy(logits, inv_sum, labels, rows, vocab, ld, pad_id, label_smoothing, row_loss,
+	k_cross_entropy(logits, gradient, labels, rows, vocab, ld, pad_id, label_smoothing, row_loss,
 					state(be)->stream);
 	launched(be, "cross_entropy");
 }
@@ -607,15 +607,6 @@ cuda_accumulate(TfBackend *be, double *out, const double *x, size_t n)
 {
 	k_accumulate(out, x, n, state(be)->stream);
 	launched(be, "accumulate");
-}
-
-static void
-cuda_cross_entropy_backward(TfBackend *be, float *logits, const float *inv_sum, const int32_t *labels, int rows,
-							int vocab, int ld, int pad_id, float label_smoothing, float grad_scale)
-{
-	k_cross_entropy_backward(logits, inv_sum, labels, rows, vocab, ld, pad_id, label_smoothing, grad_scale,
-							 state(be)->stream);
-	launched(be, "cross_entropy_backward");
 }
 
 static void
@@ -913,7 +904,6 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 	be->attention_backward = cuda_attention_backward;
 	be->cross_entropy = cuda_cross_entropy;
 	be->accumulate = cuda_accumulate;
-	be->cross_entropy_backward = cuda_cross_entropy_backward;
 	be->sum_squares = cuda_sum_squares;
 	be->scale = cuda_scale;
 	be->adam = cuda_adam;

@@ -1,17 +1,22 @@
 /*
  * cross_entropy.cu - label-smoothed cross-entropy over the whole vocabulary
- * (PyTorch's definition) and its backward, the fixed-order sum of row
- * losses, and the per-row top-k log-probabilities of beam search: the twins
- * of cpu_cross_entropy, cpu_cross_entropy_backward, cpu_accumulate and
- * cpu_log_softmax_topk.
+ * (PyTorch's definition) with its gradient in place, the fixed-order sum
+ * of row losses, and the per-row top-k log-probabilities of beam search:
+ * the twins of cpu_cross_entropy, cpu_accumulate and cpu_log_softmax_topk.
  */
 #include <limits.h>
 
 #include "kernels.h"
 
-/* One block per row; with inv_sum the row keeps exp(x - max) for the backward. */
+/*
+ * One block per row. One read of the row gives each thread an online max
+ * and sum of exp(x - max) over its logits (the sum rescaled when the max
+ * grows; FlashAttention's softmax) and the sum of the logits; the block
+ * combines them (the max first, then each thread's sum rescaled to it, in
+ * a fixed tree). With gradient a second pass writes softmax - q in place.
+ */
 __global__ void
-cross_entropy_kernel(float *logits, float *inv_sum, const int32_t *labels, int vocab, int ld, int pad_id,
+cross_entropy_kernel(float *logits, bool gradient, const int32_t *labels, int vocab, int ld, int pad_id,
 					 float label_smoothing, double *row_loss)
 {
 	__shared__ float part[33];
@@ -21,58 +26,49 @@ cross_entropy_kernel(float *logits, float *inv_sum, const int32_t *labels, int v
 	float		mx = -INFINITY,
 				sum = 0.0f,
 				sum_x = 0.0f,
+				row_max,
 				label_logit;
 
 	if (label == pad_id)
 	{
+		if (gradient)
+			for (int j = threadIdx.x; j < vocab; j += blockDim.x)
+				x[j] = 0.0f;
 		if (threadIdx.x == 0)
-		{
-			if (inv_sum != NULL)
-				inv_sum[r] = 0.0f;
 			row_loss[r] = 0.0;
-		}
 		return;
 	}
 	label_logit = x[label];		/* read by every thread before any write (barriers follow) */
 	for (int j = threadIdx.x; j < vocab; j += blockDim.x)
-		mx = fmaxf(mx, x[j]);
-	mx = block_max(mx, part);
-	for (int j = threadIdx.x; j < vocab; j += blockDim.x)
 	{
-		float		e = expf(x[j] - mx);
+		float		v = x[j];
 
-		sum_x += x[j];
-		sum += e;
-		if (inv_sum != NULL)
-			x[j] = e;
+		if (v > mx)
+		{
+			sum = sum * expf(mx - v) + 1.0f;	/* 0 * exp(-inf) = 0 at the first */
+			mx = v;
+		}
+		else
+			sum += expf(v - mx);
+		sum_x += v;
 	}
-	sum = block_sum(sum, part);
+	row_max = block_max(mx, part);
+	sum = block_sum(mx == -INFINITY ? 0.0f : sum * expf(mx - row_max), part);
 	sum_x = block_sum(sum_x, part);
 	if (threadIdx.x == 0)
-	{
-		if (inv_sum != NULL)
-			inv_sum[r] = 1.0f / sum;
-		row_loss[r] = (double) mx + log((double) sum) - (1.0 - label_smoothing) * label_logit -
+		row_loss[r] = (double) row_max + log((double) sum) - (1.0 - label_smoothing) * label_logit -
 			(double) label_smoothing * sum_x / vocab;
-	}
-}
+	if (!gradient)
+		return;
 
-/* One block per row: grad_scale * (softmax - q), zero on ignored rows. */
-__global__ void
-cross_entropy_backward_kernel(float *logits, const float *inv_sum, const int32_t *labels, int vocab, int ld,
-							  int pad_id, float label_smoothing, float grad_scale)
-{
-	size_t		r = blockIdx.x;
-	float	   *x = logits + r * ld;
-	float		scale = grad_scale * inv_sum[r],
-				smooth = grad_scale * label_smoothing / vocab;
-	bool		pad = labels[r] == pad_id;
+	float		inv = 1.0f / sum,
+				smooth = label_smoothing / vocab;
 
 	for (int j = threadIdx.x; j < vocab; j += blockDim.x)
-		x[j] = pad ? 0.0f : x[j] * scale - smooth;
-	__syncthreads();
-	if (threadIdx.x == 0 && !pad)
-		x[labels[r]] -= grad_scale * (1.0f - label_smoothing);
+		x[j] = expf(x[j] - row_max) * inv - smooth;
+	__syncthreads();			/* the label's element is another thread's */
+	if (threadIdx.x == 0)
+		x[label] -= 1.0f - label_smoothing;
 }
 
 /* One block: *out += the sum of x. */
@@ -175,21 +171,12 @@ log_softmax_topk_kernel(const float *logits, int vocab, int ld, int k, float *to
 }
 
 void
-k_cross_entropy(float *logits, float *inv_sum, const int32_t *labels, int rows, int vocab, int ld, int pad_id,
+k_cross_entropy(float *logits, bool gradient, const int32_t *labels, int rows, int vocab, int ld, int pad_id,
 				float label_smoothing, double *row_loss, cudaStream_t stream)
 {
 	if (rows > 0)
-		LAUNCH(cross_entropy_kernel, rows, BLOCK, 0, stream)(logits, inv_sum, labels, vocab, ld, pad_id,
+		LAUNCH(cross_entropy_kernel, rows, BLOCK, 0, stream)(logits, gradient, labels, vocab, ld, pad_id,
 															   label_smoothing, row_loss);
-}
-
-void
-k_cross_entropy_backward(float *logits, const float *inv_sum, const int32_t *labels, int rows, int vocab,
-						 int ld, int pad_id, float label_smoothing, float grad_scale, cudaStream_t stream)
-{
-	if (rows > 0)
-		LAUNCH(cross_entropy_backward_kernel, rows, BLOCK, 0, stream)(logits, inv_sum, labels, vocab, ld, pad_id,
-																		label_smoothing, grad_scale);
 }
 
 void

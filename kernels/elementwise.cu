@@ -57,9 +57,9 @@ column_partials_kernel(float *partial, const float *dout, int rows, int cols, in
 	partial[(size_t) chunk * cols + c] = s;
 }
 
-/* Pass 2: dbias[c] += the chunks' partials in order. */
+/* Pass 2: dbias[c] += scale * the chunks' partials summed in order. */
 __global__ void
-column_total_kernel(float *dbias, const float *partial, int cols, int chunks)
+column_total_kernel(float *dbias, const float *partial, int cols, int chunks, float scale)
 {
 	int			c = blockIdx.x * blockDim.x + threadIdx.x;
 	float		s = 0.0f;
@@ -68,7 +68,7 @@ column_total_kernel(float *dbias, const float *partial, int cols, int chunks)
 		return;
 	for (int k = 0; k < chunks; k++)
 		s += partial[(size_t) k * cols + c];
-	dbias[c] += s;
+	dbias[c] += scale * s;
 }
 
 __global__ void
@@ -110,7 +110,7 @@ k_bias_rows(float *out, const float *bias, int rows, int cols, int ld, cudaStrea
 }
 
 void
-k_bias_backward(float *dbias, const float *dout, int rows, int cols, int ld, float *workspace,
+k_bias_backward(float *dbias, const float *dout, int rows, int cols, int ld, float scale, float *workspace,
 				size_t workspace_floats, cudaStream_t stream)
 {
 	int			chunks = column_chunks(rows, cols, 1, workspace_floats);
@@ -119,7 +119,7 @@ k_bias_backward(float *dbias, const float *dout, int rows, int cols, int ld, flo
 		return;
 	LAUNCH(column_partials_kernel, dim3(blocks_for(cols, 64), (unsigned) chunks), 64, 0, stream)
 		(workspace, dout, rows, cols, ld, chunks);
-	LAUNCH(column_total_kernel, blocks_for(cols, BLOCK), BLOCK, 0, stream)(dbias, workspace, cols, chunks);
+	LAUNCH(column_total_kernel, blocks_for(cols, BLOCK), BLOCK, 0, stream)(dbias, workspace, cols, chunks, scale);
 }
 
 void

@@ -23,7 +23,7 @@ void		k_scale(float *x, size_t n, float s, cudaStream_t stream);
 void		k_round_bf16(__nv_bfloat16 *out, const float *x, size_t n, cudaStream_t stream);
 /* out and dout [rows, cols] with row stride ld */
 void		k_bias_rows(float *out, const float *bias, int rows, int cols, int ld, cudaStream_t stream);
-void		k_bias_backward(float *dbias, const float *dout, int rows, int cols, int ld, float *workspace,
+void		k_bias_backward(float *dbias, const float *dout, int rows, int cols, int ld, float scale, float *workspace,
 							size_t workspace_floats, cudaStream_t stream);
 void		k_activation(TfActivation f, float *out, const float *x, size_t n, cudaStream_t stream);
 void		k_activation_backward(TfActivation f, float *dx, const float *dout, const float *x, size_t n,
@@ -64,11 +64,8 @@ void		k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, c
 								 const TfAttentionShape *sh, bool bf16_kv, float *work, cudaStream_t stream);
 
 /* cross_entropy.cu (logits [rows, vocab] with row stride ld) */
-void		k_cross_entropy(float *logits, float *inv_sum, const int32_t *labels, int rows, int vocab, int ld,
+void		k_cross_entropy(float *logits, bool gradient, const int32_t *labels, int rows, int vocab, int ld,
 							int pad_id, float label_smoothing, double *row_loss, cudaStream_t stream);
-void		k_cross_entropy_backward(float *logits, const float *inv_sum, const int32_t *labels, int rows,
-									 int vocab, int ld, int pad_id, float label_smoothing, float grad_scale,
-									 cudaStream_t stream);
 void		k_accumulate(double *out, const double *x, size_t n, cudaStream_t stream);
 void		k_log_softmax_topk(const float *logits, int rows, int vocab, int ld, int k, float *top_logp,
 							   int32_t *top_id, int skip_id, int eos_id, float *eos_logp, cudaStream_t stream);

@@ -164,8 +164,9 @@ struct TfBackend
 	 */
 	void		(*bias_rows) (TfBackend *be, float *out, const float *bias, int rows, int cols, int ld);
 
-	/* dbias += column sums of dout [rows, cols] (row stride ld >= cols). */
-	void		(*bias_backward) (TfBackend *be, float *dbias, const float *dout, int rows, int cols, int ld);
+	/* dbias += scale * the column sums of dout [rows, cols] (row stride ld >= cols). */
+	void		(*bias_backward) (TfBackend *be, float *dbias, const float *dout, int rows, int cols, int ld,
+								  float scale);
 
 	/*
 	 * out[i, :] = E[ids[i], :] * scale + pe[positions[i], :]. out [rows, d],
@@ -249,25 +250,18 @@ struct TfBackend
 	 * Label-smoothed cross-entropy (PyTorch's definition, q = (1 - eps) onehot
 	 * + eps / V) of logits [rows, vocab] (row stride ld >= vocab; the columns
 	 * past vocab are never read) against labels: row_loss [rows] receives each
-	 * row's loss in nats, 0 where the label is pad_id. With inv_sum != NULL
-	 * (training) each logit is replaced by exp(logit - row max) and inv_sum
-	 * [rows] receives 1 / the row's sum of those, for cross_entropy_backward;
-	 * otherwise the logits are kept.
+	 * row's loss in nats, 0 where the label is pad_id. With gradient
+	 * (training) each row is replaced by the gradient of its loss, softmax -
+	 * q, unscaled (the consumers apply the step's scale: the logits'
+	 * backward products take it as alpha), 0 on ignored rows; otherwise the
+	 * logits are kept.
 	 */
-	void		(*cross_entropy) (TfBackend *be, float *logits, float *inv_sum, const int32_t *labels,
+	void		(*cross_entropy) (TfBackend *be, float *logits, bool gradient, const int32_t *labels,
 								  int rows, int vocab, int ld, int pad_id, float label_smoothing,
 								  double *row_loss);
 
 	/* *out += x[0] + ... + x[n-1], summed in a fixed order (out, x backend memory). */
 	void		(*accumulate) (TfBackend *be, double *out, const double *x, size_t n);
-
-	/*
-	 * Turns what cross_entropy(inv_sum) left into grad_scale * dloss/dlogits
-	 * = grad_scale * (softmax - q), zero on ignored rows.
-	 */
-	void		(*cross_entropy_backward) (TfBackend *be, float *logits, const float *inv_sum,
-										   const int32_t *labels, int rows, int vocab, int ld, int pad_id,
-										   float label_smoothing, float grad_scale);
 
 	/* *out = sum of squares of x (n elements), in double (out backend memory). */
 	void		(*sum_squares) (TfBackend *be, const float *x, size_t n, double *out);

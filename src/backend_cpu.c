@@ -194,7 +194,7 @@ cpu_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols, 
 }
 
 static void
-cpu_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int cols, int ld)
+cpu_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int cols, int ld, float scale)
 {
 	int			blocks = (cols + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
 	int			blk;
@@ -212,7 +212,7 @@ cpu_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int 
 			for (c = c0; c < c1; c++)
 				acc[c - c0] += dout[(size_t) r * ld + c];
 		for (c = c0; c < c1; c++)
-			dbias[c] += acc[c - c0];
+			dbias[c] += scale * acc[c - c0];
 	}
 }
 
@@ -830,7 +830,7 @@ cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const flo
 }
 
 static void
-cpu_cross_entropy(TfBackend *be, float *logits, float *inv_sum, const int32_t *labels, int rows,
+cpu_cross_entropy(TfBackend *be, float *logits, bool gradient, const int32_t *labels, int rows,
 				  int vocab, int ld, int pad_id, float label_smoothing, double *row_loss)
 {
 	int			r;
@@ -847,8 +847,8 @@ cpu_cross_entropy(TfBackend *be, float *logits, float *inv_sum, const int32_t *l
 
 		if (labels[r] == pad_id)
 		{
-			if (inv_sum != NULL)
-				inv_sum[r] = 0.0f;
+			if (gradient)
+				memset(x, 0, (size_t) vocab * sizeof(float));
 			row_loss[r] = 0.0;
 			continue;
 		}
@@ -856,31 +856,29 @@ cpu_cross_entropy(TfBackend *be, float *logits, float *inv_sum, const int32_t *l
 #pragma omp simd reduction(max:mx)
 		for (j = 0; j < vocab; j++)
 			mx = x[j] > mx ? x[j] : mx;
-		if (inv_sum != NULL)
-		{
-			/* keep exp(x - max) for the backward: one exp per logit in all */
 #pragma omp simd reduction(+:sum, sum_x)
-			for (j = 0; j < vocab; j++)
-			{
-				float		e = fast_expf(x[j] - mx);
+		for (j = 0; j < vocab; j++)
+		{
+			float		e = fast_expf(x[j] - mx);
 
-				sum_x += x[j];
-				x[j] = e;
-				sum += e;
-			}
-			inv_sum[r] = 1.0f / sum;
-		}
-		else
-		{
-#pragma omp simd reduction(+:sum, sum_x)
-			for (j = 0; j < vocab; j++)
-			{
-				sum += fast_expf(x[j] - mx);
-				sum_x += x[j];
-			}
+			sum_x += x[j];
+			if (gradient)
+				x[j] = e;		/* one exp per logit in all */
+			sum += e;
 		}
 		row_loss[r] = (double) mx + log((double) sum) - (1.0 - label_smoothing) * label_logit -
 			(double) label_smoothing * sum_x / vocab;
+		if (gradient)
+		{
+			/* softmax - q, q = (1 - eps) onehot + eps / V */
+			float		inv = 1.0f / sum,
+						smooth = label_smoothing / vocab;
+
+#pragma omp simd
+			for (j = 0; j < vocab; j++)
+				x[j] = x[j] * inv - smooth;
+			x[labels[r]] -= 1.0f - label_smoothing;
+		}
 	}
 }
 
@@ -894,32 +892,6 @@ cpu_accumulate(TfBackend *be, double *out, const double *x, size_t n)
 	for (i = 0; i < n; i++)
 		total += x[i];
 	*out += total;
-}
-
-static void
-cpu_cross_entropy_backward(TfBackend *be, float *logits, const float *inv_sum, const int32_t *labels,
-						   int rows, int vocab, int ld, int pad_id, float label_smoothing, float grad_scale)
-{
-	float		smooth = grad_scale * label_smoothing / vocab;
-	int			r;
-
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (r = 0; r < rows; r++)
-	{
-		float	   *x = logits + (size_t) r * ld;
-		float		scale = grad_scale * inv_sum[r];
-		int			j;
-
-		if (labels[r] == pad_id)
-		{
-			memset(x, 0, (size_t) vocab * sizeof(float));
-			continue;
-		}
-#pragma omp simd
-		for (j = 0; j < vocab; j++)
-			x[j] = x[j] * scale - smooth;
-		x[labels[r]] -= grad_scale * (1.0f - label_smoothing);
-	}
 }
 
 static void
@@ -1221,7 +1193,6 @@ tf_backend_cpu_create(int threads)
 	be->attention_backward = cpu_attention_backward;
 	be->cross_entropy = cpu_cross_entropy;
 	be->accumulate = cpu_accumulate;
-	be->cross_entropy_backward = cpu_cross_entropy_backward;
 	be->sum_squares = cpu_sum_squares;
 	be->scale = cpu_scale;
 	be->adam = cpu_adam;

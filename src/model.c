@@ -561,7 +561,6 @@ layout_activations(TfModel *m, float *base)
 		m->final_rstd = take(base, &used, Ns + Nt);
 	}
 	m->logits = take(base, &used, Nt * (size_t) m->ldv);
-	m->inv_sum = take(base, &used, Nt);
 	m->tmp = take(base, &used, N * d);
 	m->g_a = take(base, &used, N * d);
 	m->g_b = take(base, &used, N * d);
@@ -793,7 +792,7 @@ linear_backward(TfBackend *be, float *dx, float dx_beta, float *dw, float *db, c
 {
 	hold_operand(be, dy, (size_t) rows * out);
 	be->gemm(be, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
-	be->bias_backward(be, db, dy, rows, out, out);
+	be->bias_backward(be, db, dy, rows, out, out, 1.0f);
 	be->gemm(be, false, false, rows, in, out, 1.0f, dy, out, w, in, dx_beta, dx, in);
 	hold_operand(be, NULL, 0);
 }
@@ -1086,7 +1085,7 @@ forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *
 
 	/* logits through the shared embedding (section 3.4) and the label-smoothed loss */
 	tf_logits(m, m->logits, decoder_output(m), m->lay.Nt);
-	be->cross_entropy(be, m->logits, training ? m->inv_sum : NULL, LABELS(m), m->lay.Nt, c->vocab_size, m->ldv,
+	be->cross_entropy(be, m->logits, training, LABELS(m), m->lay.Nt, c->vocab_size, m->ldv,
 					  c->pad_id, c->label_smoothing, m->row_loss);
 	be->accumulate(be, m->stats, m->row_loss, (size_t) m->lay.Nt);
 	batch_tokens = count_tokens(m);
@@ -1354,19 +1353,20 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	 * beside the backward of the layers below; the shared embedding, which
 	 * the encoder's input adds to last, goes last.
 	 */
-	/* logits become grad_scale * d(loss_sum)/d(logits) */
-	be->cross_entropy_backward(be, m->logits, m->inv_sum, LABELS(m), Nt, c->vocab_size, m->ldv, c->pad_id,
-							   c->label_smoothing, grad_scale);
+	/*
+	 * The training forward left d(loss_sum)/d(logits) in logits, unscaled:
+	 * the products that read it take grad_scale as alpha.
+	 */
 	if (c->logits_bias)
 	{
-		be->bias_backward(be, m->grads + m->off_logits_bias, m->logits, Nt, c->vocab_size, m->ldv);
+		be->bias_backward(be, m->grads + m->off_logits_bias, m->logits, Nt, c->vocab_size, m->ldv, grad_scale);
 		if (m->reduce_grads)
 			be->all_reduce(be, m->grads + m->off_logits_bias, (size_t) c->vocab_size, false);
 	}
 	hold_operand(be, m->logits, (size_t) Nt * m->ldv);
-	be->gemm(be, true, false, c->vocab_size, d, Nt, 1.0f, m->logits, m->ldv,
+	be->gemm(be, true, false, c->vocab_size, d, Nt, grad_scale, m->logits, m->ldv,
 			 decoder_output(m), d, 1.0f, m->grads + m->off_embedding, d);
-	be->gemm(be, false, false, Nt, d, c->vocab_size, 1.0f, m->logits, m->ldv,
+	be->gemm(be, false, false, Nt, d, c->vocab_size, grad_scale, m->logits, m->ldv,
 			 m->params + m->off_embedding, d, 0.0f, c->normalize_before ? m->g_b : m->g_a, d);
 	hold_operand(be, NULL, 0);
 	if (c->normalize_before)

@@ -269,8 +269,7 @@ struct TfModel
 			   *dec_final,		/* pre-norm: LN(last decoder layer's output) [Nt, d] */
 			   *final_mean,
 			   *final_rstd,		/* their LayerNorm statistics [Ns + Nt] */
-			   *logits,			/* [Nt, vocab], row stride ldv */
-			   *inv_sum,		/* 1 / sum of exp(logit - max) of each row (training) */
+			   *logits,			/* [Nt, vocab], row stride ldv; after a training forward the loss's gradient (unscaled) */
 			   *tmp;
 	float	   *g_a,
 			   *g_b,

@@ -43,7 +43,7 @@ tf_model_score_prefixed(TfModel *m, const TfBatch *b, int prefix, double *log_pr
 	}
 	/* the forward kept the logits: the loss again, without label smoothing, in one download */
 	tf_block_signals(&old);
-	be->cross_entropy(be, m->logits, NULL, LABELS(m), m->lay.Nt, c->vocab_size, m->ldv, c->pad_id, 0.0f,
+	be->cross_entropy(be, m->logits, false, LABELS(m), m->lay.Nt, c->vocab_size, m->ldv, c->pad_id, 0.0f,
 					  m->row_loss);
 	be->download(be, rows, m->row_loss, (size_t) m->lay.Nt * sizeof(double));
 	tf_restore_signals(&old);

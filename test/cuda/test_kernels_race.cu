@@ -88,7 +88,7 @@ main(void)
 	k_add(out, x, y, R * D, s);
 	k_scale(out, R * D, 0.5f, s);
 	k_bias_rows(out, g, R, D, D, s);
-	k_bias_backward(g, y, R, D, D, work, 4096, s);
+	k_bias_backward(g, y, R, D, D, 0.5f, work, 4096, s);
 	for (int f = TF_RELU; f <= TF_GELU; f++)
 	{
 		k_activation((TfActivation) f, out, x, R * D, s);
@@ -130,9 +130,9 @@ main(void)
 								 work, s);
 		}
 	}
-	k_cross_entropy(logits, inv, labels, R, V, V, 0, 0.1f, rows, s);
+	k_cross_entropy(logits, false, labels, R, V, V, 0, 0.1f, rows, s);
 	k_accumulate(acc, rows, R, s);
-	k_cross_entropy_backward(logits, inv, labels, R, V, V, 0, 0.1f, 1.0f, s);
+	k_cross_entropy(logits, true, labels, R, V, V, 0, 0.1f, rows, s);
 	k_log_softmax_topk(logits, R, V, V, 4, top, top_id, 0, 3, inv, s);
 	k_sum_squares(x, R * D, acc, partials, s);
 	k_adam(x, y, out, work, R * D, 1e-3f, 0.9f, 0.98f, 1e-9f, 0.1f, 0.02f, s);

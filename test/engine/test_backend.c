@@ -232,14 +232,14 @@ compare_elementwise(Both *b)
 	b->cpu->bias_rows(b->cpu, out, bias, R, D, D);
 	b->gpu->bias_rows(b->gpu, dout, dbias, R, D, D);
 	same(b, "bias_rows", dout, out, n);
-	b->cpu->bias_backward(b->cpu, bias, y, R, D, D);
-	b->gpu->bias_backward(b->gpu, dbias, dy, R, D, D);
+	b->cpu->bias_backward(b->cpu, bias, y, R, D, D, 1.0f);
+	b->gpu->bias_backward(b->gpu, dbias, dy, R, D, D, 1.0f);
 	same(b, "bias_backward", dbias, bias, D);
-	b->cpu->bias_backward(b->cpu, out, y, 3, (int) n / 3, (int) n / 3);	/* fewer rows than chunks, wide */
-	b->gpu->bias_backward(b->gpu, dout, dy, 3, (int) n / 3, (int) n / 3);
+	b->cpu->bias_backward(b->cpu, out, y, 3, (int) n / 3, (int) n / 3, 1.0f);	/* fewer rows than chunks, wide */
+	b->gpu->bias_backward(b->gpu, dout, dy, 3, (int) n / 3, (int) n / 3, 1.0f);
 	same(b, "bias_backward, 3 rows", dout, out, n / 3);
-	b->cpu->bias_backward(b->cpu, bias, y, (int) n / 7, 7, 7);	/* many rows, narrow */
-	b->gpu->bias_backward(b->gpu, dbias, dy, (int) n / 7, 7, 7);
+	b->cpu->bias_backward(b->cpu, bias, y, (int) n / 7, 7, 7, 0.25f);	/* many rows, narrow */
+	b->gpu->bias_backward(b->gpu, dbias, dy, (int) n / 7, 7, 7, 0.25f);
 	same(b, "bias_backward, many rows", dbias, bias, 7);
 	{
 		/* strided rows (the logits' padded vocabulary): [R, D - 5] of stride D */
@@ -249,8 +249,8 @@ compare_elementwise(Both *b)
 		b->cpu->bias_rows(b->cpu, s, bias, R, D - 5, D);
 		b->gpu->bias_rows(b->gpu, ds, dbias, R, D - 5, D);
 		same_rows(b, "bias_rows, strided", ds, s, R, D - 5, D);
-		b->cpu->bias_backward(b->cpu, bias, s, R, D - 5, D);
-		b->gpu->bias_backward(b->gpu, dbias, ds, R, D - 5, D);
+		b->cpu->bias_backward(b->cpu, bias, s, R, D - 5, D, 1.0f);
+		b->gpu->bias_backward(b->gpu, dbias, ds, R, D - 5, D, 1.0f);
 		same(b, "bias_backward, strided", dbias, bias, D - 5);
 		free(s);
 		b->gpu->free(b->gpu, ds);
@@ -581,7 +581,6 @@ compare_cross_entropy(Both *b)
 	enum {R = 9, V = 503, LD = 512, K = 5};	/* rows of V logits, stride LD as a GPU pads them */
 	size_t		n = (size_t) R * LD;
 	float	   *x = strided_randoms(R, V, LD),
-			   *inv = malloc(R * 4),
 			   *top = malloc(R * K * 4),
 			   *eos = malloc(R * 4);
 	int32_t		labels[R] = {4, 0, 17, 502, 3, 0, 99, 1, 250},
@@ -590,7 +589,6 @@ compare_cross_entropy(Both *b)
 				total = 0.0,
 				gtotal = 0.0;
 	float	   *d_x,
-			   *d_inv = b->gpu->alloc(b->gpu, R * 4),
 			   *d_top = b->gpu->alloc(b->gpu, R * K * 4),
 			   *d_eos = b->gpu->alloc(b->gpu, R * 4);
 	int32_t    *d_labels = up(b->gpu, labels, sizeof(labels)),
@@ -618,8 +616,8 @@ compare_cross_entropy(Both *b)
 	{
 		bool		train = i == 1;
 
-		b->cpu->cross_entropy(b->cpu, x, train ? inv : NULL, labels, R, V, LD, 0, 0.1f, rows);
-		b->gpu->cross_entropy(b->gpu, d_x, train ? d_inv : NULL, d_labels, R, V, LD, 0, 0.1f, d_rows);
+		b->cpu->cross_entropy(b->cpu, x, train, labels, R, V, LD, 0, 0.1f, rows);
+		b->gpu->cross_entropy(b->gpu, d_x, train, d_labels, R, V, LD, 0, 0.1f, d_rows);
 		h_rows = down(b->gpu, d_rows, sizeof(rows));
 		{
 			double		worst = 0.0;
@@ -631,18 +629,14 @@ compare_cross_entropy(Both *b)
 		}
 		free(h_rows);
 	}
-	same_rows(b, "cross_entropy exp(logits - max)", d_x, x, R, V, LD);
-	same(b, "cross_entropy inv_sum", d_inv, inv, R);
+	same_rows(b, "cross_entropy's gradient, softmax - q (0 on the pad row)", d_x, x, R, V, LD);
 	b->cpu->accumulate(b->cpu, &total, rows, R);
 	b->gpu->accumulate(b->gpu, d_total, d_rows, R);
 	b->gpu->accumulate(b->gpu, d_total, d_rows, R);
 	b->gpu->download(b->gpu, &gtotal, d_total, sizeof(double));
 	CHECK(fabs(gtotal - 2 * total) <= TOL * fabs(total), "accumulate twice: %.9g, cpu %.9g", gtotal, 2 * total);
-	b->cpu->cross_entropy_backward(b->cpu, x, inv, labels, R, V, LD, 0, 0.1f, 0.25f);
-	b->gpu->cross_entropy_backward(b->gpu, d_x, d_inv, d_labels, R, V, LD, 0, 0.1f, 0.25f);
-	same_rows(b, "cross_entropy_backward", d_x, x, R, V, LD);
-	free(x), free(inv), free(top), free(eos), free(h_ids);
-	b->gpu->free(b->gpu, d_x), b->gpu->free(b->gpu, d_inv), b->gpu->free(b->gpu, d_top), b->gpu->free(b->gpu, d_eos);
+	free(x), free(top), free(eos), free(h_ids);
+	b->gpu->free(b->gpu, d_x), b->gpu->free(b->gpu, d_top), b->gpu->free(b->gpu, d_eos);
 	b->gpu->free(b->gpu, d_labels), b->gpu->free(b->gpu, d_ids), b->gpu->free(b->gpu, d_rows);
 	b->gpu->free(b->gpu, d_total);
 }

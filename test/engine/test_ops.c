@@ -204,8 +204,7 @@ check_attention(TfBackend *be, bool causal, bool cross, float dropout)
 typedef struct CeCtx
 {
 	TfBackend  *be;
-	float	   *logits,
-			   *scratch;
+	float	   *logits;
 	int32_t    *labels;
 	int			rows,
 				vocab;
@@ -218,7 +217,7 @@ ce_loss(void *arg)
 	double		rows[16],
 				loss = 0.0;
 
-	c->be->cross_entropy(c->be, c->logits, NULL, c->labels, c->rows, c->vocab, c->vocab, 0, 0.1f, rows);
+	c->be->cross_entropy(c->be, c->logits, false, c->labels, c->rows, c->vocab, c->vocab, 0, 0.1f, rows);
 	c->be->accumulate(c->be, &loss, rows, c->rows);
 	return loss;
 }
@@ -227,15 +226,14 @@ static void
 check_cross_entropy(TfBackend *be)
 {
 	enum {R = 4, V = 7};
-	float		logits[R * V], scratch[R * V], grad[R * V];
+	float		logits[R * V], grad[R * V];
 	int32_t		labels[R] = {3, 0, 6, 1};
-	CeCtx		c = {be, logits, scratch, labels, R, V};
+	CeCtx		c = {be, logits, labels, R, V};
 	double		rows[R];
 
 	fill(logits, R * V);
 	memcpy(grad, logits, sizeof(grad));
-	be->cross_entropy(be, grad, scratch, labels, R, V, V, 0, 0.1f, rows);
-	be->cross_entropy_backward(be, grad, scratch, labels, R, V, V, 0, 0.1f, 1.0f);
+	be->cross_entropy(be, grad, true, labels, R, V, V, 0, 0.1f, rows);	/* the gradient in place */
 	CHECK(rows[1] == 0.0 && rows[0] > 0.0, "pad row's loss %g, another row's %g", rows[1], rows[0]);
 	fd_check("cross_entropy dlogits", logits, grad, R * V, ce_loss, &c);
 }
@@ -313,7 +311,7 @@ check_simple_ops(TfBackend *be)
 	for (j = 0; j < D; j++)
 		CHECK(fabsf(de[1 * D + j] - 2.0f * (w[0 * D + j] + w[2 * D + j])) < 1e-6f &&
 			  de[2 * D + j] == 0.0f, "embedding gradient of a repeated id");
-	be->bias_backward(be, dbias, w, R, D, D);
+	be->bias_backward(be, dbias, w, R, D, D, 1.0f);
 	for (j = 0; j < D; j++)
 	{
 		float		s = 0.0f;
