@@ -11,9 +11,10 @@
  * per-row kernels (first) serve what the tiled ones do not: key/value
  * caches (decoding), sentences whose slices exceed shared memory, and the
  * forward that keeps the probabilities for inspection. One block per
- * (sentence x head, row), as many threads as the longest row of keys or
- * d_k needs (row_threads); a row of scores in dynamic shared memory; the
- * forward's scores a warp per key (lanes on consecutive columns).
+ * (sentence x head, row); a row of scores in dynamic shared memory. The
+ * forward: 4 warps, the query row in shared memory, its scores a warp per
+ * key (lanes on consecutive columns of the key's row); the backward's: as
+ * many threads as the longest row of keys or d_k needs (row_threads).
  */
 #include "attention.cuh"
 
@@ -21,7 +22,6 @@
 
 #define ATT_THREADS 128
 #define ATT_MAX_SHARED (48 * 1024)
-
 
 /* Floats of the per-row forward's query row in shared memory: d_k, rounded up to 4 (the scores after it stay 16-byte aligned). */
 __host__ __device__ __forceinline__ int
@@ -313,7 +313,6 @@ UNROLL
 		}
 	}
 }
-
 
 /* d_k rounded up to a multiple of 4 (the width of a group row) */
 __host__ __device__ __forceinline__ int
