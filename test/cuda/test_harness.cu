@@ -4,8 +4,8 @@
  * cuBLAS's documented definition (C = alpha op(A) op(B) + beta C,
  * column-major, element (i, j) of A at A[i + j * lda]; no expected value is
  * computed by code), and planted bugs the harness must catch.
- * Usage: test_harness gemm | nccl | wmma | wmma-misaligned | barrier | barrier-bug | host-read |
- *        out-of-bounds
+ * Usage: test_harness gemm | nccl | attributes | wmma | wmma-misaligned | barrier | barrier-bug |
+ *        host-read | out-of-bounds
  * wmma checks the emulated warp matrix functions (kernels/emu/wmma_emu.h):
  * a product against values written out by hand, and a planted bug (a mask
  * applied to an accumulator's x[] by an assumed element mapping) that must
@@ -348,6 +348,41 @@ nccl_checks(void)
 	return failures != 0;
 }
 
+/*
+ * Host threads (ranks) setting kernels' shared-memory limits at once, as
+ * the attention launchers do on each device's first call: every limit set
+ * must be there after, and the ThreadSanitizer build must see no race (the
+ * emulator's table was once unguarded: its tree broke under 4 ranks in a
+ * test run, and TSan reports the race at once where timing rarely shows it).
+ */
+static int
+attribute_threads(void)
+{
+	enum {THREADS = 4, KEYS = 2000};
+	static char keys[THREADS * KEYS];
+	static std::atomic<int> ready;
+	std::thread t[THREADS];
+	size_t		before = cuemu::max_dyn().size();
+	int			bad = 0;
+
+	for (int i = 0; i < THREADS; i++)
+		t[i] = std::thread([i] {
+			for (ready++; ready < THREADS;)	/* all start together */
+				;
+			for (int k = 0; k < KEYS; k++)
+				cudaFuncSetAttribute((const void *) &keys[i * KEYS + k], cudaFuncAttributeMaxDynamicSharedMemorySize,
+									 64 * 1024 + k);
+		});
+	for (int i = 0; i < THREADS; i++)
+		t[i].join();
+	bad = cuemu::max_dyn().size() != before + THREADS * KEYS;
+	for (int k = 0; k < THREADS * KEYS && !bad; k++)
+		bad = cuemu::max_dyn()[(const void *) &keys[k]] != 64 * 1024 + k % KEYS;
+	printf("%s %d threads setting %d kernel attributes at once: all kept\n", bad ? "FAIL" : "ok  ", THREADS,
+		   THREADS * KEYS);
+	return bad;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -358,6 +393,8 @@ main(int argc, char **argv)
 		return gemm_goldens();
 	if (strcmp(c, "nccl") == 0)
 		return nccl_checks();
+	if (strcmp(c, "attributes") == 0)
+		return attribute_threads();
 	if (strcmp(c, "wmma") == 0 || strcmp(c, "wmma-misaligned") == 0)
 		return wmma_checks(strcmp(c, "wmma-misaligned") == 0);
 	if (strcmp(c, "barrier") == 0 || strcmp(c, "barrier-bug") == 0)
@@ -369,8 +406,8 @@ main(int argc, char **argv)
 		LAUNCH(write_kernel, 1, 128, 0, 0)(d, 64);	/* must fault */
 	else
 	{
-		fprintf(stderr, "usage: %s gemm | nccl | wmma | wmma-misaligned | barrier | barrier-bug | host-read | "
-				"out-of-bounds\n", argv[0]);
+		fprintf(stderr, "usage: %s gemm | nccl | attributes | wmma | wmma-misaligned | barrier | barrier-bug | "
+				"host-read | out-of-bounds\n", argv[0]);
 		return 2;
 	}
 	printf("%s: not caught\n", c);
