@@ -43,6 +43,7 @@ MISALIGNED_GEMM = 3.0
 # rate, 2,048 dense bf16 FLOP per clock (312 TFLOP/s over 108 SMs at 1.41 GHz), at 132 SMs and
 # 1.83 GHz: 495 TFLOP/s, half of wgmma's
 MMA_SYNC = 2048 * SMS * 1.83e9
+MMA_FLOP = 2 * 16 * 16 * 16     # one warp's wmma::mma_sync (census.h: mma=)
 # Assumptions of this model:
 MIN_KERNEL = 2e-6           # s: no launch finishes faster (launch latency and tail)
 SYNC_COST = 10e-6           # s per host synchronisation: the stream drains, the host waits
@@ -112,7 +113,7 @@ def kernel_time(n):
     fill = max(min(1.0, n["grid"] / SMS), 1e-9)
     t_mem = max(dram / HBM_BW, l2 / L2_BW, l1 / L1_BW) / fill
     t_chain = n["chain"] * ACCESS_LATENCY
-    t_mma = n.get("mma", 0) * 2 * 16 * 16 * 16 / MMA_SYNC / fill
+    t_mma = n.get("mma", 0) * MMA_FLOP / MMA_SYNC / fill
     return max(t_mem, t_chain, t_mma, MIN_KERNEL), dram, t_chain > max(t_mem, t_mma)
 
 
@@ -193,7 +194,7 @@ def report(title, kernels, totals, extra_flops):
         if req and 32 * k["sectors"] / req > 256:
             notes.append("uncoalesced")
         if k["mma"]:
-            notes.append(f"tensor cores {k['mma'] * 8192 / 1e12:.2f} TFLOP (mma.sync at {MMA_SYNC / 1e12:.0f} TFLOP/s)")
+            notes.append(f"tensor cores {k['mma'] * MMA_FLOP / 1e12:.2f} TFLOP (mma.sync at {MMA_SYNC / 1e12:.0f} TFLOP/s)")
         if 128 * k["swave"] > 32 * k["sectors"] and k["t"] > 1e-4:
             notes.append(f"shared-memory bound ({k['swave'] / k['sreq']:.1f} wavefronts per instruction)")
         print(f"{name[:32]:32} {k['launches']:8d} {k['blocks']:9.0f} {k['threads']:4.0f} {32 * k['sectors'] / 1e9:8.3f} "

@@ -223,6 +223,25 @@ fixture_decode_model(const Fixture *fx)
 	return m;
 }
 
+void
+fixture_attention_layout(int B, int H, const int *lq, const int *lk, int32_t *q_start, int32_t *k_start,
+						 int64_t *p_start, int *max_q, int *max_k)
+{
+	q_start[0] = k_start[0] = 0;
+	p_start[0] = 0;
+	*max_q = *max_k = 0;
+	for (int b = 0; b < B; b++)
+	{
+		int			k = lk != NULL ? lk[b] : lq[b];
+
+		q_start[b + 1] = q_start[b] + lq[b];
+		k_start[b + 1] = k_start[b] + k;
+		p_start[b + 1] = p_start[b] + (int64_t) H * lq[b] * k;
+		*max_q = lq[b] > *max_q ? lq[b] : *max_q;
+		*max_k = k > *max_k ? k : *max_k;
+	}
+}
+
 float *
 fixture_logits(TfModel *m, size_t rows, int vocab)
 {

@@ -71,6 +71,15 @@ void		fixture_synthetic_batch(int32_t *src, int32_t *tgt, int32_t *lab, TfBatch 
 float	   *fixture_logits(TfModel *m, size_t rows, int vocab);
 
 /*
+ * The packed layout of B sentences for an attention call (TfAttentionShape):
+ * sentence b has lq[b] queries and lk[b] keys (lk NULL: lq[b], self-
+ * attention) and H heads of probabilities; q_start, k_start and p_start
+ * [B + 1] receive the offsets, *max_q and *max_k the longest.
+ */
+void		fixture_attention_layout(int B, int H, const int *lq, const int *lk, int32_t *q_start,
+									 int32_t *k_start, int64_t *p_start, int *max_q, int *max_k);
+
+/*
  * An inference model (on test_device, 2 threads, no dropout) with the decode
  * fixture's configuration and parameters; NULL (a failed CHECK) on error.
  */

@@ -365,9 +365,8 @@ compare_attention_shape(Both *b, bool causal, bool cross, float dropout, int B, 
 	int32_t    *q_start = malloc((B + 1) * sizeof(int32_t)),
 			   *k_start = malloc((B + 1) * sizeof(int32_t));
 	int64_t    *p_start = malloc((B + 1) * sizeof(int64_t));
-	int			i,
-				max_q = 0,
-				max_k = 0;
+	int			max_q,
+				max_k;
 	size_t		nq,
 				nk,
 				np;
@@ -394,18 +393,7 @@ compare_attention_shape(Both *b, bool causal, bool cross, float dropout, int B, 
 				dsh;
 	char		what[120];
 
-	q_start[0] = k_start[0] = 0;
-	p_start[0] = 0;
-	for (i = 0; i < B; i++)
-	{
-		int			k = cross ? lk_cross[i] : lq[i];
-
-		q_start[i + 1] = q_start[i] + lq[i];
-		k_start[i + 1] = k_start[i] + k;
-		p_start[i + 1] = p_start[i] + (int64_t) H * lq[i] * k;
-		max_q = lq[i] > max_q ? lq[i] : max_q;
-		max_k = k > max_k ? k : max_k;
-	}
+	fixture_attention_layout(B, H, lq, cross ? lk_cross : NULL, q_start, k_start, p_start, &max_q, &max_k);
 	nq = (size_t) q_start[B], nk = (size_t) k_start[B], np = (size_t) p_start[B];
 	qkv = randoms((nq > nk ? nq : nk) * LD);
 	dctx = randoms(nq * D);

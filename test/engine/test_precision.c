@@ -409,8 +409,8 @@ check_attention_rules(void)
 					H = cases[t][3],
 					DK = cases[t][4],
 					D = H * DK,
-					max_q = 0,
-					max_k = 0;
+					max_q,
+					max_k;
 		bool		causal = cases[t][0],
 					cross = cases[t][1];
 		int32_t		q_start[6] = {0},
@@ -421,16 +421,7 @@ check_attention_rules(void)
 		size_t		nq,
 					nk;
 
-		for (int b = 0; b < B; b++)
-		{
-			int			lk = cross ? cross_lens[b] : lens[b];
-
-			q_start[b + 1] = q_start[b] + lens[b];
-			k_start[b + 1] = k_start[b] + lk;
-			p_start[b + 1] = p_start[b] + (int64_t) H * lens[b] * lk;
-			max_q = lens[b] > max_q ? lens[b] : max_q;
-			max_k = lk > max_k ? lk : max_k;
-		}
+		fixture_attention_layout(B, H, lens, cross ? cross_lens : NULL, q_start, k_start, p_start, &max_q, &max_k);
 		nq = (size_t) q_start[B], nk = (size_t) k_start[B];
 		c = (RulesCall) {B, H, DK, q_start, k_start, p_start, causal, cases[t][2] / 100.0f, 5, (7ull << 32) | 2};
 
