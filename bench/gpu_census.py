@@ -44,6 +44,12 @@ MISALIGNED_GEMM = 3.0
 # 1.83 GHz: 495 TFLOP/s, half of wgmma's
 MMA_SYNC = 2048 * SMS * 1.83e9
 MMA_FLOP = 2 * 16 * 16 * 16     # one warp's wmma::mma_sync (census.h: mma=)
+# Dropout's Philox4x32-10 blocks (census.h: philox=, one per lane and block) at the 4 schedulers' issue rate
+# of one warp instruction a clock each: ~80 instructions a block (10 rounds of 2 IMAD.HI, 2 IMAD, 2 three-way
+# XORs and 2 key adds; nvcc's PTX has 104 with the XORs apart). A floor: each round waits on the last, so a
+# kernel of few warps stalls longer (the H200's tensor-core attention, 2026-11-26: 10 cycles a warp's instruction)
+PHILOX_INSTR = 80
+ISSUE = 4 * 32 * SMS * 1.83e9   # lane-instructions per second
 # Assumptions of this model:
 MIN_KERNEL = 2e-6           # s: no launch finishes faster (launch latency and tail)
 SYNC_COST = 10e-6           # s per host synchronisation: the stream drains, the host waits
@@ -114,7 +120,8 @@ def kernel_time(n):
     t_mem = max(dram / HBM_BW, l2 / L2_BW, l1 / L1_BW) / fill
     t_chain = n["chain"] * ACCESS_LATENCY
     t_mma = n.get("mma", 0) * MMA_FLOP / MMA_SYNC / fill
-    return max(t_mem, t_chain, t_mma, MIN_KERNEL), dram, t_chain > max(t_mem, t_mma)
+    t_rng = n.get("philox", 0) * PHILOX_INSTR / ISSUE / fill
+    return max(t_mem, t_chain, t_mma, t_rng, MIN_KERNEL), dram, t_chain > max(t_mem, t_mma, t_rng)
 
 
 def gemm_cost(n):
@@ -136,7 +143,8 @@ def price(recs):
             t, dram, chained = kernel_time(n)
             k = kernels.setdefault(n["name"], dict(launches=0, blocks=0, threads=n["threads"], sectors=0.0, bsec=0.0,
                                                    unique=0.0, dram=0.0, rreq=0.0, wreq=0.0, lanes=0.0,
-                                                   chain=0.0, t=0.0, t_chain=0.0, swave=0.0, sreq=0.0, mma=0.0))
+                                                   chain=0.0, t=0.0, t_chain=0.0, swave=0.0, sreq=0.0, mma=0.0,
+                                                   philox=0.0))
             k["launches"] += 1
             k["blocks"] = max(k["blocks"], n["grid"])
             k["sectors"] += n["rsec"] + n["wsec"]
@@ -149,6 +157,7 @@ def price(recs):
             k["swave"] += n.get("swave", 0)
             k["sreq"] += n.get("sreq", 0)
             k["mma"] += n.get("mma", 0)
+            k["philox"] += n.get("philox", 0)
             k["chain"] = max(k["chain"], n["chain"])
             k["t"] += t
             k["t_chain"] += t if chained else 0
@@ -195,6 +204,8 @@ def report(title, kernels, totals, extra_flops):
             notes.append("uncoalesced")
         if k["mma"]:
             notes.append(f"tensor cores {k['mma'] * MMA_FLOP / 1e12:.2f} TFLOP (mma.sync at {MMA_SYNC / 1e12:.0f} TFLOP/s)")
+        if k["philox"] * PHILOX_INSTR / ISSUE > 0.5 * k["t"] and k["t"] > 1e-4:
+            notes.append(f"issue-bound: {k['philox'] / 1e6:.0f} M Philox blocks")
         if 128 * k["swave"] > 32 * k["sectors"] and k["t"] > 1e-4:
             notes.append(f"shared-memory bound ({k['swave'] / k['sreq']:.1f} wavefronts per instruction)")
         print(f"{name[:32]:32} {k['launches']:8d} {k['blocks']:9.0f} {k['threads']:4.0f} {32 * k['sectors'] / 1e9:8.3f} "

@@ -85,6 +85,17 @@ chunk_col(int c, int lane)
 }
 
 /*
+ * A lane's 8 keep bits of dropout (device_keep8) from draw index on: bit c
+ * for the draw of its row's chunk column half * 8 + c. All kept without
+ * dropout.
+ */
+__device__ __forceinline__ uint32_t
+row_keep(uint64_t seed, uint64_t stream, uint64_t index, float dropout)
+{
+	return dropout > 0.0f ? device_keep8(seed, stream, index, dropout) : 0xffu;
+}
+
+/*
  * Rows [r0, r0 + n) of a head's slice (row stride lds, d_k columns, head h)
  * into bf16 dst [padded, 16 T] (row stride slice_ld(T)), zero past n and
  * past d_k; threads `first`, `first + step`, ... share the work.
@@ -286,6 +297,8 @@ UNROLL
 	m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, 1));
 	for (int j0 = 0; j0 < most; j0 += 16)
 	{
+		uint32_t	keep = row_keep(seed, stream, a.p_off + (size_t) i * a.lk + j0 + half * 8, dropout);
+
 		dots(sb, qa, ks + (size_t) j0 * ld, ld);
 		NO_UNROLL
 		for (int c = 0; c < 8; c++)
@@ -298,8 +311,7 @@ UNROLL
 			{
 				p = expf(sb[r * CHUNK_LD + col] * scale - m);
 				l += p;
-				if (dropout > 0.0f)
-					p = device_uniform(seed, stream, a.p_off + (size_t) i * a.lk + j) >= dropout ? p * keep_scale : 0.0f;
+				p = keep >> (col % 8) & 1 ? p * keep_scale : 0.0f;
 			}
 			pb[r * HALF_LD + col] = __float2bfloat16_rn(p);
 		}
@@ -397,6 +409,8 @@ UNROLL
 		}
 		for (int j0 = 0; j0 < most; j0 += 16)
 		{
+			uint32_t	keep = row_keep(seed, stream, a.p_off + (size_t) i * a.lk + j0 + half * 8, dropout);
+
 			dots(sb, qa, ks + (size_t) j0 * ld, ld);
 			dots(gb, da, vs + (size_t) j0 * ld, ld);
 			NO_UNROLL
@@ -410,10 +424,7 @@ UNROLL
 				if (j < vis)
 				{
 					p = expf(sb[r * CHUNK_LD + col] * scale - lrow);
-					gv = gb[r * CHUNK_LD + col];
-					if (dropout > 0.0f)
-						gv = device_uniform(seed, stream, a.p_off + (size_t) i * a.lk + j) >= dropout ?
-							gv * keep_scale : 0.0f;
+					gv = keep >> (col % 8) & 1 ? gb[r * CHUNK_LD + col] * keep_scale : 0.0f;
 				}
 				if (pass == 0)
 				{
@@ -435,7 +446,7 @@ UNROLL
 __host__ __device__ __forceinline__ size_t
 dkv_warp_bytes(int tiles)
 {
-	return (size_t) 2 * 16 * slice_ld(tiles) * 2 + 2 * 16 * CHUNK_LD * 4 + 2 * 16 * HALF_LD * 2;
+	return (size_t) 2 * 16 * slice_ld(tiles) * 2 + 2 * 16 * CHUNK_LD * 4 + 2 * 16 * HALF_LD * 2 + 32;
 }
 
 /*
@@ -461,6 +472,7 @@ attention_dkv_mma_kernel(float *dkey, float *dvalue, const float *dsum, const fl
 	int			lane = threadIdx.x % 32,
 				warp = threadIdx.x / 32,
 				r = lane / 2,
+				half = lane % 2,
 				d = num_heads * dk,
 				first = causal ? min(t.r0, a.lq) : 0,	/* the first query that sees the tile's keys */
 				lq = a.lq - first,
@@ -475,6 +487,7 @@ attention_dkv_mma_kernel(float *dkey, float *dvalue, const float *dsum, const fl
 			   *gb = sb + 16 * CHUNK_LD;
 	__nv_bfloat16 *pb = (__nv_bfloat16 *) (gb + 16 * CHUNK_LD),
 			   *db = pb + 16 * HALF_LD;
+	uint8_t    *kb = (uint8_t *) (db + 16 * HALF_LD);	/* keep bits: [16 queries][2 bytes of 8 keys] */
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
 	FragC		acc_k[T],
@@ -508,6 +521,9 @@ UNROLL
 	}
 	for (int i0 = start; i0 < lq; i0 += 16)
 	{
+		/* lane pair r draws query i0 + r's masks of the warp's 16 keys, read transposed below */
+		kb[lane] = (uint8_t) row_keep(seed, stream, a.p_off + (size_t) (first + i0 + r) * a.lk + g + half * 8,
+									   dropout);
 		dots_shared<T>(sb, kr, qs + (size_t) i0 * ld, ld);
 		dots_shared<T>(gb, vr, dcs + (size_t) i0 * ld, ld);
 		NO_UNROLL
@@ -520,9 +536,8 @@ UNROLL
 
 			if (r < keys && i < lq && (!causal || first + i >= j))
 			{
-				size_t		e = a.p_off + (size_t) (first + i) * a.lk + j;
 				float		p = expf(sb[r * CHUNK_LD + col] * scale - ls[i]);
-				bool		keep = dropout <= 0.0f || device_uniform(seed, stream, e) >= dropout;
+				bool		keep = kb[2 * col + r / 8] >> (r % 8) & 1;
 
 				pd = keep ? p * keep_scale : 0.0f;
 				sd = p * ((keep ? gb[r * CHUNK_LD + col] * keep_scale : 0.0f) - Ds[i]) * scale;

@@ -19,6 +19,12 @@ extern "C" {
 #include "rng.h"
 }
 
+#ifdef CUEMU_CENSUS
+#define CENSUS_PHILOX() cuemu::census::count_philox()
+#else
+#define CENSUS_PHILOX() ((void) 0)
+#endif
+
 /* Threads per block of the row-wise kernels (a multiple of 32). */
 #define BLOCK 256
 
@@ -180,16 +186,67 @@ block_max(float v, float *part)
 	return block_reduce(v, part, MaxOp(), -INFINITY);
 }
 
+/*
+ * Philox4x32-10 block blk of a dropout stream (src/rng.h): words 4 blk ..
+ * 4 blk + 3 of the stream. The census build counts each call (census.h:
+ * philox=): its ~100 instructions a lane are what the dropout kernels issue
+ * most.
+ */
+__device__ __forceinline__ void
+device_philox(uint64_t seed, uint64_t stream, uint64_t blk, uint32_t w[4])
+{
+	CENSUS_PHILOX();
+	tf_philox((uint32_t) blk, (uint32_t) (blk >> 32), (uint32_t) stream, (uint32_t) (stream >> 32),
+			  (uint32_t) seed, (uint32_t) (seed >> 32), w);
+}
+
+/* A Philox word as tf_random_uniform's float in [0, 1): its top 24 bits. */
+__device__ __forceinline__ float
+word_uniform(uint32_t w)
+{
+	return (float) (w >> 8) * (1.0f / 16777216.0f);
+}
+
 /* tf_random_uniform of src/rng.c on the device: word index % 4 of Philox on counter index / 4. */
 __device__ __forceinline__ float
 device_uniform(uint64_t seed, uint64_t stream, uint64_t index)
 {
 	uint32_t	w[4];
-	uint64_t	blk = index >> 2;
 
-	tf_philox((uint32_t) blk, (uint32_t) (blk >> 32), (uint32_t) stream, (uint32_t) (stream >> 32),
-			  (uint32_t) seed, (uint32_t) (seed >> 32), w);
-	return (float) (w[index & 3] >> 8) * (1.0f / 16777216.0f);
+	device_philox(seed, stream, index >> 2, w);
+	return word_uniform(w[index & 3]);
+}
+
+/*
+ * Dropout's keep bits of the 8 consecutive draws index .. index + 7: bit c
+ * set when device_uniform(seed, stream, index + c) >= p, the same draws bit
+ * for bit, from the 3 Philox blocks that hold them (2 when index is a
+ * multiple of 4) where device_uniform computes one a draw.
+ */
+__device__ __forceinline__ uint32_t
+device_keep8(uint64_t seed, uint64_t stream, uint64_t index, float p)
+{
+	int			skip = (int) (index & 3);	/* words of the first block before index */
+	uint32_t	keep = 0;
+
+UNROLL
+	for (int b = 0; b < 3; b++)
+	{
+		uint32_t	w[4];
+
+		if (b == 2 && skip == 0)
+			break;
+		device_philox(seed, stream, (index >> 2) + b, w);
+UNROLL
+		for (int k = 0; k < 4; k++)
+		{
+			int			c = 4 * b + k - skip;
+
+			if (c >= 0 && c < 8 && word_uniform(w[k]) >= p)
+				keep |= 1u << c;
+		}
+	}
+	return keep;
 }
 
 #endif

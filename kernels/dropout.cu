@@ -18,8 +18,7 @@ dropout_kernel(float *out, const float *x, size_t n, float p, uint64_t seed, uin
 	{
 		uint32_t	w[4];
 
-		tf_philox((uint32_t) blk, (uint32_t) (blk >> 32), (uint32_t) stream_id, (uint32_t) (stream_id >> 32),
-				  (uint32_t) seed, (uint32_t) (seed >> 32), w);
+		device_philox(seed, stream_id, blk, w);
 		for (int k = 0; k < 4; k++)
 		{
 			size_t		e = blk * 4 + k;
@@ -27,7 +26,7 @@ dropout_kernel(float *out, const float *x, size_t n, float p, uint64_t seed, uin
 
 			if (e >= n)
 				break;
-			keep = (float) (w[k] >> 8) * (1.0f / 16777216.0f) >= p;
+			keep = word_uniform(w[k]) >= p;
 			out[e] = keep ? x[e] * keep_scale : 0.0f;
 			if (keep_mask != NULL)
 				keep_mask[e] = keep;

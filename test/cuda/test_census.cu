@@ -12,7 +12,9 @@
  * one instruction; the same 16 bytes in every lane 1 wavefront, lane i's
  * own 16 bytes 4); wmma (wmma_emu.h): a 16 x 16 bf16 tile of contiguous
  * rows as ldmatrix moves it (one instruction, 4 wavefronts), one count per
- * warp-wide mma_sync. Built like the
+ * warp-wide mma_sync; Philox blocks per lane (device_keep8's 8 draws from
+ * each alignment: 2 or 3 blocks, and its bits equal device_uniform's).
+ * Built like the
  * census library (instrumented, census_hooks.cc instead of ThreadSanitizer).
  * Prints "N checks, M failed"; exit 1 on a failure.
  */
@@ -90,6 +92,23 @@ mma_kernel(float *out)
 	wmma::mma_sync(c, a, b, c);
 	wmma::mma_sync(c, a, b, c);
 	out[threadIdx.x] = c.x[0];
+}
+
+/*
+ * Dropout draws: lane i's 8 keep bits from index first + 8 i (device_keep8)
+ * beside the same 8 draws one by one (device_uniform), into keep[2 i] and
+ * keep[2 i + 1]; one_by_one false leaves the second out.
+ */
+__global__ void
+philox_kernel(uint32_t *keep, uint64_t first, bool one_by_one)
+{
+	uint64_t	index = first + 8 * threadIdx.x;
+	uint32_t	bits = 0;
+
+	keep[2 * threadIdx.x] = device_keep8(7, 3, index, 0.3f);
+	for (int c = 0; one_by_one && c < 8; c++)
+		bits |= (uint32_t) (device_uniform(7, 3, index + c) >= 0.3f) << c;
+	keep[2 * threadIdx.x + 1] = bits;
 }
 
 /* The last launch's record: its counts by key. */
@@ -218,6 +237,30 @@ main(void)
 	expect("wmma tiles", line, "sreq", 2);
 	expect("wmma tiles", line, "swave", 2 * 4);
 	expect("wmma products", line, "mma", 2);
+
+	/* Philox blocks, one per lane and block: 8 draws from a multiple of 4 span 2 blocks, else 3; one by one 8 */
+	for (int first = 0; first < 4; first++)
+	{
+		uint32_t	keep[64];
+		int			same = 0;
+
+		LAUNCH(philox_kernel, 1, 32, 0, 0)((uint32_t *) out, (uint64_t) first, false);
+		last_launch(path, line, sizeof(line));
+		expect(first ? "Philox, 8 draws across 3 blocks" : "Philox, 8 draws in 2 blocks", line, "philox",
+			   32 * (first ? 3 : 2));
+		LAUNCH(philox_kernel, 1, 32, 0, 0)((uint32_t *) out, (uint64_t) first, true);
+		last_launch(path, line, sizeof(line));
+		expect("Philox, one a draw", line, "philox", 32 * (first ? 3 : 2) + 32 * 8);
+		cudaMemcpy(keep, out, sizeof(keep), cudaMemcpyDeviceToHost);
+		for (int i = 0; i < 32; i++)
+			same += keep[2 * i] == keep[2 * i + 1];
+		checks++;
+		if (same != 32)
+		{
+			failures++;
+			printf("FAIL device_keep8 from %d: %d of 32 lanes' bits as device_uniform's\n", first, same);
+		}
+	}
 
 	printf("census: %d checks, %d failed\n", checks, failures);
 	return failures ? 1 : 0;
