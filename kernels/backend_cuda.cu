@@ -551,6 +551,31 @@ cuda_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, c
 	launched(be, "layernorm_backward");
 }
 
+static void
+cuda_residual_layernorm(TfBackend *be, float *out, float *mean, float *rstd, float *r, const float *x,
+						const float *y, const float *gamma, const float *beta, int rows, int d, float eps, float p,
+						uint64_t seed, uint64_t stream, uint8_t *keep_mask)
+{
+	k_residual_layernorm(out, mean, rstd, r, x, y, gamma, beta, rows, d, eps, p, seed, stream, keep_mask,
+						 state(be)->stream);
+	launched(be, "residual_layernorm");
+}
+
+static void
+cuda_residual_layernorm_backward(TfBackend *be, float *dr, float *dy, float *dgamma, float *dbeta,
+								 const float *dout, const float *r, const float *mean, const float *rstd,
+								 const float *gamma, int rows, int d, float p, const uint8_t *keep_mask)
+{
+	size_t		floats;
+	float	   *ws = columns_workspace(be, rows, d, 2, &floats);
+
+	if (ws == NULL)
+		return;
+	k_residual_layernorm_backward(dr, dy, dgamma, dbeta, dout, r, mean, rstd, gamma, rows, d, p, keep_mask, ws,
+								  floats, state(be)->stream);
+	launched(be, "residual_layernorm_backward");
+}
+
 /* Sentences longer than one block's shared memory can hold a row of scores for. */
 static bool
 attention_fits(TfBackend *be, const TfAttentionShape *sh)
@@ -900,6 +925,8 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 	be->activation_backward = cuda_activation_backward;
 	be->layernorm = cuda_layernorm;
 	be->layernorm_backward = cuda_layernorm_backward;
+	be->residual_layernorm = cuda_residual_layernorm;
+	be->residual_layernorm_backward = cuda_residual_layernorm_backward;
 	be->attention = cuda_attention;
 	be->attention_backward = cuda_attention_backward;
 	be->cross_entropy = cuda_cross_entropy;

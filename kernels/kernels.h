@@ -48,6 +48,13 @@ void		k_layernorm(float *out, float *mean, float *rstd, const float *x, const fl
 void		k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
 								 const float *mean, const float *rstd, const float *gamma, int rows, int d,
 								 float *workspace, size_t workspace_floats, cudaStream_t stream);
+void		k_residual_layernorm(float *out, float *mean, float *rstd, float *r, const float *x, const float *y,
+								 const float *gamma, const float *beta, int rows, int d, float eps, float p,
+								 uint64_t seed, uint64_t stream_id, uint8_t *keep_mask, cudaStream_t stream);
+void		k_residual_layernorm_backward(float *dr, float *dy, float *dgamma, float *dbeta, const float *dout,
+										  const float *r, const float *mean, const float *rstd, const float *gamma,
+										  int rows, int d, float p, const uint8_t *keep_mask, float *workspace,
+										  size_t workspace_floats, cudaStream_t stream);
 
 /*
  * attention.cu (lse [query rows, num_heads]; probs NULL unless kept for

@@ -1,17 +1,21 @@
 /*
  * layernorm.cu - LayerNorm over the last dimension (Ba et al. 2016) and its
- * backward, the twins of cpu_layernorm and cpu_layernorm_backward.
+ * backward, the twins of cpu_layernorm and cpu_layernorm_backward; and the
+ * post-norm residual r = x + Drop(y), out = LayerNorm(r) (paper section
+ * 5.4) fused into one kernel, its backward's dropout into LayerNorm's, the
+ * twins of cpu_residual_layernorm and its backward.
  */
 #include "kernels.h"
 
-/* One block per row: mean, then the variance about it (two passes, as the CPU). */
-__global__ void
-layernorm_kernel(float *out, float *mean, float *rstd, const float *x, const float *gamma, const float *beta,
-				 int d, float eps)
+/*
+ * LayerNorm of row xr [d] into o, the mean and rstd of one block's row
+ * (mean, then the variance about it: two passes, as the CPU). Every thread
+ * of the block calls it.
+ */
+__device__ __forceinline__ void
+layernorm_row(float *o, float *mean, float *rstd, const float *xr, const float *gamma, const float *beta, int d,
+			  float eps, float *part)
 {
-	__shared__ float part[33];
-	const float *xr = x + (size_t) blockIdx.x * d;
-	float	   *o = out + (size_t) blockIdx.x * d;
 	float		s = 0.0f,
 				ss = 0.0f,
 				m,
@@ -31,15 +35,94 @@ layernorm_kernel(float *out, float *mean, float *rstd, const float *x, const flo
 		o[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
 	if (threadIdx.x == 0)
 	{
-		mean[blockIdx.x] = m;
-		rstd[blockIdx.x] = rs;
+		*mean = m;
+		*rstd = rs;
 	}
 }
 
-/* One block per row: dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)). */
+/* One block per row. */
 __global__ void
-layernorm_dx_kernel(float *dx, const float *dout, const float *x, const float *mean, const float *rstd,
-					const float *gamma, int d)
+layernorm_kernel(float *out, float *mean, float *rstd, const float *x, const float *gamma, const float *beta,
+				 int d, float eps)
+{
+	__shared__ float part[33];
+	size_t		row = blockIdx.x;
+
+	layernorm_row(out + row * d, mean + row, rstd + row, x + row * d, gamma, beta, d, eps, part);
+}
+
+/*
+ * The post-norm residual, one block per row: r = x + Drop(y), dropout's
+ * element e = row * d + j kept when uniform(seed, stream_id, e) >= p (as
+ * dropout_kernel: a thread per Philox block of 4 elements, 16-byte
+ * accesses where d is a multiple of 4), keep_mask (NULL: not wanted) as
+ * dropout's; then LayerNorm(r) as layernorm_kernel, reading back the row
+ * the block wrote. The same bits as dropout, add and layernorm in turn.
+ */
+__global__ void
+residual_layernorm_kernel(float *out, float *mean, float *rstd, float *r, const float *x, const float *y,
+						  const float *gamma, const float *beta, int d, float eps, float p, uint64_t seed,
+						  uint64_t stream_id, uint8_t *keep_mask)
+{
+	__shared__ float part[33];
+	size_t		row = blockIdx.x,
+				row0 = row * d,
+				last = (row0 + d - 1) / 4;
+	float		keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+
+	for (size_t blk = row0 / 4 + threadIdx.x; blk <= last; blk += blockDim.x)
+	{
+		uint32_t	w[4] = {0, 0, 0, 0};
+		float		sum[4];
+
+		if (p > 0.0f)
+			device_philox(seed, stream_id, blk, w);
+		if (d % 4 == 0)			/* the block is 4 elements of this row, 16-byte aligned */
+		{
+			size_t		e = blk * 4;
+			float4		xv = load4(x + e),
+						yv = load4(y + e);
+			float		xs[4] = {xv.x, xv.y, xv.z, xv.w},
+						ys[4] = {yv.x, yv.y, yv.z, yv.w};
+			uint32_t	bits = 0;
+
+UNROLL
+			for (int k = 0; k < 4; k++)
+			{
+				bool		keep = p <= 0.0f || word_uniform(w[k]) >= p;
+
+				sum[k] = xs[k] + (keep ? ys[k] * keep_scale : 0.0f);
+				bits |= (uint32_t) keep << (8 * k);
+			}
+			store4(r + e, sum);
+			if (keep_mask != NULL)
+				*(uint32_t *) (keep_mask + e) = bits;	/* bytes in memory order: little-endian */
+			continue;
+		}
+		for (int k = 0; k < 4; k++)
+		{
+			size_t		e = blk * 4 + k;
+			bool		keep = p <= 0.0f || word_uniform(w[k]) >= p;
+
+			if (e < row0 || e >= row0 + d)
+				continue;
+			r[e] = x[e] + (keep ? y[e] * keep_scale : 0.0f);
+			if (keep_mask != NULL)
+				keep_mask[e] = keep;
+		}
+	}
+	__syncthreads();			/* the row of r is the block's to read */
+	layernorm_row(out + row0, mean + row, rstd + row, r + row0, gamma, beta, d, eps, part);
+}
+
+/*
+ * One block per row: dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat
+ * xhat)); with dy (not NULL) also dy = dropout_backward(dx), keep_mask's
+ * elements times keep_scale.
+ */
+__global__ void
+layernorm_dx_kernel(float *dx, float *dy, const float *dout, const float *x, const float *mean, const float *rstd,
+					const float *gamma, int d, const uint8_t *keep_mask, float keep_scale)
 {
 	__shared__ float part[33];
 	size_t		row = blockIdx.x;
@@ -60,7 +143,13 @@ layernorm_dx_kernel(float *dx, const float *dout, const float *x, const float *m
 	a = block_sum(a, part) / d;
 	b = block_sum(b, part) / d;
 	for (int j = threadIdx.x; j < d; j += blockDim.x)
-		dx[row * d + j] = rs * (g[j] * gamma[j] - a - (xr[j] - m) * rs * b);
+	{
+		float		v = rs * (g[j] * gamma[j] - a - (xr[j] - m) * rs * b);
+
+		dx[row * d + j] = v;
+		if (dy != NULL)
+			dy[row * d + j] = keep_mask == NULL || keep_mask[row * d + j] ? v * keep_scale : 0.0f;
+	}
 }
 
 /*
@@ -119,18 +208,51 @@ k_layernorm(float *out, float *mean, float *rstd, const float *x, const float *g
 }
 
 void
-k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
-					 const float *mean, const float *rstd, const float *gamma, int rows, int d, float *workspace,
-					 size_t workspace_floats, cudaStream_t stream)
+k_residual_layernorm(float *out, float *mean, float *rstd, float *r, const float *x, const float *y,
+					 const float *gamma, const float *beta, int rows, int d, float eps, float p, uint64_t seed,
+					 uint64_t stream_id, uint8_t *keep_mask, cudaStream_t stream)
+{
+	if (rows > 0)
+		LAUNCH(residual_layernorm_kernel, rows, row_threads(d, BLOCK), 0, stream)	/* layernorm_kernel's sums */
+			(out, mean, rstd, r, x, y, gamma, beta, d, eps, p, seed, stream_id, keep_mask);
+}
+
+/* dgamma and dbeta: per chunk of rows, then the chunks in order. */
+static void
+layernorm_dparams(float *dgamma, float *dbeta, const float *dout, const float *x, const float *mean,
+				  const float *rstd, int rows, int d, float *workspace, size_t workspace_floats, cudaStream_t stream)
 {
 	int			chunks = column_chunks(rows, d, 2, workspace_floats);
 	float	   *pg = workspace,
 			   *pb = workspace + (size_t) chunks * d;
 
-	if (rows <= 0)
-		return;
-	LAUNCH(layernorm_dx_kernel, rows, row_threads(d, BLOCK), 0, stream)(dx, dout, x, mean, rstd, gamma, d);
 	LAUNCH(layernorm_dparams_kernel, dim3(blocks_for(d, 64), (unsigned) chunks), 64, 0, stream)
 		(pg, pb, dout, x, mean, rstd, rows, d, chunks);
 	LAUNCH(layernorm_dparams_total_kernel, blocks_for(d, BLOCK), BLOCK, 0, stream)(dgamma, dbeta, pg, pb, d, chunks);
+}
+
+void
+k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
+					 const float *mean, const float *rstd, const float *gamma, int rows, int d, float *workspace,
+					 size_t workspace_floats, cudaStream_t stream)
+{
+	if (rows <= 0)
+		return;
+	LAUNCH(layernorm_dx_kernel, rows, row_threads(d, BLOCK), 0, stream)(dx, (float *) NULL, dout, x, mean, rstd,
+																		 gamma, d, (const uint8_t *) NULL, 1.0f);
+	layernorm_dparams(dgamma, dbeta, dout, x, mean, rstd, rows, d, workspace, workspace_floats, stream);
+}
+
+void
+k_residual_layernorm_backward(float *dr, float *dy, float *dgamma, float *dbeta, const float *dout, const float *r,
+							  const float *mean, const float *rstd, const float *gamma, int rows, int d, float p,
+							  const uint8_t *keep_mask, float *workspace, size_t workspace_floats,
+							  cudaStream_t stream)
+{
+	if (rows <= 0)
+		return;
+	LAUNCH(layernorm_dx_kernel, rows, row_threads(d, BLOCK), 0, stream)
+		(dr, dy, dout, r, mean, rstd, gamma, d, p > 0.0f ? keep_mask : (const uint8_t *) NULL,
+		 p > 0.0f ? 1.0f / (1.0f - p) : 1.0f);
+	layernorm_dparams(dgamma, dbeta, dout, r, mean, rstd, rows, d, workspace, workspace_floats, stream);
 }

@@ -222,6 +222,24 @@ struct TfBackend
 									   const float *rstd, const float *gamma, int rows, int d);
 
 	/*
+	 * The post-norm residual of a sub-layer (paper section 5.4): r = x +
+	 * Drop(y), dropout as `dropout` (its mask into keep_mask, NULL: not
+	 * wanted), then out = LayerNorm(r) as `layernorm`; r, x, y and out
+	 * [rows, d], none the same. The same bits as dropout, add and layernorm
+	 * in turn, in one pass where the backend fuses them. Backward: dr =
+	 * layernorm_backward's dx (dgamma, dbeta accumulated), dy =
+	 * dropout_backward(dr).
+	 */
+	void		(*residual_layernorm) (TfBackend *be, float *out, float *mean, float *rstd, float *r,
+									   const float *x, const float *y, const float *gamma, const float *beta,
+									   int rows, int d, float eps, float p, uint64_t seed, uint64_t stream,
+									   uint8_t *keep_mask);
+	void		(*residual_layernorm_backward) (TfBackend *be, float *dr, float *dy, float *dgamma,
+												float *dbeta, const float *dout, const float *r,
+												const float *mean, const float *rstd, const float *gamma,
+												int rows, int d, float p, const uint8_t *keep_mask);
+
+	/*
 	 * Scaled dot-product attention (paper eq. 1) for all heads:
 	 * ctx = Drop(softmax(Q K^T / sqrt(d_k) + mask)) V, within each sentence.
 	 * q [query rows, ldq], k and v [key rows, ldk] with head h in columns

@@ -534,6 +534,33 @@ cpu_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, co
 	}
 }
 
+/* The post-norm residual as dropout, add and layernorm in turn (backend.h). */
+static void
+cpu_residual_layernorm(TfBackend *be, float *out, float *mean, float *rstd, float *r, const float *x,
+					   const float *y, const float *gamma, const float *beta, int rows, int d, float eps, float p,
+					   uint64_t seed, uint64_t stream, uint8_t *keep_mask)
+{
+	size_t		n = (size_t) rows * d;
+
+	if (p > 0.0f)
+	{
+		cpu_dropout(be, r, y, n, p, seed, stream, keep_mask);
+		cpu_add(be, r, x, r, n);
+	}
+	else
+		cpu_add(be, r, x, y, n);	/* dropout would be a copy: decoding's sub-layers */
+	cpu_layernorm(be, out, mean, rstd, r, gamma, beta, rows, d, eps);
+}
+
+static void
+cpu_residual_layernorm_backward(TfBackend *be, float *dr, float *dy, float *dgamma, float *dbeta,
+								const float *dout, const float *r, const float *mean, const float *rstd,
+								const float *gamma, int rows, int d, float p, const uint8_t *keep_mask)
+{
+	cpu_layernorm_backward(be, dr, dgamma, dbeta, dout, r, mean, rstd, gamma, rows, d);
+	cpu_dropout_backward(be, dy, dr, (size_t) rows * d, p, keep_mask);
+}
+
 /* Grows the attention scratch to two planes of `per_thread` floats per thread; false when out of memory. */
 static bool
 cpu_reserve(TfBackend *be, size_t per_thread, size_t row_stats, size_t operand)
@@ -1189,6 +1216,8 @@ tf_backend_cpu_create(int threads)
 	be->activation_backward = cpu_activation_backward;
 	be->layernorm = cpu_layernorm;
 	be->layernorm_backward = cpu_layernorm_backward;
+	be->residual_layernorm = cpu_residual_layernorm;
+	be->residual_layernorm_backward = cpu_residual_layernorm_backward;
 	be->attention = cpu_attention;
 	be->attention_backward = cpu_attention_backward;
 	be->cross_entropy = cpu_cross_entropy;

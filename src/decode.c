@@ -401,9 +401,8 @@ sublayer_output(TfStream *s, const float *in, float *out, size_t gamma, size_t b
 		be->add(be, s->x, s->x, s->tmp, n);
 		return;
 	}
-	be->add(be, s->res, in, s->tmp, n);
-	be->layernorm(be, out, s->mean, s->rstd, s->res, m->params + gamma, m->params + beta, s->R, s->d,
-				  m->config.layer_norm_eps);
+	be->residual_layernorm(be, out, s->mean, s->rstd, s->res, in, s->tmp, m->params + gamma, m->params + beta,
+						   s->R, s->d, m->config.layer_norm_eps, 0.0f, 0, 0, NULL);
 }
 
 static void

@@ -849,13 +849,14 @@ layer_norm(TfModel *m, float *out, float *mean, float *rstd, const float *x, siz
 					 m->config.layer_norm_eps);
 }
 
-/* Post-norm sub-layer output: r = x + Drop(y) (y is overwritten), then out = LN(r). */
+/* Post-norm sub-layer output: r = x + Drop(y), then out = LN(r) (be->residual_layernorm). */
 static void
-residual_norm(TfModel *m, float *out, float *mean, float *rstd, float *r, const float *x, float *y,
+residual_norm(TfModel *m, float *out, float *mean, float *rstd, float *r, const float *x, const float *y,
 			  size_t gamma, size_t beta, int rows, uint32_t site, uint8_t *keep)
 {
-	residual(m, r, x, y, rows, site, keep);
-	layer_norm(m, out, mean, rstd, r, gamma, beta, rows);
+	m->be->residual_layernorm(m->be, out, mean, rstd, r, x, y, m->params + gamma, m->params + beta, rows,
+							  m->config.d_model, m->config.layer_norm_eps, m->p_dropout, m->seed,
+							  tf_dropout_stream(m->step, m->lay.index, site), keep);
 }
 
 /* Decoder layer l's keys and values of the encoder output enc_out [Ns, d]: kv_cross [Ns, 2d]. */
@@ -1122,12 +1123,8 @@ residual_norm_backward(TfModel *m, float *dr, float *dy, const float *dout, cons
 					   const float *mean, const float *rstd, size_t gamma, size_t beta, int rows,
 					   const uint8_t *keep)
 {
-	TfBackend  *be = m->be;
-	int			d = m->config.d_model;
-
-	be->layernorm_backward(be, dr, m->grads + gamma, m->grads + beta, dout, r, mean, rstd,
-						   m->params + gamma, rows, d);
-	be->dropout_backward(be, dy, dr, (size_t) rows * d, m->p_dropout, keep);
+	m->be->residual_layernorm_backward(m->be, dr, dy, m->grads + gamma, m->grads + beta, dout, r, mean, rstd,
+									   m->params + gamma, rows, m->config.d_model, m->p_dropout, keep);
 }
 
 /*

@@ -350,6 +350,108 @@ compare_layernorm(Both *b)
 }
 
 /*
+ * The fused post-norm residual (residual_layernorm, R rows of D, dropout p,
+ * the mask wanted or not): against the CPU's, and bitwise against the CUDA
+ * backend's own dropout, add and layernorm in turn (its promise); the
+ * masks bitwise equal. D 64 takes the kernel's 16-byte path, D 70 its
+ * element-wise one (rows not 4-aligned).
+ */
+static void
+compare_residual_layernorm(Both *b, int D, float p, bool with_mask)
+{
+	enum {R = 133};
+	size_t		n = (size_t) R * D;
+	char		what[96];
+	float	   *x = randoms(n),
+			   *y = randoms(n),
+			   *g = randoms(D),
+			   *be = randoms(D),
+			   *dout = randoms(n),
+			   *out = malloc(n * 4),
+			   *r = malloc(n * 4),
+			   *mean = malloc(R * 4),
+			   *rstd = malloc(R * 4),
+			   *dg = randoms(D),
+			   *db = randoms(D),
+			   *dr = malloc(n * 4),
+			   *dy = malloc(n * 4);
+	uint8_t    *mask = with_mask ? malloc(n) : NULL;
+	float	   *d_x = up(b->gpu, x, n * 4),
+			   *d_y = up(b->gpu, y, n * 4),
+			   *d_g = up(b->gpu, g, D * 4),
+			   *d_be = up(b->gpu, be, D * 4),
+			   *d_dout = up(b->gpu, dout, n * 4),
+			   *d_out = b->gpu->alloc(b->gpu, n * 4),
+			   *d_r = b->gpu->alloc(b->gpu, n * 4),
+			   *d_mean = b->gpu->alloc(b->gpu, R * 4),
+			   *d_rstd = b->gpu->alloc(b->gpu, R * 4),
+			   *d_dg = up(b->gpu, dg, D * 4),
+			   *d_db = up(b->gpu, db, D * 4),
+			   *d_dr = b->gpu->alloc(b->gpu, n * 4),
+			   *d_dy = b->gpu->alloc(b->gpu, n * 4),
+			   *c_out = b->gpu->alloc(b->gpu, n * 4),
+			   *c_r = b->gpu->alloc(b->gpu, n * 4),
+			   *c_mean = b->gpu->alloc(b->gpu, R * 4),
+			   *c_rstd = b->gpu->alloc(b->gpu, R * 4);
+	uint8_t    *d_mask = with_mask ? b->gpu->alloc(b->gpu, n) : NULL,
+			   *c_mask = with_mask ? b->gpu->alloc(b->gpu, n) : NULL;
+	uint64_t	stream = (3ull << 32) | 11;
+
+	snprintf(what, sizeof(what), "residual_layernorm d %d, dropout %.1f%s", D, p, with_mask ? "" : ", no mask");
+	b->cpu->residual_layernorm(b->cpu, out, mean, rstd, r, x, y, g, be, R, D, 1e-5f, p, 5, stream, mask);
+	b->gpu->residual_layernorm(b->gpu, d_out, d_mean, d_rstd, d_r, d_x, d_y, d_g, d_be, R, D, 1e-5f, p, 5, stream,
+							   d_mask);
+	same(b, what, d_out, out, n);
+	same(b, what, d_r, r, n);
+	same(b, what, d_mean, mean, R);
+	same(b, what, d_rstd, rstd, R);
+	/* the CUDA backend's three ops in turn: the same bits */
+	b->gpu->dropout(b->gpu, c_r, d_y, n, p, 5, stream, c_mask);
+	b->gpu->add(b->gpu, c_r, d_x, c_r, n);
+	b->gpu->layernorm(b->gpu, c_out, c_mean, c_rstd, c_r, d_g, d_be, R, D, 1e-5f);
+	{
+		float	   *h1 = down(b->gpu, d_out, n * 4),
+				   *h2 = down(b->gpu, c_out, n * 4),
+				   *h3 = down(b->gpu, d_r, n * 4),
+				   *h4 = down(b->gpu, c_r, n * 4),
+				   *h5 = down(b->gpu, d_rstd, R * 4),
+				   *h6 = down(b->gpu, c_rstd, R * 4);
+
+		CHECK(memcmp(h1, h2, n * 4) == 0 && memcmp(h3, h4, n * 4) == 0 && memcmp(h5, h6, R * 4) == 0,
+			  "%s: not the bits of dropout, add and layernorm in turn", what);
+		free(h1), free(h2), free(h3), free(h4), free(h5), free(h6);
+	}
+	if (with_mask && p > 0.0f)
+	{
+		uint8_t    *h1 = down(b->gpu, d_mask, n),
+				   *h2 = down(b->gpu, c_mask, n);
+
+		CHECK(memcmp(h1, mask, n) == 0 && memcmp(h2, mask, n) == 0, "%s: masks differ from cpu's", what);
+		free(h1), free(h2);
+	}
+	if (with_mask || p <= 0.0f)
+	{
+		b->cpu->residual_layernorm_backward(b->cpu, dr, dy, dg, db, dout, r, mean, rstd, g, R, D, p, mask);
+		b->gpu->residual_layernorm_backward(b->gpu, d_dr, d_dy, d_dg, d_db, d_dout, d_r, d_mean, d_rstd, d_g, R, D,
+											p, d_mask);
+		same(b, "residual_layernorm_backward dr", d_dr, dr, n);
+		same(b, "residual_layernorm_backward dy", d_dy, dy, n);
+		same(b, "residual_layernorm_backward dgamma", d_dg, dg, D);
+		same(b, "residual_layernorm_backward dbeta", d_db, db, D);
+	}
+	free(x), free(y), free(g), free(be), free(dout), free(out), free(r), free(mean), free(rstd), free(dg), free(db);
+	free(dr), free(dy), free(mask);
+	b->gpu->free(b->gpu, d_x), b->gpu->free(b->gpu, d_y), b->gpu->free(b->gpu, d_g), b->gpu->free(b->gpu, d_be);
+	b->gpu->free(b->gpu, d_dout), b->gpu->free(b->gpu, d_out), b->gpu->free(b->gpu, d_r);
+	b->gpu->free(b->gpu, d_mean), b->gpu->free(b->gpu, d_rstd), b->gpu->free(b->gpu, d_dg);
+	b->gpu->free(b->gpu, d_db), b->gpu->free(b->gpu, d_dr), b->gpu->free(b->gpu, d_dy);
+	b->gpu->free(b->gpu, c_out), b->gpu->free(b->gpu, c_r), b->gpu->free(b->gpu, c_mean);
+	b->gpu->free(b->gpu, c_rstd);
+	if (with_mask)
+		b->gpu->free(b->gpu, d_mask), b->gpu->free(b->gpu, c_mask);
+}
+
+/*
  * Attention over B sentences of lq[i] queries (keys lk_cross[i] for cross,
  * else the query counts), H heads of DK, q/k/v inside wider rows: the
  * forward without probabilities (the tiled kernels where they fit: online
@@ -773,6 +875,10 @@ test_backend(const char *fixtures)
 		compare_gemm(&b);
 		compare_elementwise(&b);
 		compare_layernorm(&b);
+		compare_residual_layernorm(&b, 64, 0.3f, true);
+		compare_residual_layernorm(&b, 70, 0.3f, true);
+		compare_residual_layernorm(&b, 64, 0.0f, false);
+		compare_residual_layernorm(&b, 70, 0.1f, false);
 		compare_attention_case(&b, false, false, 0.0f);
 		compare_attention_case(&b, true, false, 0.0f);
 		compare_attention_case(&b, true, false, 0.2f);
