@@ -63,14 +63,16 @@ store4(float *p, const float v[4])
 
 /*
  * Unrolls the loop that follows (over a compile-time count), in nvcc and in
- * g++ alike; NO_UNROLL keeps it a loop (registers before instruction-level
+ * g++ alike; UNROLL_BY_4 unrolls a loop of any count by 4; NO_UNROLL keeps it a loop (registers before instruction-level
  * parallelism).
  */
 #ifdef __CUDACC__
 #define UNROLL _Pragma("unroll")
+#define UNROLL_BY_4 _Pragma("unroll 4")
 #define NO_UNROLL _Pragma("unroll 1")
 #else
 #define UNROLL _Pragma("GCC unroll 8")
+#define UNROLL_BY_4 _Pragma("GCC unroll 4")
 #define NO_UNROLL _Pragma("GCC unroll 1")
 #endif
 

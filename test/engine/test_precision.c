@@ -382,7 +382,8 @@ attention_rules(const RulesCall *c, bool rules, const float *q, const float *k, 
  * the fp32 model (well above that: the rules are what the kernels do).
  * Sentences of 1, 31, 64, 65 and 200 tokens; self-attention causal and
  * not, cross-attention; dropout on and off; d_k 8, 40 (padded to 48) and 64;
- * 136 for the per-row kernels' backward.
+ * 10 (rows of 30 floats: the slices loaded a column at a time, not 4); 136
+ * for the per-row kernels' backward.
  */
 static void
 check_attention_rules(void)
@@ -391,7 +392,7 @@ check_attention_rules(void)
 				cross_lens[] = {7, 200, 1, 65, 31};
 	static const int cases[][5] = {	/* causal, cross, dropout (%), H, DK */
 		{1, 0, 0, 2, 64}, {1, 0, 20, 2, 64}, {0, 1, 0, 2, 64}, {0, 1, 20, 3, 40}, {1, 0, 10, 4, 8},
-	{0, 0, 0, 1, 136}};
+	{0, 0, 0, 1, 136}, {0, 1, 10, 3, 10}};	/* the last: rows of 30 floats, slices loaded a column at a time */
 	char		err[TF_ERRLEN];
 	TfBackend  *gpu = tf_backend_create("cuda", 0, 1, err, sizeof(err));
 	double		worst = 0.0,
