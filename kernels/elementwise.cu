@@ -48,9 +48,10 @@ scale_kernel(float *x, size_t n, float s)
 __global__ void
 bias_rows_kernel(float *out, const float *bias, int rows, int cols, int ld)
 {
-	for (int r = blockIdx.y; r < rows; r += gridDim.y)
-		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
-			out[(size_t) r * ld + c] = bias[c];
+	size_t		n = (size_t) rows * cols;
+
+	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
+		out[i / cols * ld + i % cols] = bias[i % cols];
 }
 
 /* Pass 1: partial[chunk, c] = sum of column c over the chunk's rows, in row order. */
@@ -125,9 +126,7 @@ k_scale(float *x, size_t n, float s, cudaStream_t stream)
 void
 k_bias_rows(float *out, const float *bias, int rows, int cols, int ld, cudaStream_t stream)
 {
-	if (rows > 0 && cols > 0)	/* a block row per row (grid-strided past 65,535): no division per element */
-		LAUNCH(bias_rows_kernel, dim3(blocks_for(cols, BLOCK), rows < 65535 ? rows : 65535), BLOCK, 0, stream)
-			(out, bias, rows, cols, ld);
+	LAUNCH(bias_rows_kernel, blocks_for((size_t) rows * cols, BLOCK), BLOCK, 0, stream)(out, bias, rows, cols, ld);
 }
 
 void
