@@ -16,7 +16,7 @@ work=$(work_dir)
 mkdir -p "$work" && cp -r .gpu/corpus "$work/" && cp .gpu/bench-batches-25000.bin "$work/"
 step="bench/census_step 25000 64 --precision bf16"
 {
-  echo "# bench/gpu-lease.sh, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+  echo "# bench/gpu-lease.sh, $(date -u +%FT%TZ), commit $(cat .gpu/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo none)"
   echo "# gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
   ATTENTION_TEST_SUITES=ops,backend,model,decode,precision,marian,quantize timeout 100 \
     ./test/engine/run_tests test/fixtures cuda ./attention_cuda.so 2>&1 | grep "checks\|FAIL"
