@@ -20,7 +20,8 @@
  * and 8-15 for the softmax, masks and dropout (chunk_col; a fragment's
  * element mapping is unspecified: nothing reads one by position). Row sums over keys are
  * per lane then across the pair: a fixed order, no atomics. Dropout keeps
- * the Philox masks of the CPU backend, element by element.
+ * the Philox masks of the CPU backend, a lane drawing its 8 columns' keep
+ * bits at once (device_keep8: 3 Philox blocks, not 8).
  */
 #include "attention.cuh"
 

@@ -63,8 +63,8 @@ store4(float *p, const float v[4])
 
 /*
  * Unrolls the loop that follows (over a compile-time count), in nvcc and in
- * g++ alike; UNROLL_BY_4 unrolls a loop of any count by 4; NO_UNROLL keeps it a loop (registers before instruction-level
- * parallelism).
+ * g++ alike; UNROLL_BY_4 unrolls a loop of any count by 4; NO_UNROLL keeps
+ * it a loop (registers before instruction-level parallelism).
  */
 #ifdef __CUDACC__
 #define UNROLL _Pragma("unroll")
@@ -191,8 +191,7 @@ block_max(float v, float *part)
 /*
  * Philox4x32-10 block blk of a dropout stream (src/rng.h): words 4 blk ..
  * 4 blk + 3 of the stream. The census build counts each call (census.h:
- * philox=): its ~100 instructions a lane are what the dropout kernels issue
- * most.
+ * philox=; priced at about 80 instructions a lane, bench/gpu_census.py).
  */
 __device__ __forceinline__ void
 device_philox(uint64_t seed, uint64_t stream, uint64_t blk, uint32_t w[4])

@@ -24,11 +24,26 @@ round_bf16_kernel(__nv_bfloat16 *out, const float *x, size_t n)
 		out[i] = __float2bfloat16_rn(x[i]);
 }
 
-/* round_bf16_kernel 4 elements a thread (x 16-byte and out 8-byte aligned): one load, two stores; quads = n / 4. */
-__global__ void
-round_bf16_quads_kernel(__nv_bfloat16 *out, const float *x, size_t quads)
+/*
+ * The elementwise kernels' 4-wide forms (pointers 16-byte aligned): a
+ * thread takes elements 4 i .. 4 i + 3 in 16-byte accesses; the last n % 4
+ * elements go one each to the first threads of block 0 (tail_index).
+ */
+__device__ __forceinline__ size_t
+tail_index(size_t n)
 {
-	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < quads; i += (size_t) gridDim.x * blockDim.x)
+	size_t		t = n / 4 * 4 + threadIdx.x;
+
+	return blockIdx.x == 0 && t < n ? t : SIZE_MAX;
+}
+
+/* round_bf16_kernel 4 elements a thread (x 16-byte and out 8-byte aligned): one load, two stores. */
+__global__ void
+round_bf16_quads_kernel(__nv_bfloat16 *out, const float *x, size_t n)
+{
+	size_t		t = tail_index(n);
+
+	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += (size_t) gridDim.x * blockDim.x)
 	{
 		float4		f = load4(x + 4 * i);
 		__nv_bfloat162 *o = (__nv_bfloat162 *) (out + 4 * i);
@@ -36,6 +51,8 @@ round_bf16_quads_kernel(__nv_bfloat16 *out, const float *x, size_t quads)
 		o[0] = __floats2bfloat162_rn(f.x, f.y);
 		o[1] = __floats2bfloat162_rn(f.z, f.w);
 	}
+	if (t != SIZE_MAX)
+		out[t] = __float2bfloat16_rn(x[t]);
 }
 
 __global__ void
@@ -52,6 +69,22 @@ bias_rows_kernel(float *out, const float *bias, int rows, int cols, int ld)
 
 	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
 		out[i / cols * ld + i % cols] = bias[i % cols];
+}
+
+/* bias_rows_kernel 4 columns a thread (cols and ld multiples of 4, out and bias 16-byte aligned). */
+__global__ void
+bias_rows_quads_kernel(float *out, const float *bias, int rows, int cols, int ld)
+{
+	size_t		per = (size_t) cols / 4,
+				n = (size_t) rows * per;
+
+	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
+	{
+		float4		b = load4(bias + i % per * 4);
+		float		v[4] = {b.x, b.y, b.z, b.w};
+
+		store4(out + i / per * ld + i % per * 4, v);
+	}
 }
 
 /* Pass 1: partial[chunk, c] = sum of column c over the chunk's rows, in row order. */
@@ -85,6 +118,13 @@ column_total_kernel(float *dbias, const float *partial, int cols, int chunks, fl
 	dbias[c] += scale * s;
 }
 
+/* dout f'(x): ReLU's as a select (the CPU's), the others through tf_activation_slope. */
+__device__ __forceinline__ float
+activation_grad(TfActivation f, float dout, float x)
+{
+	return f == TF_RELU ? (x > 0.0f ? dout : 0.0f) : dout * tf_activation_slope(f, x);
+}
+
 __global__ void
 activation_kernel(TfActivation f, float *out, const float *x, size_t n)
 {
@@ -96,7 +136,44 @@ __global__ void
 activation_backward_kernel(TfActivation f, float *dx, const float *dout, const float *x, size_t n)
 {
 	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
-		dx[i] = f == TF_RELU ? (x[i] > 0.0f ? dout[i] : 0.0f) : dout[i] * tf_activation_slope(f, x[i]);
+		dx[i] = activation_grad(f, dout[i], x[i]);
+}
+
+/* activation_kernel 4 elements a thread (tail_index). */
+__global__ void
+activation_quads_kernel(TfActivation f, float *out, const float *x, size_t n)
+{
+	size_t		t = tail_index(n);
+
+	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += (size_t) gridDim.x * blockDim.x)
+	{
+		float4		v = load4(x + 4 * i);
+		float		o[4] = {tf_activation_value(f, v.x), tf_activation_value(f, v.y), tf_activation_value(f, v.z),
+							tf_activation_value(f, v.w)};
+
+		store4(out + 4 * i, o);
+	}
+	if (t != SIZE_MAX)
+		out[t] = tf_activation_value(f, x[t]);
+}
+
+/* activation_backward_kernel 4 elements a thread (tail_index). */
+__global__ void
+activation_backward_quads_kernel(TfActivation f, float *dx, const float *dout, const float *x, size_t n)
+{
+	size_t		t = tail_index(n);
+
+	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += (size_t) gridDim.x * blockDim.x)
+	{
+		float4		g = load4(dout + 4 * i),
+					v = load4(x + 4 * i);
+		float		o[4] = {activation_grad(f, g.x, v.x), activation_grad(f, g.y, v.y), activation_grad(f, g.z, v.z),
+							activation_grad(f, g.w, v.w)};
+
+		store4(dx + 4 * i, o);
+	}
+	if (t != SIZE_MAX)
+		dx[t] = activation_grad(f, dout[t], x[t]);
 }
 
 void
@@ -108,13 +185,10 @@ k_add(float *out, const float *a, const float *b, size_t n, cudaStream_t stream)
 void
 k_round_bf16(__nv_bfloat16 *out, const float *x, size_t n, cudaStream_t stream)
 {
-	size_t		quads = (uintptr_t) x % 16 == 0 && (uintptr_t) out % 8 == 0 ? n / 4 : 0;
-
-	if (quads > 0)
-		LAUNCH(round_bf16_quads_kernel, blocks_for(quads, BLOCK), BLOCK, 0, stream)(out, x, quads);
-	if (n > 4 * quads)			/* the tail, or all of an unaligned operand */
-		LAUNCH(round_bf16_kernel, blocks_for(n - 4 * quads, BLOCK), BLOCK, 0, stream)(out + 4 * quads, x + 4 * quads,
-																						n - 4 * quads);
+	if ((uintptr_t) x % 16 == 0 && (uintptr_t) out % 8 == 0)
+		LAUNCH(round_bf16_quads_kernel, blocks_for(n / 4 + 1, BLOCK), BLOCK, 0, stream)(out, x, n);
+	else
+		LAUNCH(round_bf16_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(out, x, n);
 }
 
 void
@@ -126,7 +200,11 @@ k_scale(float *x, size_t n, float s, cudaStream_t stream)
 void
 k_bias_rows(float *out, const float *bias, int rows, int cols, int ld, cudaStream_t stream)
 {
-	LAUNCH(bias_rows_kernel, blocks_for((size_t) rows * cols, BLOCK), BLOCK, 0, stream)(out, bias, rows, cols, ld);
+	if ((cols | ld) % 4 == 0 && ((uintptr_t) out | (uintptr_t) bias) % 16 == 0)
+		LAUNCH(bias_rows_quads_kernel, blocks_for((size_t) rows * cols / 4, BLOCK), BLOCK, 0, stream)
+			(out, bias, rows, cols, ld);
+	else
+		LAUNCH(bias_rows_kernel, blocks_for((size_t) rows * cols, BLOCK), BLOCK, 0, stream)(out, bias, rows, cols, ld);
 }
 
 void
@@ -145,11 +223,17 @@ k_bias_backward(float *dbias, const float *dout, int rows, int cols, int ld, flo
 void
 k_activation(TfActivation f, float *out, const float *x, size_t n, cudaStream_t stream)
 {
-	LAUNCH(activation_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(f, out, x, n);
+	if (((uintptr_t) out | (uintptr_t) x) % 16 == 0)
+		LAUNCH(activation_quads_kernel, blocks_for(n / 4 + 1, BLOCK), BLOCK, 0, stream)(f, out, x, n);
+	else
+		LAUNCH(activation_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(f, out, x, n);
 }
 
 void
 k_activation_backward(TfActivation f, float *dx, const float *dout, const float *x, size_t n, cudaStream_t stream)
 {
-	LAUNCH(activation_backward_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(f, dx, dout, x, n);
+	if (((uintptr_t) dx | (uintptr_t) dout | (uintptr_t) x) % 16 == 0)
+		LAUNCH(activation_backward_quads_kernel, blocks_for(n / 4 + 1, BLOCK), BLOCK, 0, stream)(f, dx, dout, x, n);
+	else
+		LAUNCH(activation_backward_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(f, dx, dout, x, n);
 }

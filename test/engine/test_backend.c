@@ -254,6 +254,14 @@ compare_elementwise(Both *b)
 		same(b, "bias_backward, strided", dbias, bias, D - 5);
 		free(s);
 		b->gpu->free(b->gpu, ds);
+		/* [R, 64] of stride 68: whole 16-byte groups (the kernel's 4-wide form) */
+		s = strided_randoms(R, 64, 68);
+		ds = up(b->gpu, s, (size_t) R * 68 * 4);
+		b->cpu->bias_rows(b->cpu, s, bias, R, 64, 68);
+		b->gpu->bias_rows(b->gpu, ds, dbias, R, 64, 68);
+		same_rows(b, "bias_rows, 4-wide", ds, s, R, 64, 68);
+		free(s);
+		b->gpu->free(b->gpu, ds);
 	}
 	b->cpu->embed(b->cpu, out, ids, pos, E, pe, R, D, 2.5f);
 	b->gpu->embed(b->gpu, dout, dids, dpos, dE, dpe, R, D, 2.5f);
