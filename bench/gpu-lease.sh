@@ -2,18 +2,12 @@
 # bench/gpu-lease.sh: a short lease's checks on the binaries bench/gpu-pack built (after the
 # full bench/gpu-suite has run once on a card): the engine suites, 3 timed base steps, per-kernel
 # times (ncu), ncu's warp-state and source sections on the tensor-core attention kernels, memcheck
-# over the backend and decode suites. Run there as `bench/gpu-lease.sh`; results under $OUT.
+# over the backend and decode suites. Run there as `bench/gpu-pack --run lease` (which unpacks the
+# libraries and the corpus first); results under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-bench/results}
-libs=$(mktemp -d)
-tar xJf .gpu/lib.tar.xz -C "$libs"
-nccl=$(find /usr/local /opt /usr/lib -name libnccl.so.2 2>/dev/null | head -1)
-export LD_LIBRARY_PATH=$libs/lib:/usr/local/cuda/lib64:$(dirname "${nccl:-/usr/lib/x}")
-export PATH=$PATH:/usr/local/cuda/bin ATTENTION_CUDA_LIBRARY=./attention_cuda.so
-. scripts/common.sh
-work=$(work_dir)
-mkdir -p "$work" && cp -r .gpu/corpus "$work/" && cp .gpu/bench-batches-25000.bin "$work/"
+export ATTENTION_CUDA_LIBRARY=./attention_cuda.so
 step="bench/census_step 25000 64 --precision bf16"
 {
   echo "# bench/gpu-lease.sh, $(date -u +%FT%TZ), commit $(cat .gpu/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo none)"

@@ -201,13 +201,6 @@ device_philox(uint64_t seed, uint64_t stream, uint64_t blk, uint32_t w[4])
 			  (uint32_t) seed, (uint32_t) (seed >> 32), w);
 }
 
-/* A Philox word as tf_random_uniform's float in [0, 1): its top 24 bits. */
-__device__ __forceinline__ float
-word_uniform(uint32_t w)
-{
-	return (float) (w >> 8) * (1.0f / 16777216.0f);
-}
-
 /* tf_random_uniform of src/rng.c on the device: word index % 4 of Philox on counter index / 4. */
 __device__ __forceinline__ float
 device_uniform(uint64_t seed, uint64_t stream, uint64_t index)
@@ -215,7 +208,7 @@ device_uniform(uint64_t seed, uint64_t stream, uint64_t index)
 	uint32_t	w[4];
 
 	device_philox(seed, stream, index >> 2, w);
-	return word_uniform(w[index & 3]);
+	return tf_word_uniform(w[index & 3]);
 }
 
 /*
@@ -243,7 +236,7 @@ UNROLL
 		{
 			int			c = 4 * b + k - skip;
 
-			if (c >= 0 && c < 8 && word_uniform(w[k]) >= p)
+			if (c >= 0 && c < 8 && tf_word_uniform(w[k]) >= p)
 				keep |= 1u << c;
 		}
 	}

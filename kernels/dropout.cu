@@ -26,7 +26,7 @@ dropout_kernel(float *out, const float *x, size_t n, float p, uint64_t seed, uin
 
 			if (e >= n)
 				break;
-			keep = word_uniform(w[k]) >= p;
+			keep = tf_word_uniform(w[k]) >= p;
 			out[e] = keep ? x[e] * keep_scale : 0.0f;
 			if (keep_mask != NULL)
 				keep_mask[e] = keep;

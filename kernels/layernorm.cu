@@ -89,7 +89,7 @@ residual_layernorm_kernel(float *out, float *mean, float *rstd, float *r, const 
 UNROLL
 			for (int k = 0; k < 4; k++)
 			{
-				bool		keep = p <= 0.0f || word_uniform(w[k]) >= p;
+				bool		keep = p <= 0.0f || tf_word_uniform(w[k]) >= p;
 
 				sum[k] = xs[k] + (keep ? ys[k] * keep_scale : 0.0f);
 				bits |= (uint32_t) keep << (8 * k);
@@ -102,7 +102,7 @@ UNROLL
 		for (int k = 0; k < 4; k++)
 		{
 			size_t		e = blk * 4 + k;
-			bool		keep = p <= 0.0f || word_uniform(w[k]) >= p;
+			bool		keep = p <= 0.0f || tf_word_uniform(w[k]) >= p;
 
 			if (e < row0 || e >= row0 + d)
 				continue;

@@ -347,7 +347,7 @@ cpu_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64
 		for (k = 0; k < 4; k++)
 		{
 			size_t		e = (size_t) blk * 4 + k;
-			bool		keep = (float) (w[k] >> 8) * (1.0f / 16777216.0f) >= p;
+			bool		keep = tf_word_uniform(w[k]) >= p;
 
 			out[e] = keep ? x[e] * keep_scale : 0.0f;
 			if (keep_mask != NULL)

@@ -20,7 +20,7 @@ tf_random_u32(uint64_t seed, uint64_t stream, uint64_t index)
 float
 tf_random_uniform(uint64_t seed, uint64_t stream, uint64_t index)
 {
-	return (float) (tf_random_u32(seed, stream, index) >> 8) * (1.0f / 16777216.0f);
+	return tf_word_uniform(tf_random_u32(seed, stream, index));
 }
 
 float

@@ -59,6 +59,13 @@ tf_philox(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
 	out[3] = c3;
 }
 
+/* A Philox word as a float in [0, 1): its top 24 bits (tf_random_uniform's, dropout's on both backends). */
+TF_HOST_DEVICE static inline float
+tf_word_uniform(uint32_t w)
+{
+	return (float) (w >> 8) * (1.0f / 16777216.0f);
+}
+
 /*
  * The 32-bit random word number `index` of `stream` under `seed`: word
  * index % 4 of Philox on counter (index / 4, stream) and key seed.
