@@ -57,6 +57,11 @@ struct CudaState
 	size_t		rounded_n[2];	/* while it is the held one (hold_operand); else NULL */
 	const float *held;			/* hold_operand's x and n */
 	size_t		held_n;
+	/* set_operands16's list, and how many leading elements of each x16 are current */
+	TfOperand16 *operands;
+	size_t	   *fresh;
+	int			operands_n,
+				operands_cap;
 	/* uploads: two page-locked staging buffers used in turn, each with the event of its last copy */
 	void	   *staging[2];
 	size_t		staging_bytes[2];
@@ -112,6 +117,46 @@ static void
 launched(TfBackend *be, const char *what)
 {
 	check(be, cudaGetLastError(), what);
+}
+
+/* The set_operands16 entry whose x holds [x, x + n), or -1. */
+static int
+operand_entry(const CudaState *st, const float *x, size_t n)
+{
+	uintptr_t	at = (uintptr_t) x;
+
+	for (int i = 0; i < st->operands_n; i++)
+	{
+		uintptr_t	start = (uintptr_t) st->operands[i].x;
+
+		if (at >= start && at + n * sizeof(float) <= start + st->operands[i].n * sizeof(float))
+			return i;
+	}
+	return -1;
+}
+
+/*
+ * A write of x [n floats] (n SIZE_MAX: to the end of the listed buffer
+ * holding x, for writers that know no extent on the host) by an op that
+ * writes no bf16 copy: the copies it overlaps are stale from its start.
+ */
+static void
+written(CudaState *st, const float *x, size_t n)
+{
+	uintptr_t	at = (uintptr_t) x;
+
+	for (int i = 0; i < st->operands_n; i++)
+	{
+		uintptr_t	start = (uintptr_t) st->operands[i].x,
+					end = start + st->operands[i].n * sizeof(float);
+		size_t		keep;
+
+		if (n == SIZE_MAX ? at < start || at >= end : at >= end || at + n * sizeof(float) <= start)
+			continue;
+		keep = at > start ? (at - start) / sizeof(float) : 0;
+		if (st->fresh[i] > keep)
+			st->fresh[i] = keep;
+	}
 }
 
 static void *
@@ -198,6 +243,7 @@ cuda_upload(TfBackend *be, void *dst, const void *src, size_t bytes)
 	CudaState  *st = state(be);
 	int			i = st->staging_next;
 
+	written(st, (const float *) dst, (bytes + sizeof(float) - 1) / sizeof(float));
 	if (bytes > STAGING_MAX)
 	{
 		check(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st->stream), "upload");
@@ -237,12 +283,14 @@ cuda_download(TfBackend *be, void *dst, const void *src, size_t bytes)
 static void
 cuda_zero(TfBackend *be, float *x, size_t n)
 {
+	written(state(be), x, n);
 	check(be, cudaMemsetAsync(x, 0, n * sizeof(float), state(be)->stream), "zero");
 }
 
 static void
 cuda_copy(TfBackend *be, float *dst, const float *src, size_t n)
 {
+	written(state(be), dst, n);
 	check(be, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, state(be)->stream), "copy");
 }
 
@@ -299,9 +347,59 @@ cuda_reserve(TfBackend *be, size_t plane, size_t row_stats, size_t operand)
 }
 
 /*
+ * Where an op that writes x [n floats] writes their bf16 copy as well: the
+ * x16 of the listed buffer that x starts (its first n elements current
+ * from then on), or NULL after marking what x overlaps stale (written).
+ */
+static __nv_bfloat16 *
+copy16(TfBackend *be, const float *x, size_t n)
+{
+	CudaState  *st = state(be);
+
+	for (int i = 0; st->bf16 && i < st->operands_n; i++)
+		if (st->operands[i].x == x && n <= st->operands[i].n)
+		{
+			st->fresh[i] = n;
+			return (__nv_bfloat16 *) st->operands[i].x16;
+		}
+	written(st, x, n);
+	return NULL;
+}
+
+static void
+cuda_set_operands16(TfBackend *be, const TfOperand16 *list, int count)
+{
+	CudaState  *st = state(be);
+
+	st->operands_n = 0;
+	if (count > st->operands_cap)
+	{
+		TfOperand16 *ops = (TfOperand16 *) realloc(st->operands, count * sizeof(TfOperand16));
+		size_t	   *fresh = ops != NULL ? (size_t *) realloc(st->fresh, count * sizeof(size_t)) : NULL;
+
+		if (ops != NULL)
+			st->operands = ops;
+		if (fresh == NULL)
+		{
+			fail(be, "set_operands16", "out of host memory");
+			return;
+		}
+		st->fresh = fresh;
+		st->operands_cap = count;
+	}
+	for (int i = 0; i < count; i++)
+	{
+		st->operands[i] = list[i];
+		st->fresh[i] = 0;
+	}
+	st->operands_n = count;
+}
+
+/*
  * A gemm operand in bf16 (set_precision TF_BF16): [rows, cols] row-major
  * with leading dimension ld. Inside the weights: their bf16 copy at the same
- * offset; otherwise rounded into operand workspace `which` (0 or 1), which
+ * offset; inside a buffer of set_operands16: its copy, its stale part
+ * rounded first; otherwise rounded into operand workspace `which` (0 or 1), which
  * reserve sizes per batch (grown here only past that). NULL after recording
  * out of memory.
  */
@@ -312,9 +410,24 @@ bf16_operand(TfBackend *be, int which, const float *x, int rows, int cols, int l
 	size_t		n = (size_t) (rows - 1) * ld + cols;
 	uintptr_t	at = (uintptr_t) x,
 				w = (uintptr_t) st->weights;
+	int			kept;
 
 	if (at >= w && at + n * sizeof(float) <= w + st->weights_n * sizeof(float))
 		return st->weights16 + (x - st->weights);
+	if ((kept = operand_entry(st, x, n)) >= 0)
+	{
+		const TfOperand16 *e = &st->operands[kept];
+		size_t		end = (size_t) (x - e->x) + n,
+					from = st->fresh[kept];
+
+		if (from < end)
+		{
+			k_round_bf16((__nv_bfloat16 *) e->x16 + from, e->x + from, end - from, st->stream);
+			launched(be, "bf16 rounding");
+			st->fresh[kept] = end;
+		}
+		return (const __nv_bfloat16 *) e->x16 + (x - e->x);
+	}
 	if (x == st->held && n <= st->held_n && x == st->rounded[which] && n == st->rounded_n[which])
 		return st->operand16[which];	/* rounded by an earlier gemm of this hold */
 	if (n > st->operand16_n[which])
@@ -369,6 +482,7 @@ cuda_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float 
 
 	if (m == 0 || n == 0)
 		return;
+	written(st, c, (size_t) (m - 1) * ldc + n);
 	if (st->bf16 && k > 0)
 	{
 		const __nv_bfloat16 *a16 = bf16_operand(be, 0, a, trans_a ? k : m, trans_a ? m : k, lda),
@@ -462,6 +576,7 @@ columns_workspace(TfBackend *be, int rows, int cols, int parts, size_t *floats)
 static void
 cuda_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols, int ld)
 {
+	written(state(be), out, (size_t) (rows - 1) * ld + cols);
 	k_bias_rows(out, bias, rows, cols, ld, state(be)->stream);
 	launched(be, "bias_rows");
 }
@@ -482,7 +597,8 @@ static void
 cuda_embed(TfBackend *be, float *out, const int32_t *ids, const int32_t *positions, const float *embedding,
 		   const float *pe, int rows, int d, float scale)
 {
-	k_embed(out, ids, positions, embedding, pe, rows, d, scale, state(be)->stream);
+	k_embed(out, copy16(be, out, (size_t) rows * d), ids, positions, embedding, pe, rows, d, scale,
+			state(be)->stream);
 	launched(be, "embed");
 }
 
@@ -498,20 +614,35 @@ static void
 cuda_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t stream,
 			 uint8_t *keep_mask)
 {
-	k_dropout(out, x, n, p, seed, stream, keep_mask, state(be)->stream);
+	CudaState  *st = state(be);
+
+	if (p <= 0.0f)				/* a copy, or nothing in place */
+	{
+		if (out != x)
+			cuda_copy(be, out, x, n);
+		return;
+	}
+	k_dropout(out, copy16(be, out, n), x, n, p, seed, stream, keep_mask, st->stream);
 	launched(be, "dropout");
 }
 
 static void
 cuda_dropout_backward(TfBackend *be, float *dx, const float *dout, size_t n, float p, const uint8_t *keep_mask)
 {
-	k_dropout_backward(dx, dout, n, p, keep_mask, state(be)->stream);
+	if (p <= 0.0f)				/* a copy, or nothing in place */
+	{
+		if (dx != dout)
+			cuda_copy(be, dx, dout, n);
+		return;
+	}
+	k_dropout_backward(dx, copy16(be, dx, n), dout, n, p, keep_mask, state(be)->stream);
 	launched(be, "dropout_backward");
 }
 
 static void
 cuda_add(TfBackend *be, float *out, const float *a, const float *b, size_t n)
 {
+	written(state(be), out, n);
 	k_add(out, a, b, n, state(be)->stream);
 	launched(be, "add");
 }
@@ -519,14 +650,14 @@ cuda_add(TfBackend *be, float *out, const float *a, const float *b, size_t n)
 static void
 cuda_activation(TfBackend *be, TfActivation f, float *out, const float *x, size_t n)
 {
-	k_activation(f, out, x, n, state(be)->stream);
+	k_activation(f, out, copy16(be, out, n), x, n, state(be)->stream);
 	launched(be, "activation");
 }
 
 static void
 cuda_activation_backward(TfBackend *be, TfActivation f, float *dx, const float *dout, const float *x, size_t n)
 {
-	k_activation_backward(f, dx, dout, x, n, state(be)->stream);
+	k_activation_backward(f, dx, copy16(be, dx, n), dout, x, n, state(be)->stream);
 	launched(be, "activation_backward");
 }
 
@@ -534,7 +665,8 @@ static void
 cuda_layernorm(TfBackend *be, float *out, float *mean, float *rstd, const float *x, const float *gamma,
 			   const float *beta, int rows, int d, float eps)
 {
-	k_layernorm(out, mean, rstd, x, gamma, beta, rows, d, eps, state(be)->stream);
+	k_layernorm(out, copy16(be, out, (size_t) rows * d), mean, rstd, x, gamma, beta, rows, d, eps,
+				state(be)->stream);
 	launched(be, "layernorm");
 }
 
@@ -547,6 +679,7 @@ cuda_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, c
 
 	if (ws == NULL)
 		return;
+	written(state(be), dx, (size_t) rows * d);
 	k_layernorm_backward(dx, dgamma, dbeta, dout, x, mean, rstd, gamma, rows, d, ws, floats, state(be)->stream);
 	launched(be, "layernorm_backward");
 }
@@ -556,8 +689,9 @@ cuda_residual_layernorm(TfBackend *be, float *out, float *mean, float *rstd, flo
 						const float *y, const float *gamma, const float *beta, int rows, int d, float eps, float p,
 						uint64_t seed, uint64_t stream, uint8_t *keep_mask)
 {
-	k_residual_layernorm(out, mean, rstd, r, x, y, gamma, beta, rows, d, eps, p, seed, stream, keep_mask,
-						 state(be)->stream);
+	written(state(be), r, (size_t) rows * d);
+	k_residual_layernorm(out, copy16(be, out, (size_t) rows * d), mean, rstd, r, x, y, gamma, beta, rows, d, eps, p,
+						 seed, stream, keep_mask, state(be)->stream);
 	launched(be, "residual_layernorm");
 }
 
@@ -571,8 +705,9 @@ cuda_residual_layernorm_backward(TfBackend *be, float *dr, float *dy, float *dga
 
 	if (ws == NULL)
 		return;
-	k_residual_layernorm_backward(dr, dy, dgamma, dbeta, dout, r, mean, rstd, gamma, rows, d, p, keep_mask, ws,
-								  floats, state(be)->stream);
+	written(state(be), dr, (size_t) rows * d);
+	k_residual_layernorm_backward(dr, dy, copy16(be, dy, (size_t) rows * d), dgamma, dbeta, dout, r, mean, rstd,
+								  gamma, rows, d, p, keep_mask, ws, floats, state(be)->stream);
 	launched(be, "residual_layernorm_backward");
 }
 
@@ -595,6 +730,7 @@ cuda_attention(TfBackend *be, float *ctx, float *lse, float *probs, const float 
 {
 	if (!attention_fits(be, sh))
 		return;
+	written(state(be), ctx, SIZE_MAX);
 	k_attention(ctx, lse, probs, q, ldq, k, v, ldk, sh, state(be)->bf16, state(be)->stream);
 	launched(be, "attention");
 }
@@ -614,6 +750,9 @@ cuda_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const fl
 		fail(be, "attention_backward", "out of device memory for the workspace");
 		return;
 	}
+	written(st, dq, SIZE_MAX);
+	written(st, dk, SIZE_MAX);
+	written(st, dv, SIZE_MAX);
 	k_attention_backward(dq, dk, dv, dctx, lse, q, ldq, k, v, ldk, sh, st->bf16, st->attention_work, st->stream);
 	launched(be, "attention_backward");
 }
@@ -622,6 +761,7 @@ static void
 cuda_cross_entropy(TfBackend *be, float *logits, bool gradient, const int32_t *labels, int rows, int vocab,
 				   int ld, int pad_id, float label_smoothing, double *row_loss)
 {
+	written(state(be), logits, (size_t) (rows - 1) * ld + vocab);
 	k_cross_entropy(logits, gradient, labels, rows, vocab, ld, pad_id, label_smoothing, row_loss,
 					state(be)->stream);
 	launched(be, "cross_entropy");
@@ -644,6 +784,7 @@ cuda_sum_squares(TfBackend *be, const float *x, size_t n, double *out)
 static void
 cuda_scale(TfBackend *be, float *x, size_t n, float s)
 {
+	written(state(be), x, n);
 	k_scale(x, n, s, state(be)->stream);
 	launched(be, "scale");
 }
@@ -660,6 +801,7 @@ static void
 cuda_gather(TfBackend *be, float *dst, size_t dst_stride, const float *src, size_t src_stride,
 			const int32_t *rows, int n, size_t count)
 {
+	written(state(be), dst, SIZE_MAX);
 	k_gather(dst, dst_stride, src, src_stride, rows, n, count, state(be)->stream);
 	launched(be, "gather");
 }
@@ -830,6 +972,8 @@ cuda_destroy(TfBackend *be)
 	cudaFree(st->weights16);
 	cudaFree(st->operand16[0]);
 	cudaFree(st->operand16[1]);
+	free(st->operands);
+	free(st->fresh);
 	if (st->blas != NULL)
 		cublasDestroy(st->blas);
 	if (st->stream != NULL)
@@ -913,6 +1057,7 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 	be->reserve = cuda_reserve;
 	be->gemm = cuda_gemm;
 	be->hold_operand = cuda_hold_operand;
+	be->set_operands16 = cuda_set_operands16;
 	be->vocab_multiple = VOCAB_MULTIPLE;
 	be->bias_rows = cuda_bias_rows;
 	be->bias_backward = cuda_bias_backward;

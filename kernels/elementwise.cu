@@ -37,6 +37,16 @@ tail_index(size_t n)
 	return blockIdx.x == 0 && t < n ? t : SIZE_MAX;
 }
 
+/* v[0 .. 3] rounded to bf16 into p (8-byte aligned): two 4-byte stores. */
+__device__ __forceinline__ void
+store4_bf16(__nv_bfloat16 *p, const float v[4])
+{
+	__nv_bfloat162 *o = (__nv_bfloat162 *) p;
+
+	o[0] = __floats2bfloat162_rn(v[0], v[1]);
+	o[1] = __floats2bfloat162_rn(v[2], v[3]);
+}
+
 /* round_bf16_kernel 4 elements a thread (x 16-byte and out 8-byte aligned): one load, two stores. */
 __global__ void
 round_bf16_quads_kernel(__nv_bfloat16 *out, const float *x, size_t n)
@@ -46,10 +56,9 @@ round_bf16_quads_kernel(__nv_bfloat16 *out, const float *x, size_t n)
 	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += (size_t) gridDim.x * blockDim.x)
 	{
 		float4		f = load4(x + 4 * i);
-		__nv_bfloat162 *o = (__nv_bfloat162 *) (out + 4 * i);
+		float		v[4] = {f.x, f.y, f.z, f.w};
 
-		o[0] = __floats2bfloat162_rn(f.x, f.y);
-		o[1] = __floats2bfloat162_rn(f.z, f.w);
+		store4_bf16(out + 4 * i, v);
 	}
 	if (t != SIZE_MAX)
 		out[t] = __float2bfloat16_rn(x[t]);
@@ -125,23 +134,33 @@ activation_grad(TfActivation f, float dout, float x)
 	return f == TF_RELU ? (x > 0.0f ? dout : 0.0f) : dout * tf_activation_slope(f, x);
 }
 
-__global__ void
-activation_kernel(TfActivation f, float *out, const float *x, size_t n)
+/* Element i of an elementwise kernel's output: out[i] = v and, out16 not NULL, its bf16 copy. */
+__device__ __forceinline__ void
+store1(float *out, __nv_bfloat16 *out16, size_t i, float v)
 {
-	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
-		out[i] = tf_activation_value(f, x[i]);
+	out[i] = v;
+	if (out16 != NULL)
+		out16[i] = __float2bfloat16_rn(v);
 }
 
 __global__ void
-activation_backward_kernel(TfActivation f, float *dx, const float *dout, const float *x, size_t n)
+activation_kernel(TfActivation f, float *out, __nv_bfloat16 *out16, const float *x, size_t n)
 {
 	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
-		dx[i] = activation_grad(f, dout[i], x[i]);
+		store1(out, out16, i, tf_activation_value(f, x[i]));
 }
 
-/* activation_kernel 4 elements a thread (tail_index). */
 __global__ void
-activation_quads_kernel(TfActivation f, float *out, const float *x, size_t n)
+activation_backward_kernel(TfActivation f, float *dx, __nv_bfloat16 *dx16, const float *dout, const float *x,
+						   size_t n)
+{
+	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
+		store1(dx, dx16, i, activation_grad(f, dout[i], x[i]));
+}
+
+/* activation_kernel 4 elements a thread (tail_index; out16 8-byte aligned). */
+__global__ void
+activation_quads_kernel(TfActivation f, float *out, __nv_bfloat16 *out16, const float *x, size_t n)
 {
 	size_t		t = tail_index(n);
 
@@ -152,14 +171,17 @@ activation_quads_kernel(TfActivation f, float *out, const float *x, size_t n)
 							tf_activation_value(f, v.w)};
 
 		store4(out + 4 * i, o);
+		if (out16 != NULL)
+			store4_bf16(out16 + 4 * i, o);
 	}
 	if (t != SIZE_MAX)
-		out[t] = tf_activation_value(f, x[t]);
+		store1(out, out16, t, tf_activation_value(f, x[t]));
 }
 
-/* activation_backward_kernel 4 elements a thread (tail_index). */
+/* activation_backward_kernel 4 elements a thread (tail_index; dx16 8-byte aligned). */
 __global__ void
-activation_backward_quads_kernel(TfActivation f, float *dx, const float *dout, const float *x, size_t n)
+activation_backward_quads_kernel(TfActivation f, float *dx, __nv_bfloat16 *dx16, const float *dout, const float *x,
+								 size_t n)
 {
 	size_t		t = tail_index(n);
 
@@ -171,9 +193,11 @@ activation_backward_quads_kernel(TfActivation f, float *dx, const float *dout, c
 							activation_grad(f, g.w, v.w)};
 
 		store4(dx + 4 * i, o);
+		if (dx16 != NULL)
+			store4_bf16(dx16 + 4 * i, o);
 	}
 	if (t != SIZE_MAX)
-		dx[t] = activation_grad(f, dout[t], x[t]);
+		store1(dx, dx16, t, activation_grad(f, dout[t], x[t]));
 }
 
 void
@@ -221,19 +245,21 @@ k_bias_backward(float *dbias, const float *dout, int rows, int cols, int ld, flo
 }
 
 void
-k_activation(TfActivation f, float *out, const float *x, size_t n, cudaStream_t stream)
+k_activation(TfActivation f, float *out, __nv_bfloat16 *out16, const float *x, size_t n, cudaStream_t stream)
 {
-	if (((uintptr_t) out | (uintptr_t) x) % 16 == 0)
-		LAUNCH(activation_quads_kernel, blocks_for(n / 4 + 1, BLOCK), BLOCK, 0, stream)(f, out, x, n);
+	if (((uintptr_t) out | (uintptr_t) x) % 16 == 0 && (uintptr_t) out16 % 8 == 0)
+		LAUNCH(activation_quads_kernel, blocks_for(n / 4 + 1, BLOCK), BLOCK, 0, stream)(f, out, out16, x, n);
 	else
-		LAUNCH(activation_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(f, out, x, n);
+		LAUNCH(activation_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(f, out, out16, x, n);
 }
 
 void
-k_activation_backward(TfActivation f, float *dx, const float *dout, const float *x, size_t n, cudaStream_t stream)
+k_activation_backward(TfActivation f, float *dx, __nv_bfloat16 *dx16, const float *dout, const float *x, size_t n,
+					  cudaStream_t stream)
 {
-	if (((uintptr_t) dx | (uintptr_t) dout | (uintptr_t) x) % 16 == 0)
-		LAUNCH(activation_backward_quads_kernel, blocks_for(n / 4 + 1, BLOCK), BLOCK, 0, stream)(f, dx, dout, x, n);
+	if (((uintptr_t) dx | (uintptr_t) dout | (uintptr_t) x) % 16 == 0 && (uintptr_t) dx16 % 8 == 0)
+		LAUNCH(activation_backward_quads_kernel, blocks_for(n / 4 + 1, BLOCK), BLOCK, 0, stream)
+			(f, dx, dx16, dout, x, n);
 	else
-		LAUNCH(activation_backward_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(f, dx, dout, x, n);
+		LAUNCH(activation_backward_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(f, dx, dx16, dout, x, n);
 }

@@ -4,9 +4,10 @@
  */
 #include "kernels.h"
 
+/* out16 (NULL: none): the bf16 copy of out. */
 __global__ void
-embed_kernel(float *out, const int32_t *ids, const int32_t *positions, const float *embedding, const float *pe,
-			 int rows, int d, float scale)
+embed_kernel(float *out, __nv_bfloat16 *out16, const int32_t *ids, const int32_t *positions, const float *embedding,
+			 const float *pe, int rows, int d, float scale)
 {
 	size_t		n = (size_t) rows * d;
 
@@ -15,7 +16,11 @@ embed_kernel(float *out, const int32_t *ids, const int32_t *positions, const flo
 		size_t		r = i / d,
 					j = i % d;
 
-		out[i] = embedding[(size_t) ids[r] * d + j] * scale + pe[(size_t) positions[r] * d + j];
+		float		v = embedding[(size_t) ids[r] * d + j] * scale + pe[(size_t) positions[r] * d + j];
+
+		out[i] = v;
+		if (out16 != NULL)
+			out16[i] = __float2bfloat16_rn(v);
 	}
 }
 
@@ -66,11 +71,11 @@ embed_backward_kernel(float *dembedding, const float *dout, int rows_first, cons
 }
 
 void
-k_embed(float *out, const int32_t *ids, const int32_t *positions, const float *embedding, const float *pe,
-		int rows, int d, float scale, cudaStream_t stream)
+k_embed(float *out, __nv_bfloat16 *out16, const int32_t *ids, const int32_t *positions, const float *embedding,
+		const float *pe, int rows, int d, float scale, cudaStream_t stream)
 {
-	LAUNCH(embed_kernel, blocks_for((size_t) rows * d, BLOCK), BLOCK, 0, stream)(out, ids, positions, embedding,
-																				   pe, rows, d, scale);
+	LAUNCH(embed_kernel, blocks_for((size_t) rows * d, BLOCK), BLOCK, 0, stream)(out, out16, ids, positions,
+																				   embedding, pe, rows, d, scale);
 }
 
 void

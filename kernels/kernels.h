@@ -16,6 +16,11 @@ extern "C" {
 #include "backend.h"
 }
 
+/*
+ * An out16 or dx16 argument (NULL: none) receives the bf16 copy of out or
+ * dx, each element as k_round_bf16 would round it (set_operands16).
+ */
+
 /* elementwise.cu (column sums: workspace of column_chunks(...) * cols floats) */
 void		k_add(float *out, const float *a, const float *b, size_t n, cudaStream_t stream);
 void		k_scale(float *x, size_t n, float s, cudaStream_t stream);
@@ -25,36 +30,39 @@ void		k_round_bf16(__nv_bfloat16 *out, const float *x, size_t n, cudaStream_t st
 void		k_bias_rows(float *out, const float *bias, int rows, int cols, int ld, cudaStream_t stream);
 void		k_bias_backward(float *dbias, const float *dout, int rows, int cols, int ld, float scale, float *workspace,
 							size_t workspace_floats, cudaStream_t stream);
-void		k_activation(TfActivation f, float *out, const float *x, size_t n, cudaStream_t stream);
-void		k_activation_backward(TfActivation f, float *dx, const float *dout, const float *x, size_t n,
-								  cudaStream_t stream);
+void		k_activation(TfActivation f, float *out, __nv_bfloat16 *out16, const float *x, size_t n,
+						 cudaStream_t stream);
+void		k_activation_backward(TfActivation f, float *dx, __nv_bfloat16 *dx16, const float *dout, const float *x,
+								  size_t n, cudaStream_t stream);
 
-/* dropout.cu */
-void		k_dropout(float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t stream_id,
-					  uint8_t *keep_mask, cudaStream_t stream);
-void		k_dropout_backward(float *dx, const float *dout, size_t n, float p, const uint8_t *keep_mask,
-							   cudaStream_t stream);
+/* dropout.cu: p > 0 (at p 0 each is a copy, or nothing in place: the caller's) */
+void		k_dropout(float *out, __nv_bfloat16 *out16, const float *x, size_t n, float p, uint64_t seed,
+					  uint64_t stream_id, uint8_t *keep_mask, cudaStream_t stream);
+void		k_dropout_backward(float *dx, __nv_bfloat16 *dx16, const float *dout, size_t n, float p,
+							   const uint8_t *keep_mask, cudaStream_t stream);
 
 /* embed.cu */
-void		k_embed(float *out, const int32_t *ids, const int32_t *positions, const float *embedding,
-					const float *pe, int rows, int d, float scale, cudaStream_t stream);
+void		k_embed(float *out, __nv_bfloat16 *out16, const int32_t *ids, const int32_t *positions,
+					const float *embedding, const float *pe, int rows, int d, float scale, cudaStream_t stream);
 /* groups: the rows grouped by id (tf_group_by_id), of unique ids */
 void		k_embed_backward(float *dembedding, const float *dout, int rows, const float *dout2,
 							 const int32_t *groups, int unique, int d, float scale, cudaStream_t stream);
 
 /* layernorm.cu (parameter gradients: workspace of column_chunks(...) * 2 * d floats) */
-void		k_layernorm(float *out, float *mean, float *rstd, const float *x, const float *gamma,
-						const float *beta, int rows, int d, float eps, cudaStream_t stream);
+void		k_layernorm(float *out, __nv_bfloat16 *out16, float *mean, float *rstd, const float *x,
+						const float *gamma, const float *beta, int rows, int d, float eps, cudaStream_t stream);
 void		k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
 								 const float *mean, const float *rstd, const float *gamma, int rows, int d,
 								 float *workspace, size_t workspace_floats, cudaStream_t stream);
-void		k_residual_layernorm(float *out, float *mean, float *rstd, float *r, const float *x, const float *y,
-								 const float *gamma, const float *beta, int rows, int d, float eps, float p,
-								 uint64_t seed, uint64_t stream_id, uint8_t *keep_mask, cudaStream_t stream);
-void		k_residual_layernorm_backward(float *dr, float *dy, float *dgamma, float *dbeta, const float *dout,
-										  const float *r, const float *mean, const float *rstd, const float *gamma,
-										  int rows, int d, float p, const uint8_t *keep_mask, float *workspace,
-										  size_t workspace_floats, cudaStream_t stream);
+void		k_residual_layernorm(float *out, __nv_bfloat16 *out16, float *mean, float *rstd, float *r,
+								 const float *x, const float *y, const float *gamma, const float *beta, int rows,
+								 int d, float eps, float p, uint64_t seed, uint64_t stream_id, uint8_t *keep_mask,
+								 cudaStream_t stream);
+/* dy16: the bf16 copy of dy */
+void		k_residual_layernorm_backward(float *dr, float *dy, __nv_bfloat16 *dy16, float *dgamma, float *dbeta,
+										  const float *dout, const float *r, const float *mean, const float *rstd,
+										  const float *gamma, int rows, int d, float p, const uint8_t *keep_mask,
+										  float *workspace, size_t workspace_floats, cudaStream_t stream);
 
 /*
  * attention.cu (lse [query rows, num_heads]; probs NULL unless kept for

@@ -8,13 +8,13 @@
 #include "kernels.h"
 
 /*
- * LayerNorm of row xr [d] into o, the mean and rstd of one block's row
- * (mean, then the variance about it: two passes, as the CPU). Every thread
- * of the block calls it.
+ * LayerNorm of row xr [d] into o (and, o16 not NULL, rounded to bf16 into
+ * o16), the mean and rstd of one block's row (mean, then the variance about
+ * it: two passes, as the CPU). Every thread of the block calls it.
  */
 __device__ __forceinline__ void
-layernorm_row(float *o, float *mean, float *rstd, const float *xr, const float *gamma, const float *beta, int d,
-			  float eps, float *part)
+layernorm_row(float *o, __nv_bfloat16 *o16, float *mean, float *rstd, const float *xr, const float *gamma,
+			  const float *beta, int d, float eps, float *part)
 {
 	float		s = 0.0f,
 				ss = 0.0f,
@@ -32,7 +32,13 @@ layernorm_row(float *o, float *mean, float *rstd, const float *xr, const float *
 	}
 	rs = 1.0f / sqrtf(block_sum(ss, part) / d + eps);
 	for (int j = threadIdx.x; j < d; j += blockDim.x)
-		o[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
+	{
+		float		v = (xr[j] - m) * rs * gamma[j] + beta[j];
+
+		o[j] = v;
+		if (o16 != NULL)
+			o16[j] = __float2bfloat16_rn(v);
+	}
 	if (threadIdx.x == 0)
 	{
 		*mean = m;
@@ -40,15 +46,16 @@ layernorm_row(float *o, float *mean, float *rstd, const float *xr, const float *
 	}
 }
 
-/* One block per row. */
+/* One block per row; out16 (NULL: none) the bf16 copy of out. */
 __global__ void
-layernorm_kernel(float *out, float *mean, float *rstd, const float *x, const float *gamma, const float *beta,
-				 int d, float eps)
+layernorm_kernel(float *out, __nv_bfloat16 *out16, float *mean, float *rstd, const float *x, const float *gamma,
+				 const float *beta, int d, float eps)
 {
 	__shared__ float part[33];
 	size_t		row = blockIdx.x;
 
-	layernorm_row(out + row * d, mean + row, rstd + row, x + row * d, gamma, beta, d, eps, part);
+	layernorm_row(out + row * d, out16 != NULL ? out16 + row * d : NULL, mean + row, rstd + row, x + row * d,
+				  gamma, beta, d, eps, part);
 }
 
 /*
@@ -58,9 +65,11 @@ layernorm_kernel(float *out, float *mean, float *rstd, const float *x, const flo
  * accesses where d is a multiple of 4), keep_mask (NULL: not wanted) as
  * dropout's; then LayerNorm(r) as layernorm_kernel, reading back the row
  * the block wrote. The same bits as dropout, add and layernorm in turn.
+ * out16 (NULL: none): the bf16 copy of out.
  */
 __global__ void
-residual_layernorm_kernel(float *out, float *mean, float *rstd, float *r, const float *x, const float *y,
+residual_layernorm_kernel(float *out, __nv_bfloat16 *out16, float *mean, float *rstd, float *r, const float *x,
+						  const float *y,
 						  const float *gamma, const float *beta, int d, float eps, float p, uint64_t seed,
 						  uint64_t stream_id, uint8_t *keep_mask)
 {
@@ -112,16 +121,17 @@ UNROLL
 		}
 	}
 	__syncthreads();			/* the row of r is the block's to read */
-	layernorm_row(out + row0, mean + row, rstd + row, r + row0, gamma, beta, d, eps, part);
+	layernorm_row(out + row0, out16 != NULL ? out16 + row0 : NULL, mean + row, rstd + row, r + row0, gamma, beta,
+				  d, eps, part);
 }
 
 /*
  * One block per row: dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat
  * xhat)); with dy (not NULL) also dy = dropout_backward(dx), keep_mask's
- * elements times keep_scale.
+ * elements times keep_scale, and its bf16 copy into dy16 (NULL: none).
  */
 __global__ void
-layernorm_dx_kernel(float *dx, float *dy, const float *dout, const float *x, const float *mean, const float *rstd,
+layernorm_dx_kernel(float *dx, float *dy, __nv_bfloat16 *dy16, const float *dout, const float *x, const float *mean, const float *rstd,
 					const float *gamma, int d, const uint8_t *keep_mask, float keep_scale)
 {
 	__shared__ float part[33];
@@ -148,7 +158,13 @@ layernorm_dx_kernel(float *dx, float *dy, const float *dout, const float *x, con
 
 		dx[row * d + j] = v;
 		if (dy != NULL)
-			dy[row * d + j] = keep_mask == NULL || keep_mask[row * d + j] ? v * keep_scale : 0.0f;
+		{
+			float		g = keep_mask == NULL || keep_mask[row * d + j] ? v * keep_scale : 0.0f;
+
+			dy[row * d + j] = g;
+			if (dy16 != NULL)
+				dy16[row * d + j] = __float2bfloat16_rn(g);
+		}
 	}
 }
 
@@ -200,21 +216,22 @@ layernorm_dparams_total_kernel(float *dgamma, float *dbeta, const float *pg, con
 }
 
 void
-k_layernorm(float *out, float *mean, float *rstd, const float *x, const float *gamma, const float *beta,
-			int rows, int d, float eps, cudaStream_t stream)
+k_layernorm(float *out, __nv_bfloat16 *out16, float *mean, float *rstd, const float *x, const float *gamma,
+			const float *beta, int rows, int d, float eps, cudaStream_t stream)
 {
 	if (rows > 0)
-		LAUNCH(layernorm_kernel, rows, row_threads(d, BLOCK), 0, stream)(out, mean, rstd, x, gamma, beta, d, eps);
+		LAUNCH(layernorm_kernel, rows, row_threads(d, BLOCK), 0, stream)(out, out16, mean, rstd, x, gamma, beta, d,
+																		 eps);
 }
 
 void
-k_residual_layernorm(float *out, float *mean, float *rstd, float *r, const float *x, const float *y,
-					 const float *gamma, const float *beta, int rows, int d, float eps, float p, uint64_t seed,
-					 uint64_t stream_id, uint8_t *keep_mask, cudaStream_t stream)
+k_residual_layernorm(float *out, __nv_bfloat16 *out16, float *mean, float *rstd, float *r, const float *x,
+					 const float *y, const float *gamma, const float *beta, int rows, int d, float eps, float p,
+					 uint64_t seed, uint64_t stream_id, uint8_t *keep_mask, cudaStream_t stream)
 {
 	if (rows > 0)
 		LAUNCH(residual_layernorm_kernel, rows, row_threads(d, BLOCK), 0, stream)	/* layernorm_kernel's sums */
-			(out, mean, rstd, r, x, y, gamma, beta, d, eps, p, seed, stream_id, keep_mask);
+			(out, out16, mean, rstd, r, x, y, gamma, beta, d, eps, p, seed, stream_id, keep_mask);
 }
 
 /* dgamma and dbeta: per chunk of rows, then the chunks in order. */
@@ -238,21 +255,21 @@ k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dout, 
 {
 	if (rows <= 0)
 		return;
-	LAUNCH(layernorm_dx_kernel, rows, row_threads(d, BLOCK), 0, stream)(dx, (float *) NULL, dout, x, mean, rstd,
-																		 gamma, d, (const uint8_t *) NULL, 1.0f);
+	LAUNCH(layernorm_dx_kernel, rows, row_threads(d, BLOCK), 0, stream)
+		(dx, (float *) NULL, (__nv_bfloat16 *) NULL, dout, x, mean, rstd, gamma, d, (const uint8_t *) NULL, 1.0f);
 	layernorm_dparams(dgamma, dbeta, dout, x, mean, rstd, rows, d, workspace, workspace_floats, stream);
 }
 
 void
-k_residual_layernorm_backward(float *dr, float *dy, float *dgamma, float *dbeta, const float *dout, const float *r,
-							  const float *mean, const float *rstd, const float *gamma, int rows, int d, float p,
-							  const uint8_t *keep_mask, float *workspace, size_t workspace_floats,
-							  cudaStream_t stream)
+k_residual_layernorm_backward(float *dr, float *dy, __nv_bfloat16 *dy16, float *dgamma, float *dbeta,
+							  const float *dout, const float *r, const float *mean, const float *rstd,
+							  const float *gamma, int rows, int d, float p, const uint8_t *keep_mask,
+							  float *workspace, size_t workspace_floats, cudaStream_t stream)
 {
 	if (rows <= 0)
 		return;
 	LAUNCH(layernorm_dx_kernel, rows, row_threads(d, BLOCK), 0, stream)
-		(dr, dy, dout, r, mean, rstd, gamma, d, p > 0.0f ? keep_mask : (const uint8_t *) NULL,
+		(dr, dy, dy16, dout, r, mean, rstd, gamma, d, p > 0.0f ? keep_mask : (const uint8_t *) NULL,
 		 p > 0.0f ? 1.0f / (1.0f - p) : 1.0f);
 	layernorm_dparams(dgamma, dbeta, dout, r, mean, rstd, rows, d, workspace, workspace_floats, stream);
 }

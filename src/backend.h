@@ -66,6 +66,17 @@ typedef struct TfAttentionShape
 
 typedef struct TfBackend TfBackend;
 
+/*
+ * A buffer with a bf16 copy kept beside it (set_operands16): x [n floats]
+ * and x16 [n bf16, 2 bytes each], both device memory, x16 8-byte aligned.
+ */
+typedef struct TfOperand16
+{
+	const float *x;
+	void	   *x16;
+	size_t		n;
+} TfOperand16;
+
 /* How the weight of a `linear` product is held. */
 typedef enum TfWeightType
 {
@@ -130,6 +141,24 @@ struct TfBackend
 	 * backends that round nothing (the CPU's).
 	 */
 	void		(*hold_operand) (TfBackend *be, const float *x, size_t n);
+
+	/*
+	 * The buffers whose bf16 copies the caller keeps (list [count], copied;
+	 * count 0: none), so that in bf16 no gemm operand is rounded in a pass
+	 * of its own: until the next call, an op that writes the start of a
+	 * listed x (the out of layernorm, residual_layernorm, activation,
+	 * dropout and embed; residual_layernorm_backward's dy; the dx of
+	 * activation_backward and dropout_backward) writes the same elements of x16 rounded to
+	 * nearest even as well; any other write to x makes its copy stale; a
+	 * gemm that reads elements of x reads x16, rounding x into it first
+	 * where it is stale. The bits are those of rounding every operand at
+	 * every gemm. Listed buffers hold activations or their gradients: the
+	 * ops that write parameters, their gradients, Adam's moments, loss
+	 * sums or key/value caches do not look for them. The caller calls it
+	 * again (count 0 at the latest) before it frees a listed buffer. NULL
+	 * on backends that round nothing (the CPU's).
+	 */
+	void		(*set_operands16) (TfBackend *be, const TfOperand16 *list, int count);
 
 	/*
 	 * Inference products with weights fixed for the model's life (NULL on

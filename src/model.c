@@ -206,6 +206,13 @@ tf_device_parse(const char *device, char kind[8], int *index, char *err, size_t 
 }
 
 /*
+ * The most buffers layout_activations lists with bf16 copies: 7 a layer
+ * (ctx, ln_self, ctx_cross, ln_cross, h, ln_ffn, out), then enc_x0, dec_x0,
+ * enc_final, dec_final, tmp, g_qkv, g_h and g_kv.
+ */
+#define MAX_OPERANDS16(layers) (7 * (layers) + 8)
+
+/*
  * tf_model_create (train: with gradients and Adam moments),
  * tf_model_create_inference and tf_model_create_quantized (quantized).
  */
@@ -230,7 +237,8 @@ create(const TfConfig *config, uint64_t seed, const char *device, int threads, b
 	if (m == NULL ||
 		(m->entries = calloc(max_entries, sizeof(ParamEntry))) == NULL ||
 		(m->layer_off = calloc(layers, sizeof(LayerOffsets))) == NULL ||
-		(m->acts = calloc(layers, sizeof(LayerActs))) == NULL)
+		(m->acts = calloc(layers, sizeof(LayerActs))) == NULL ||
+		(m->operands16 = calloc(MAX_OPERANDS16(layers), sizeof(TfOperand16))) == NULL)
 		goto oom;
 	/* threads a backend starts (OpenMP, a driver's) inherit the blocked mask */
 	tf_block_signals(&old);
@@ -447,6 +455,7 @@ tf_model_free(TfModel *m)
 	free(m->entries);
 	free(m->layer_off);
 	free(m->acts);
+	free(m->operands16);
 	free(m);
 }
 
@@ -492,6 +501,27 @@ take_elements(void *base, size_t *used, size_t n, size_t elem_size)
 #define take_mask(base, used, n) ((uint8_t *) take_elements((base), (used), (n), 1))
 
 /*
+ * take() for a buffer that gemms read (gemm_input true) or write their
+ * operand into, as linear_backward's dy: in bf16 on a backend with
+ * set_operands16, its bf16 copy is carved right after it and, on the
+ * assigning pass, listed in m->operands16.
+ */
+static float *
+take_operand(TfModel *m, float *base, size_t *used, size_t n, bool gemm_input)
+{
+	float	   *x = take(base, used, n);
+
+	if (gemm_input && m->precision == TF_BF16 && m->be->set_operands16 != NULL)
+	{
+		void	   *x16 = take(base, used, (n + 1) / 2);
+
+		if (base != NULL)
+			m->operands16[m->num_operands16++] = (TfOperand16) {x, x16, n};
+	}
+	return x;
+}
+
+/*
  * Carves the activations of the current batch layout out of `base` (NULL:
  * only count) and returns the floats needed.
  */
@@ -509,8 +539,11 @@ layout_activations(TfModel *m, float *base)
 	size_t		used = 0;
 	int			l;
 	float	   *x;
+	bool		post = !c->normalize_before;	/* post-norm gemms read the residual stream */
 
-	x = take(base, &used, Ns * d);
+	if (base != NULL)
+		m->num_operands16 = 0;
+	x = take_operand(m, base, &used, Ns * d, post);
 	m->enc_x0 = x;
 	for (l = 0; l < c->num_encoder_layers + c->num_decoder_layers; l++)
 	{
@@ -520,54 +553,54 @@ layout_activations(TfModel *m, float *base)
 
 		if (l == c->num_encoder_layers)
 		{
-			x = take(base, &used, Nt * d);
+			x = take_operand(m, base, &used, Nt * d, post);
 			m->dec_x0 = x;
 		}
 		a->x = x;
 		a->qkv = take(base, &used, rows * 3 * d);
 		a->lse = m->training ? take(base, &used, rows * c->num_heads) : NULL;
 		a->probs = m->keep_probs ? take(base, &used, (size_t) (dec ? P[2 * (lay->B + 1) - 1] : P[lay->B])) : NULL;
-		a->ctx = take(base, &used, rows * d);
+		a->ctx = take_operand(m, base, &used, rows * d, true);
 		a->r_self = take(base, &used, rows * d);
 		a->mean_self = take(base, &used, rows);
 		a->rstd_self = take(base, &used, rows);
-		a->ln_self = take(base, &used, rows * d);
+		a->ln_self = take_operand(m, base, &used, rows * d, true);
 		if (dec)
 		{
 			a->q_cross = take(base, &used, rows * d);
 			a->kv_cross = take(base, &used, Ns * 2 * d);
 			a->lse_cross = m->training ? take(base, &used, rows * c->num_heads) : NULL;
 			a->probs_cross = m->keep_probs ? take(base, &used, (size_t) P[3 * (lay->B + 1) - 1]) : NULL;
-			a->ctx_cross = take(base, &used, rows * d);
+			a->ctx_cross = take_operand(m, base, &used, rows * d, true);
 			a->r_cross = take(base, &used, rows * d);
 			a->mean_cross = take(base, &used, rows);
 			a->rstd_cross = take(base, &used, rows);
-			a->ln_cross = take(base, &used, rows * d);
+			a->ln_cross = take_operand(m, base, &used, rows * d, true);
 		}
 		a->f1 = take(base, &used, rows * F);
-		a->h = take(base, &used, rows * F);
+		a->h = take_operand(m, base, &used, rows * F, true);
 		a->r_ffn = take(base, &used, rows * d);
 		a->mean_ffn = take(base, &used, rows);
 		a->rstd_ffn = take(base, &used, rows);
-		a->ln_ffn = c->normalize_before ? take(base, &used, rows * d) : NULL;
-		a->out = take(base, &used, rows * d);
+		a->ln_ffn = c->normalize_before ? take_operand(m, base, &used, rows * d, true) : NULL;
+		a->out = take_operand(m, base, &used, rows * d, post);
 		x = a->out;
 	}
 	if (c->normalize_before)
 	{
-		m->enc_final = take(base, &used, Ns * d);
-		m->dec_final = take(base, &used, Nt * d);
+		m->enc_final = take_operand(m, base, &used, Ns * d, true);
+		m->dec_final = take_operand(m, base, &used, Nt * d, true);
 		m->final_mean = take(base, &used, Ns + Nt);
 		m->final_rstd = take(base, &used, Ns + Nt);
 	}
 	m->logits = take(base, &used, Nt * (size_t) m->ldv);
-	m->tmp = take(base, &used, N * d);
+	m->tmp = take_operand(m, base, &used, N * d, m->training);
 	m->g_a = take(base, &used, N * d);
 	m->g_b = take(base, &used, N * d);
-	m->g_qkv = take(base, &used, N * 3 * d);
+	m->g_qkv = take_operand(m, base, &used, N * 3 * d, m->training);
 	m->g_ctx = take(base, &used, N * d);
-	m->g_h = take(base, &used, N * F);
-	m->g_kv = take(base, &used, Ns * 2 * d);
+	m->g_h = take_operand(m, base, &used, N * F, m->training);
+	m->g_kv = take_operand(m, base, &used, Ns * 2 * d, m->training);
 	m->g_enc = take(base, &used, Ns * d);
 	return used;
 }
@@ -629,6 +662,8 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 	if (need > m->arena_floats)
 	{
 		need += need / 4;
+		if (m->be->set_operands16 != NULL)
+			m->be->set_operands16(m->be, NULL, 0);	/* their buffers go */
 		m->be->free(m->be, m->arena);
 		m->arena = m->be->alloc(m->be, need * sizeof(float));
 		m->arena_floats = m->arena != NULL ? need : 0;
@@ -662,6 +697,8 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 		return TF_ERROR;
 	}
 	layout_activations(m, m->arena);
+	if (m->be->set_operands16 != NULL)
+		m->be->set_operands16(m->be, m->operands16, m->num_operands16);
 	layout_masks(m, m->mask_arena);
 	m->pstart = m->layout;
 	m->idx = (int32_t *) (m->pstart + longs);

@@ -257,6 +257,9 @@ struct TfModel
 	int64_t    *pstart;			/* its longs (lay.longs) */
 	float	   *arena;
 	size_t		arena_floats;
+	TfOperand16 *operands16;	/* bf16: the arena's buffers that gemms read, each with its
+								 * copy carved after it (be->set_operands16) */
+	int			num_operands16;
 	uint8_t    *mask_arena;		/* dropout masks kept for the backward */
 	size_t		mask_bytes;
 	uint8_t    *keep_enc_embed,

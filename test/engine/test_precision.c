@@ -705,6 +705,85 @@ check_model(const char *fixtures)
 	fixture_free(&bf);
 }
 
+/*
+ * The bf16 copies of set_operands16 change no bit: post-norm and pre-norm
+ * models with dropout on the sub-layers, the attention and the hidden
+ * layer, 3 training steps and an evaluation forward, with the copies and
+ * without (the backend's set_operands16 cleared, so every gemm rounds its
+ * operands): the same losses and logits, bit for bit.
+ */
+static void
+check_operands16(const char *fixtures)
+{
+	char		path[4096],
+				err[TF_ERRLEN];
+	Fixture		fx;
+
+	snprintf(path, sizeof(path), "%s/model_fixture.bin", fixtures);
+	CHECK(fixture_read(path, &fx) && fx.n > 0, "cannot read %s", path);
+	if (fx.n == 0)
+		return;
+	for (int pre = 0; pre < 2; pre++)
+	{
+		TfConfig	c;
+		TfModel    *m[2];
+		double		losses[2][4];
+		float	   *logits[2] = {NULL, NULL};
+		size_t		count = 0;
+		bool		same;
+		TfOptimizer opt;
+
+		fixture_config(&fx, &c);
+		c.normalize_before = pre;
+		c.dropout = c.attention_dropout = c.relu_dropout = 0.1f;
+		tf_optimizer_default(&opt);
+		for (int k = 0; k < 2; k++)
+		{
+			m[k] = tf_model_create(&c, 7, test_device, 2, err, sizeof(err));
+			CHECK(m[k] != NULL, "create: %s", err);
+			if (m[k] == NULL)
+				return;
+			if (k == 1)
+				m[k]->be->set_operands16 = NULL;
+			CHECK(tf_model_set_precision(m[k], TF_BF16, err, sizeof(err)) == TF_OK, "bf16: %s", err);
+			for (int i = 0; i < 3; i++)
+			{
+				TfBatch		b = {3, (int) fixture_get(&fx, "src")->count / 3,
+					(int) fixture_get(&fx, "tgt_in")->count / 3, fixture_get(&fx, "src")->data,
+				fixture_get(&fx, "tgt_in")->data, fixture_get(&fx, "labels")->data, 0};
+				int64_t		tokens;
+				TfStepStats st;
+
+				CHECK(tf_model_forward(m[k], &b, true, &losses[k][i], &tokens, err, sizeof(err)) == TF_OK &&
+					  tf_model_backward(m[k], (float) (1.0 / tokens), err, sizeof(err)) == TF_OK &&
+					  tf_model_step(m[k], &opt, &st, err, sizeof(err)) == TF_OK, "step %d: %s", i + 1, err);
+			}
+			logits[k] = forward(m[k], &fx, &losses[k][3], &count);
+		}
+		CHECK(m[0]->num_operands16 > 0 && m[1]->num_operands16 == 0,
+			  "%s: %d buffers with bf16 copies, %d without set_operands16", pre ? "pre-norm" : "post-norm",
+			  m[0]->num_operands16, m[1]->num_operands16);
+		same = memcmp(losses[0], losses[1], sizeof(losses[0])) == 0 &&
+			memcmp(logits[0], logits[1], count * sizeof(float)) == 0;
+		CHECK(memcmp(losses[0], losses[1], sizeof(losses[0])) == 0,
+			  "%s: losses with bf16 copies %.9g %.9g %.9g %.9g, without %.9g %.9g %.9g %.9g",
+			  pre ? "pre-norm" : "post-norm", losses[0][0], losses[0][1], losses[0][2], losses[0][3],
+			  losses[1][0], losses[1][1], losses[1][2], losses[1][3]);
+		CHECK(memcmp(logits[0], logits[1], count * sizeof(float)) == 0,
+			  "%s: logits after 3 steps differ with and without bf16 copies", pre ? "pre-norm" : "post-norm");
+		if (same)
+			printf("  bf16 copies (%s, %d buffers): 3 training steps and a forward bitwise those of rounding "
+				   "every operand (losses %.6f -> %.6f)\n", pre ? "pre-norm" : "post-norm", m[0]->num_operands16,
+				   losses[0][0], losses[0][3]);
+		for (int k = 0; k < 2; k++)
+		{
+			free(logits[k]);
+			tf_model_free(m[k]);
+		}
+	}
+	fixture_free(&fx);
+}
+
 void
 test_precision(const char *fixtures)
 {
@@ -715,4 +794,5 @@ test_precision(const char *fixtures)
 	check_gemm();
 	check_attention_rules();
 	check_model(fixtures);
+	check_operands16(fixtures);
 }
