@@ -53,10 +53,6 @@ struct CudaState
 	__nv_bfloat16 *weights16;
 	__nv_bfloat16 *operand16[2];
 	size_t		operand16_n[2];
-	const float *rounded[2];	/* the fp32 operand whose rounding operand16[i] holds, */
-	size_t		rounded_n[2];	/* while it is the held one (hold_operand); else NULL */
-	const float *held;			/* hold_operand's x and n */
-	size_t		held_n;
 	/* set_operands16's list, and how many leading elements of each x16 are current */
 	TfOperand16 *operands;
 	size_t	   *fresh;
@@ -341,7 +337,6 @@ cuda_reserve(TfBackend *be, size_t plane, size_t row_stats, size_t operand)
 			cuda_free(be, st->operand16[i]);
 			st->operand16[i] = p;
 			st->operand16_n[i] = n;
-			st->rounded[i] = NULL;
 		}
 	return true;
 }
@@ -428,8 +423,6 @@ bf16_operand(TfBackend *be, int which, const float *x, int rows, int cols, int l
 		}
 		return (const __nv_bfloat16 *) e->x16 + (x - e->x);
 	}
-	if (x == st->held && n <= st->held_n && x == st->rounded[which] && n == st->rounded_n[which])
-		return st->operand16[which];	/* rounded by an earlier gemm of this hold */
 	if (n > st->operand16_n[which])
 	{
 		__nv_bfloat16 *p = (__nv_bfloat16 *) cuda_alloc(be, n * sizeof(__nv_bfloat16));
@@ -445,24 +438,7 @@ bf16_operand(TfBackend *be, int which, const float *x, int rows, int cols, int l
 	}
 	k_round_bf16(st->operand16[which], x, n, st->stream);
 	launched(be, "bf16 rounding");
-	st->rounded[which] = x == st->held && n <= st->held_n ? x : NULL;
-	st->rounded_n[which] = n;
 	return st->operand16[which];
-}
-
-/*
- * hold_operand: bf16_operand reuses a rounding of x made since this call
- * (linear's backward reads its output gradient in two products; the
- * logits' gradient likewise). A new hold forgets the old roundings.
- */
-static void
-cuda_hold_operand(TfBackend *be, const float *x, size_t n)
-{
-	CudaState  *st = state(be);
-
-	st->held = x;
-	st->held_n = x != NULL ? n : 0;
-	st->rounded[0] = st->rounded[1] = NULL;
 }
 
 /*
@@ -521,7 +497,6 @@ cuda_set_precision(TfBackend *be, TfPrecision precision, const float *weights, s
 			cuda_free(be, st->operand16[i]);
 			st->operand16[i] = NULL;
 			st->operand16_n[i] = 0;
-			st->rounded[i] = NULL;
 		}
 		st->weights16 = NULL;
 		st->weights = NULL;
@@ -761,8 +736,9 @@ static void
 cuda_cross_entropy(TfBackend *be, float *logits, bool gradient, const int32_t *labels, int rows, int vocab,
 				   int ld, int pad_id, float label_smoothing, double *row_loss)
 {
-	written(state(be), logits, (size_t) (rows - 1) * ld + vocab);
-	k_cross_entropy(logits, gradient, labels, rows, vocab, ld, pad_id, label_smoothing, row_loss,
+	__nv_bfloat16 *logits16 = gradient && rows > 0 ? copy16(be, logits, (size_t) (rows - 1) * ld + vocab) : NULL;
+
+	k_cross_entropy(logits, logits16, gradient, labels, rows, vocab, ld, pad_id, label_smoothing, row_loss,
 					state(be)->stream);
 	launched(be, "cross_entropy");
 }
@@ -1056,7 +1032,6 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 	be->copy = cuda_copy;
 	be->reserve = cuda_reserve;
 	be->gemm = cuda_gemm;
-	be->hold_operand = cuda_hold_operand;
 	be->set_operands16 = cuda_set_operands16;
 	be->vocab_multiple = VOCAB_MULTIPLE;
 	be->bias_rows = cuda_bias_rows;

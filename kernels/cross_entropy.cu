@@ -13,15 +13,17 @@
  * and sum of exp(x - max) over its logits (the sum rescaled when the max
  * grows; FlashAttention's softmax) and the sum of the logits; the block
  * combines them (the max first, then each thread's sum rescaled to it, in
- * a fixed tree). With gradient a second pass writes softmax - q in place.
+ * a fixed tree). With gradient a second pass writes softmax - q in place,
+ * and its bf16 copy into logits16 (NULL: none; row stride ld as well).
  */
 __global__ void
-cross_entropy_kernel(float *logits, bool gradient, const int32_t *labels, int vocab, int ld, int pad_id,
-					 float label_smoothing, double *row_loss)
+cross_entropy_kernel(float *logits, __nv_bfloat16 *logits16, bool gradient, const int32_t *labels, int vocab,
+					 int ld, int pad_id, float label_smoothing, double *row_loss)
 {
 	__shared__ float part[33];
 	size_t		r = blockIdx.x;
 	float	   *x = logits + r * ld;
+	__nv_bfloat16 *x16 = logits16 != NULL ? logits16 + r * ld : NULL;
 	int			label = labels[r];
 	float		mx = -INFINITY,
 				sum = 0.0f,
@@ -33,7 +35,11 @@ cross_entropy_kernel(float *logits, bool gradient, const int32_t *labels, int vo
 	{
 		if (gradient)
 			for (int j = threadIdx.x; j < vocab; j += blockDim.x)
+			{
 				x[j] = 0.0f;
+				if (x16 != NULL)
+					x16[j] = __float2bfloat16_rn(0.0f);
+			}
 		if (threadIdx.x == 0)
 			row_loss[r] = 0.0;
 		return;
@@ -65,10 +71,15 @@ cross_entropy_kernel(float *logits, bool gradient, const int32_t *labels, int vo
 				smooth = label_smoothing / vocab;
 
 	for (int j = threadIdx.x; j < vocab; j += blockDim.x)
-		x[j] = expf(x[j] - row_max) * inv - smooth;
-	__syncthreads();			/* the label's element is another thread's */
-	if (threadIdx.x == 0)
-		x[label] -= 1.0f - label_smoothing;
+	{
+		float		g = expf(x[j] - row_max) * inv - smooth;
+
+		if (j == label)
+			g -= 1.0f - label_smoothing;
+		x[j] = g;
+		if (x16 != NULL)
+			x16[j] = __float2bfloat16_rn(g);
+	}
 }
 
 /* One block: *out += the sum of x. */
@@ -171,11 +182,11 @@ log_softmax_topk_kernel(const float *logits, int vocab, int ld, int k, float *to
 }
 
 void
-k_cross_entropy(float *logits, bool gradient, const int32_t *labels, int rows, int vocab, int ld, int pad_id,
-				float label_smoothing, double *row_loss, cudaStream_t stream)
+k_cross_entropy(float *logits, __nv_bfloat16 *logits16, bool gradient, const int32_t *labels, int rows, int vocab,
+				int ld, int pad_id, float label_smoothing, double *row_loss, cudaStream_t stream)
 {
 	if (rows > 0)
-		LAUNCH(cross_entropy_kernel, rows, BLOCK, 0, stream)(logits, gradient, labels, vocab, ld, pad_id,
+		LAUNCH(cross_entropy_kernel, rows, BLOCK, 0, stream)(logits, logits16, gradient, labels, vocab, ld, pad_id,
 															   label_smoothing, row_loss);
 }
 

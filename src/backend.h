@@ -116,8 +116,9 @@ struct TfBackend
 	 * Reserves working memory for attention planes [queries, keys] of up to
 	 * `plane` elements (the longest sentence squared), for `row_stats`
 	 * per-row attention statistics (sentences x the longest x num_heads)
-	 * and, in bf16, for matrix-product operands of up to `operand` elements that are not weights (the largest activation
-	 * or gradient a gemm reads); false when out of memory. Called once per
+	 * and, in bf16, for matrix-product operands of up to `operand` elements
+	 * that are neither weights nor listed by set_operands16 (the largest
+	 * such activation or gradient a gemm reads); false when out of memory. Called once per
 	 * batch, before its operations: a backend that grows nothing during a
 	 * step allocates only here.
 	 */
@@ -132,31 +133,21 @@ struct TfBackend
 						 float beta, float *c, int ldc);
 
 	/*
-	 * The caller's promise that x [n floats] stays unchanged until the next
-	 * hold_operand (x NULL: none held), through the gemms that read it: a
-	 * backend that rounds gemm operands (CUDA's bf16) then rounds it once
-	 * for all of them. The caller releases the hold (x NULL) right after
-	 * those gemms, before anything writes x: a hold left set would let a
-	 * later product of the same buffer reuse an old rounding. NULL on
-	 * backends that round nothing (the CPU's).
-	 */
-	void		(*hold_operand) (TfBackend *be, const float *x, size_t n);
-
-	/*
 	 * The buffers whose bf16 copies the caller keeps (list [count], copied;
 	 * count 0: none), so that in bf16 no gemm operand is rounded in a pass
-	 * of its own: until the next call, an op that writes the start of a
-	 * listed x (the out of layernorm, residual_layernorm, activation,
-	 * dropout and embed; residual_layernorm_backward's dy; the dx of
-	 * activation_backward and dropout_backward) writes the same elements of x16 rounded to
-	 * nearest even as well; any other write to x makes its copy stale; a
-	 * gemm that reads elements of x reads x16, rounding x into it first
-	 * where it is stale. The bits are those of rounding every operand at
-	 * every gemm. Listed buffers hold activations or their gradients: the
-	 * ops that write parameters, their gradients, Adam's moments, loss
-	 * sums or key/value caches do not look for them. The caller calls it
-	 * again (count 0 at the latest) before it frees a listed buffer. NULL
-	 * on backends that round nothing (the CPU's).
+	 * of its own. Until the next call, an op that writes the start of a
+	 * listed x writes the same elements of x16 as well, rounded to nearest
+	 * even: the out of layernorm, residual_layernorm, activation, dropout
+	 * and embed; the dy of residual_layernorm_backward; the dx of
+	 * activation_backward and dropout_backward; cross_entropy's gradient.
+	 * Any other write to x makes its copy stale. A gemm that reads elements
+	 * of x reads x16, rounding x into it first where it is stale. The bits
+	 * are those of rounding every operand at every gemm. Listed buffers
+	 * hold activations or their gradients: the ops that write parameters,
+	 * their gradients, Adam's moments, loss sums or key/value caches do not
+	 * look for them. The caller calls it again (count 0 at the latest)
+	 * before it frees a listed buffer. NULL on backends that round nothing
+	 * (the CPU's).
 	 */
 	void		(*set_operands16) (TfBackend *be, const TfOperand16 *list, int count);
 

@@ -208,9 +208,9 @@ tf_device_parse(const char *device, char kind[8], int *index, char *err, size_t 
 /*
  * The most buffers layout_activations lists with bf16 copies: 7 a layer
  * (ctx, ln_self, ctx_cross, ln_cross, h, ln_ffn, out), then enc_x0, dec_x0,
- * enc_final, dec_final, tmp, g_qkv, g_h and g_kv.
+ * enc_final, dec_final, logits, tmp, g_qkv, g_h and g_kv.
  */
-#define MAX_OPERANDS16(layers) (7 * (layers) + 8)
+#define MAX_OPERANDS16(layers) (7 * (layers) + 9)
 
 /*
  * tf_model_create (train: with gradients and Adam moments),
@@ -593,7 +593,7 @@ layout_activations(TfModel *m, float *base)
 		m->final_mean = take(base, &used, Ns + Nt);
 		m->final_rstd = take(base, &used, Ns + Nt);
 	}
-	m->logits = take(base, &used, Nt * (size_t) m->ldv);
+	m->logits = take_operand(m, base, &used, Nt * (size_t) m->ldv, m->training);
 	m->tmp = take_operand(m, base, &used, N * d, m->training);
 	m->g_a = take(base, &used, N * d);
 	m->g_b = take(base, &used, N * d);
@@ -651,12 +651,15 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 				layout = longs * sizeof(int64_t) + lay->ints_used * sizeof(int32_t);
 	int			longest = lay->max_src > lay->max_tgt ? lay->max_src : lay->max_tgt;
 
-	/* the largest product operand that is not a weight: [rows, widest] */
+	/*
+	 * the largest product operand that is not a weight: [rows, widest]; none
+	 * when every one has a bf16 copy (take_operand)
+	 */
 	if ((size_t) m->config.d_ff > widest)
 		widest = (size_t) m->config.d_ff;
 	if (3 * (size_t) m->config.d_model > widest)
 		widest = 3 * (size_t) m->config.d_model;
-	operand = rows * widest;
+	operand = m->precision == TF_BF16 && m->be->set_operands16 != NULL ? 0 : rows * widest;
 
 	/* grow with a quarter of headroom: batch shapes vary from step to step */
 	if (need > m->arena_floats)
@@ -811,27 +814,17 @@ decoder_output(const TfModel *m)
 	return c->normalize_before ? m->dec_final : m->acts[c->num_encoder_layers + c->num_decoder_layers - 1].out;
 }
 
-/* be->hold_operand where the backend has one. */
-static void
-hold_operand(TfBackend *be, const float *x, size_t n)
-{
-	if (be->hold_operand != NULL)
-		be->hold_operand(be, x, n);
-}
-
 /*
  * Backward of linear: dW += dy^T x, db += colsum(dy), and dx = dy W
- * (dx_beta 1 adds into dx). dy is held (hold_operand) across both products.
+ * (dx_beta 1 adds into dx).
  */
 static void
 linear_backward(TfBackend *be, float *dx, float dx_beta, float *dw, float *db, const float *dy,
 				const float *x, const float *w, int rows, int in, int out)
 {
-	hold_operand(be, dy, (size_t) rows * out);
 	be->gemm(be, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
 	be->bias_backward(be, db, dy, rows, out, out, 1.0f);
 	be->gemm(be, false, false, rows, in, out, 1.0f, dy, out, w, in, dx_beta, dx, in);
-	hold_operand(be, NULL, 0);
 }
 
 /* Which attention of a layer. */
@@ -1397,12 +1390,10 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 		if (m->reduce_grads)
 			be->all_reduce(be, m->grads + m->off_logits_bias, (size_t) c->vocab_size, false);
 	}
-	hold_operand(be, m->logits, (size_t) Nt * m->ldv);
 	be->gemm(be, true, false, c->vocab_size, d, Nt, grad_scale, m->logits, m->ldv,
 			 decoder_output(m), d, 1.0f, m->grads + m->off_embedding, d);
 	be->gemm(be, false, false, Nt, d, c->vocab_size, grad_scale, m->logits, m->ldv,
 			 m->params + m->off_embedding, d, 0.0f, c->normalize_before ? m->g_b : m->g_a, d);
-	hold_operand(be, NULL, 0);
 	if (c->normalize_before)
 		final_norm_backward(m, true, m->g_a, m->g_b);
 
