@@ -757,19 +757,15 @@ cuda_sum_squares(TfBackend *be, const float *x, size_t n, double *out)
 	launched(be, "sum_squares");
 }
 
+/* In bf16, Adam on the weights of set_precision writes their bf16 copy as well. */
 static void
-cuda_scale(TfBackend *be, float *x, size_t n, float s)
+cuda_adam(TfBackend *be, float *params, float *grads, float *m, float *v, size_t n, float grad_scale, float lr,
+		  float beta1, float beta2, float eps, float bc1, float bc2)
 {
-	written(state(be), x, n);
-	k_scale(x, n, s, state(be)->stream);
-	launched(be, "scale");
-}
+	CudaState  *st = state(be);
+	__nv_bfloat16 *params16 = st->bf16 && params == st->weights && n == st->weights_n ? st->weights16 : NULL;
 
-static void
-cuda_adam(TfBackend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
-		  float beta2, float eps, float bc1, float bc2)
-{
-	k_adam(params, grads, m, v, n, lr, beta1, beta2, eps, bc1, bc2, state(be)->stream);
+	k_adam(params, params16, grads, m, v, n, grad_scale, lr, beta1, beta2, eps, bc1, bc2, st->stream);
 	launched(be, "adam");
 }
 
@@ -1052,7 +1048,6 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 	be->cross_entropy = cuda_cross_entropy;
 	be->accumulate = cuda_accumulate;
 	be->sum_squares = cuda_sum_squares;
-	be->scale = cuda_scale;
 	be->adam = cuda_adam;
 	be->gather = cuda_gather;
 	be->cache_gather = cuda_cache_gather;

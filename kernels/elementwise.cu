@@ -1,5 +1,5 @@
 /*
- * elementwise.cu - residual add, scaling, bias rows and their column sums,
+ * elementwise.cu - residual add, bias rows and their column sums,
  * the feed-forward activations and their backward: the CUDA twins of the elementwise ops of
  * src/backend_cpu.c; and the rounding of fp32 to bf16 that mixed precision
  * feeds cuBLAS with (no CPU twin: the CPU backend computes in fp32 only).
@@ -62,13 +62,6 @@ round_bf16_quads_kernel(__nv_bfloat16 *out, const float *x, size_t n)
 	}
 	if (t != SIZE_MAX)
 		out[t] = __float2bfloat16_rn(x[t]);
-}
-
-__global__ void
-scale_kernel(float *x, size_t n, float s)
-{
-	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
-		x[i] *= s;
 }
 
 __global__ void
@@ -213,12 +206,6 @@ k_round_bf16(__nv_bfloat16 *out, const float *x, size_t n, cudaStream_t stream)
 		LAUNCH(round_bf16_quads_kernel, blocks_for(n / 4 + 1, BLOCK), BLOCK, 0, stream)(out, x, n);
 	else
 		LAUNCH(round_bf16_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(out, x, n);
-}
-
-void
-k_scale(float *x, size_t n, float s, cudaStream_t stream)
-{
-	LAUNCH(scale_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(x, n, s);
 }
 
 void

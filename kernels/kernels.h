@@ -23,7 +23,6 @@ extern "C" {
 
 /* elementwise.cu (column sums: workspace of column_chunks(...) * cols floats) */
 void		k_add(float *out, const float *a, const float *b, size_t n, cudaStream_t stream);
-void		k_scale(float *x, size_t n, float s, cudaStream_t stream);
 /* out[i] = x[i] rounded to bfloat16, to nearest, ties to even (__float2bfloat16_rn) */
 void		k_round_bf16(__nv_bfloat16 *out, const float *x, size_t n, cudaStream_t stream);
 /* out and dout [rows, cols] with row stride ld */
@@ -89,8 +88,9 @@ void		k_log_softmax_topk(const float *logits, int rows, int vocab, int ld, int k
 /* optim.cu (partials: k_sum_squares_partials() doubles of workspace) */
 size_t		k_sum_squares_partials(void);
 void		k_sum_squares(const float *x, size_t n, double *out, double *partials, cudaStream_t stream);
-void		k_adam(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
-				   float beta2, float eps, float bc1, float bc2, cudaStream_t stream);
+void		k_adam(float *params, __nv_bfloat16 *params16, float *grads, float *m, float *v, size_t n,
+				   float grad_scale, float lr, float beta1, float beta2, float eps, float bc1, float bc2,
+				   cudaStream_t stream);
 
 /* gather.cu: fp32, bf16, and fp32 rounded into bf16 (src must not overlap dst then) */
 void		k_gather(float *dst, size_t dst_stride, const float *src, size_t src_stride, const int32_t *rows,

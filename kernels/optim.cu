@@ -5,23 +5,33 @@
  */
 #include "kernels.h"
 
-/* Blocks of the first pass of sum_squares (their partial sums are then added in order). */
-#define SUMSQ_BLOCKS 256
+/*
+ * Blocks of the first pass of sum_squares, 8 of 256 threads for each of an
+ * H100's 132 SMs (their partial sums are then added in order).
+ */
+#define SUMSQ_BLOCKS 1024
 
+/* params16 (NULL: none): the bf16 copy of params, refreshed. */
 __global__ void
-adam_kernel(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-			float eps, float bc1, float bc2)
+adam_kernel(float *params, __nv_bfloat16 *params16, float *grads, float *m, float *v, size_t n, float grad_scale,
+			float lr, float beta1, float beta2, float eps, float bc1, float bc2)
 {
 	float		step_size = lr / bc1,
 				sqrt_bc2 = sqrtf(bc2);
 
 	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
 	{
-		float		g = grads[i];
+		float		g = grads[i] * grad_scale,
+					mi = beta1 * m[i] + (1.0f - beta1) * g,
+					vi = beta2 * v[i] + (1.0f - beta2) * g * g,
+					p = params[i] - step_size * mi / (sqrtf(vi) / sqrt_bc2 + eps);
 
-		m[i] = beta1 * m[i] + (1.0f - beta1) * g;
-		v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
-		params[i] -= step_size * m[i] / (sqrtf(v[i]) / sqrt_bc2 + eps);
+		m[i] = mi;
+		v[i] = vi;
+		params[i] = p;
+		if (params16 != NULL)
+			params16[i] = __float2bfloat16_rn(p);
+		grads[i] = 0.0f;
 	}
 }
 
@@ -55,9 +65,9 @@ k_sum_squares(const float *x, size_t n, double *out, double *partials, cudaStrea
 }
 
 void
-k_adam(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-	   float eps, float bc1, float bc2, cudaStream_t stream)
+k_adam(float *params, __nv_bfloat16 *params16, float *grads, float *m, float *v, size_t n, float grad_scale,
+	   float lr, float beta1, float beta2, float eps, float bc1, float bc2, cudaStream_t stream)
 {
-	LAUNCH(adam_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(params, grads, m, v, n, lr, beta1, beta2, eps,
-																  bc1, bc2);
+	LAUNCH(adam_kernel, blocks_for(n, BLOCK), BLOCK, 0, stream)(params, params16, grads, m, v, n, grad_scale, lr,
+																  beta1, beta2, eps, bc1, bc2);
 }

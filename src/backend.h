@@ -304,16 +304,16 @@ struct TfBackend
 	/* *out = sum of squares of x (n elements), in double (out backend memory). */
 	void		(*sum_squares) (TfBackend *be, const float *x, size_t n, double *out);
 
-	/* x *= s. */
-	void		(*scale) (TfBackend *be, float *x, size_t n, float s);
-
 	/*
-	 * Adam (Kingma & Ba 2015) as PyTorch computes it: m = b1 m + (1-b1) g;
-	 * v = b2 v + (1-b2) g^2; p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps),
-	 * bc1 = 1 - b1^t, bc2 = 1 - b2^t.
+	 * Adam (Kingma & Ba 2015) as PyTorch computes it, in one pass over the
+	 * n parameters: g = grad_scale * grads (the global-norm clipping's
+	 * factor, 1 without); m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+	 * p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps), bc1 = 1 - b1^t,
+	 * bc2 = 1 - b2^t; then grads = 0 for the next step. Where params are
+	 * set_precision's weights, their bf16 copy is refreshed in the same pass.
 	 */
-	void		(*adam) (TfBackend *be, float *params, const float *grads, float *m, float *v,
-						 size_t n, float lr, float beta1, float beta2, float eps, float bc1, float bc2);
+	void		(*adam) (TfBackend *be, float *params, float *grads, float *m, float *v, size_t n,
+						 float grad_scale, float lr, float beta1, float beta2, float eps, float bc1, float bc2);
 
 	/*
 	 * Strided row gather: dst[i * dst_stride + j] = src[rows[i] * src_stride + j]

@@ -945,17 +945,7 @@ cpu_sum_squares(TfBackend *be, const float *x, size_t n, double *out)
 }
 
 static void
-cpu_scale(TfBackend *be, float *x, size_t n, float s)
-{
-	long		i;
-
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (i = 0; i < (long) n; i++)
-		x[i] *= s;
-}
-
-static void
-cpu_adam(TfBackend *be, float *params, const float *grads, float *m, float *v, size_t n,
+cpu_adam(TfBackend *be, float *params, float *grads, float *m, float *v, size_t n, float grad_scale,
 		 float lr, float beta1, float beta2, float eps, float bc1, float bc2)
 {
 	float		step_size = lr / bc1;
@@ -965,11 +955,12 @@ cpu_adam(TfBackend *be, float *params, const float *grads, float *m, float *v, s
 #pragma omp parallel for num_threads(nthreads(be)) schedule(static)
 	for (i = 0; i < (long) n; i++)
 	{
-		float		g = grads[i];
+		float		g = grads[i] * grad_scale;
 
 		m[i] = beta1 * m[i] + (1.0f - beta1) * g;
 		v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
 		params[i] -= step_size * m[i] / (sqrtf(v[i]) / sqrt_bc2 + eps);
+		grads[i] = 0.0f;
 	}
 }
 
@@ -1223,7 +1214,6 @@ tf_backend_cpu_create(int threads)
 	be->cross_entropy = cpu_cross_entropy;
 	be->accumulate = cpu_accumulate;
 	be->sum_squares = cpu_sum_squares;
-	be->scale = cpu_scale;
 	be->adam = cpu_adam;
 	be->gather = cpu_gather;
 	be->cache_gather = cpu_cache_gather;

@@ -62,6 +62,7 @@ tf_model_step(TfModel *m, const TfOptimizer *opt, TfStepStats *stats, char *err,
 	double		host[4];
 	double		norm;
 	double		lr;
+	float		clip = 1.0f;
 	int64_t		t = m->step + 1;
 	sigset_t	old;
 
@@ -96,14 +97,13 @@ tf_model_step(TfModel *m, const TfOptimizer *opt, TfStepStats *stats, char *err,
 	}
 	/* torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above */
 	if (opt->clip_norm > 0.0f && norm > opt->clip_norm)
-		be->scale(be, m->grads, m->num_params, (float) (opt->clip_norm / (norm + 1e-6)));
+		clip = (float) (opt->clip_norm / (norm + 1e-6));
 	lr = tf_learning_rate(opt, m->config.d_model, t);
-	be->adam(be, m->params, m->grads, m->adam_m, m->adam_v, m->num_params, (float) lr,
+	/* one pass: the clipped gradients, the moments, the weights and their bf16 copy; gradients zeroed */
+	be->adam(be, m->params, m->grads, m->adam_m, m->adam_v, m->num_params, clip, (float) lr,
 			 opt->beta1, opt->beta2, opt->epsilon,
 			 (float) (1.0 - pow(opt->beta1, (double) t)), (float) (1.0 - pow(opt->beta2, (double) t)));
 	m->step = t;
-	tf_model_weights_changed(m);
-	tf_model_zero_grad(m);
 	tf_restore_signals(&old);
 	stats->learning_rate = lr;
 	return be->status(be, err, errlen);
