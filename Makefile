@@ -100,7 +100,7 @@ override CPPFLAGS := -isystem $(includedir_server) $(CPPFLAGS)
 # - attention_cuda.so: nvcc for sm_80, sm_90 and compute_90 PTX; warnings are
 #   errors, and ptxas must report 0 spill bytes for every kernel.
 # - attention_cuda_emu.so: the same sources by g++ with kernels/emu/cuda_emu.h
-#   and the cuBLAS shim over OpenBLAS, run on the CPU (CI; selected in the
+#   and the cuBLAS and cuBLASLt shim over OpenBLAS, run on the CPU (CI; selected in the
 #   server by the superuser GUC attention.cuda_library).
 # nvcc and the toolkit's headers are autodetected; USE_CUDA=0 skips both.
 USE_CUDA ?= 1
@@ -125,7 +125,7 @@ NVCC_FLAGS = -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden,$(CUDA_WARNINGS
 	-gencode arch=compute_90,code=compute_90
 all: $(CUDA_LIB)
 $(CUDA_LIB): $(CUDA_DEPS)
-	$(NVCC) $(NVCC_FLAGS) -shared -o $@ $(CUDA_SRCS) -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas \
+	$(NVCC) $(NVCC_FLAGS) -shared -o $@ $(CUDA_SRCS) -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt \
 		-L$(NCCL_LIB) -Xlinker -rpath,$(NCCL_LIB) -lnccl 2> kernels/ptxas.log || { cat kernels/ptxas.log; exit 1; }
 	@spills=$$(grep -c "[1-9][0-9]* bytes spill" kernels/ptxas.log || true); \
 	  kernels=$$(grep -c "spill stores" kernels/ptxas.log || true); \

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <nccl.h>
 
@@ -33,12 +34,37 @@ extern "C" {
 #include "transformer.h"
 }
 
-/* Backend state: the device, its stream and cuBLAS handle, the first error, workspaces. */
+/*
+ * A cuBLASLt product (gemm_bias): its descriptors and the heuristic's
+ * algorithm, cached per shape and epilogue, LT_PLANS of them reused in turn
+ * (a step's layers repeat a few shapes; batches change the row counts).
+ */
+struct LtPlan
+{
+	int			key[10];		/* trans_a, trans_b, m, n, k, lda, ldb, ldc, bf16, epilogue */
+	cublasLtMatmulDesc_t desc;
+	cublasLtMatrixLayout_t a,
+				b,
+				c;
+	cublasLtMatmulAlgo_t algo;
+	bool		found;			/* the heuristic returned an algorithm */
+};
+
+#define LT_PLANS 64
+#define LT_WORKSPACE ((size_t) 32 << 20)
+
+/* Backend state: the device, its stream and cuBLAS handles, the first error, workspaces. */
 struct CudaState
 {
 	int			device;
 	cudaStream_t stream;
 	cublasHandle_t blas;
+	cublasLtHandle_t lt;
+	void	   *lt_workspace;	/* LT_WORKSPACE bytes */
+	LtPlan		plans[LT_PLANS];
+	int			plans_next;
+	float	   *bgrad;			/* BGRADB's bias gradient, added to the caller's */
+	size_t		bgrad_n;
 	bool		failed;
 	char		error[TF_ERRLEN];
 	float	   *attention_work;	/* attention backward (k_attention_workspace) */
@@ -568,6 +594,150 @@ cuda_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int
 	launched(be, "bias_backward");
 }
 
+/* Frees a plan's descriptors (a plan never built has none). */
+static void
+lt_plan_free(LtPlan *p)
+{
+	if (p->desc != NULL)
+		cublasLtMatmulDescDestroy(p->desc);
+	if (p->a != NULL)
+		cublasLtMatrixLayoutDestroy(p->a);
+	if (p->b != NULL)
+		cublasLtMatrixLayoutDestroy(p->b);
+	if (p->c != NULL)
+		cublasLtMatrixLayoutDestroy(p->c);
+	memset(p, 0, sizeof(*p));
+}
+
+/*
+ * The plan of row-major C[m, n] = op(A) op(B) with the given epilogue, as
+ * cuda_gemm swaps it into column-major C^T = op(B)^T op(A)^T: cuBLASLt's A
+ * is our B, its B our A, so the bias (BIAS: one per row of its D) runs
+ * along our columns and the bias gradient (BGRADB: its B summed over k) is
+ * our op(A)'s rows summed. found is false when cuBLASLt offers no
+ * algorithm; the caller then composes the product from other ops.
+ */
+static LtPlan *
+lt_plan(CudaState *st, const int key[10])
+{
+	bool		ta = key[0],
+				tb = key[1];
+	int			m = key[2],
+				n = key[3],
+				k = key[4];
+	cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+				op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+	cudaDataType_t type = key[8] ? CUDA_R_16BF : CUDA_R_32F,
+				bias_type = CUDA_R_32F;
+	cublasLtEpilogue_t epilogue = (cublasLtEpilogue_t) key[9];
+	cublasLtMatmulPreference_t pref = NULL;
+	cublasLtMatmulHeuristicResult_t result;
+	uint64_t	workspace = LT_WORKSPACE;
+	int			found = 0;
+	LtPlan	   *p;
+
+	for (int i = 0; i < LT_PLANS; i++)
+		if (memcmp(st->plans[i].key, key, sizeof(st->plans[i].key)) == 0)
+			return &st->plans[i];
+	p = &st->plans[st->plans_next];
+	st->plans_next = (st->plans_next + 1) % LT_PLANS;
+	lt_plan_free(p);
+	memcpy(p->key, key, sizeof(p->key));
+	p->found = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+									   sizeof(epilogue)) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+									   sizeof(bias_type)) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatrixLayoutCreate(&p->a, type, tb ? k : n, tb ? n : k, key[6]) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatrixLayoutCreate(&p->b, type, ta ? m : k, ta ? k : m, key[5]) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, n, m, key[7]) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+											 sizeof(workspace)) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatmulAlgoGetHeuristic(st->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result,
+									   &found) == CUBLAS_STATUS_SUCCESS && found > 0;
+	if (pref != NULL)
+		cublasLtMatmulPreferenceDestroy(pref);
+	if (p->found)
+		p->algo = result.algo;
+	return p;
+}
+
+/*
+ * gemm_bias: cuBLASLt with the BIAS or BGRADB epilogue; BGRADB writes the
+ * gradient, which one add then accumulates into dbias. Where cuBLASLt has
+ * no algorithm, bias_rows and gemm, or gemm and bias_backward. bias needs
+ * beta 0 and dbias trans_a (the uses backend.h names).
+ */
+static void
+cuda_gemm_bias(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+			   const float *b, int ldb, float beta, float *c, int ldc, const float *bias, float *dbias)
+{
+	CudaState  *st = state(be);
+	int			key[10] = {trans_a, trans_b, m, n, k, lda, ldb, ldc, st->bf16,
+		bias != NULL ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB};
+	const void *a_op = a,
+			   *b_op = b;
+	const void *vector;
+	LtPlan	   *p;
+	cublasStatus_t rc;
+
+	if ((bias == NULL) == (dbias == NULL) || (bias != NULL && beta != 0.0f) || (dbias != NULL && !trans_a))
+	{
+		fail(be, "gemm_bias", "needs a bias with beta 0 or a bias gradient of op(A) = A^T");
+		return;
+	}
+	if (m == 0 || n == 0)
+		return;
+	p = k > 0 ? lt_plan(st, key) : NULL;
+	if (p == NULL || !p->found)
+	{
+		if (bias != NULL)
+			cuda_bias_rows(be, c, bias, m, n, ldc);
+		cuda_gemm(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias != NULL ? 1.0f : beta, c, ldc);
+		if (dbias != NULL)
+			cuda_bias_backward(be, dbias, a, k, m, lda, 1.0f);
+		return;
+	}
+	if (dbias != NULL && (size_t) m > st->bgrad_n)
+	{
+		float	   *grown = (float *) cuda_alloc(be, (size_t) m * sizeof(float));
+
+		if (grown == NULL)
+		{
+			fail(be, "gemm_bias", "out of device memory for a bias gradient");
+			return;
+		}
+		cuda_free(be, st->bgrad);
+		st->bgrad = grown;
+		st->bgrad_n = (size_t) m;
+	}
+	written(st, c, (size_t) (m - 1) * ldc + n);
+	if (st->bf16 && ((a_op = bf16_operand(be, 0, a, trans_a ? k : m, trans_a ? m : k, lda)) == NULL ||
+					 (b_op = bf16_operand(be, 1, b, trans_b ? n : k, trans_b ? k : n, ldb)) == NULL))
+		return;
+	vector = bias != NULL ? (const void *) bias : (const void *) st->bgrad;
+	rc = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vector, sizeof(vector));
+	if (rc == CUBLAS_STATUS_SUCCESS)
+		rc = cublasLtMatmul(st->lt, p->desc, &alpha, b_op, p->a, a_op, p->b, &beta, c, p->c, c, p->c, &p->algo,
+							st->lt_workspace, LT_WORKSPACE, st->stream);
+	if (rc != CUBLAS_STATUS_SUCCESS)
+	{
+		char		why[80];
+
+		snprintf(why, sizeof(why), "cuBLASLt status %d (m %d, n %d, k %d)", (int) rc, m, n, k);
+		fail(be, "cublasLtMatmul", why);
+		return;
+	}
+	if (dbias != NULL)
+	{
+		k_add(dbias, dbias, st->bgrad, (size_t) m, st->stream);
+		launched(be, "bias gradient");
+	}
+}
+
 static void
 cuda_embed(TfBackend *be, float *out, const int32_t *ids, const int32_t *positions, const float *embedding,
 		   const float *pe, int rows, int d, float scale)
@@ -944,6 +1114,12 @@ cuda_destroy(TfBackend *be)
 	cudaFree(st->weights16);
 	cudaFree(st->operand16[0]);
 	cudaFree(st->operand16[1]);
+	cudaFree(st->bgrad);
+	cudaFree(st->lt_workspace);
+	for (int i = 0; i < LT_PLANS; i++)
+		lt_plan_free(&st->plans[i]);
+	if (st->lt != NULL)
+		cublasLtDestroy(st->lt);
 	free(st->operands);
 	free(st->fresh);
 	if (st->blas != NULL)
@@ -1010,9 +1186,11 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 		return NULL;
 	}
 	if (cublasCreate(&st->blas) != CUBLAS_STATUS_SUCCESS ||
-		cublasSetStream(st->blas, st->stream) != CUBLAS_STATUS_SUCCESS)
+		cublasSetStream(st->blas, st->stream) != CUBLAS_STATUS_SUCCESS ||
+		cublasLtCreate(&st->lt) != CUBLAS_STATUS_SUCCESS ||
+		cudaMalloc(&st->lt_workspace, LT_WORKSPACE) != cudaSuccess)
 	{
-		snprintf(err, errlen, "CUDA device %d: cuBLAS could not be initialised", device);
+		snprintf(err, errlen, "CUDA device %d: cuBLAS and cuBLASLt could not be initialised", device);
 		cuda_destroy(be);
 		return NULL;
 	}
@@ -1028,6 +1206,7 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 	be->copy = cuda_copy;
 	be->reserve = cuda_reserve;
 	be->gemm = cuda_gemm;
+	be->gemm_bias = cuda_gemm_bias;
 	be->set_operands16 = cuda_set_operands16;
 	be->vocab_multiple = VOCAB_MULTIPLE;
 	be->bias_rows = cuda_bias_rows;

@@ -133,6 +133,19 @@ struct TfBackend
 						 float beta, float *c, int ldc);
 
 	/*
+	 * gemm with a bias folded into the product (NULL where the caller
+	 * composes it from bias_rows, gemm and bias_backward: the CPU's), one
+	 * of bias and dbias not NULL. bias [n]: C[i, j] = alpha (op(A)
+	 * op(B))[i, j] + beta C[i, j] + bias[j] (nn.Linear's forward). dbias
+	 * [m]: dbias[i] += sum over k of op(A)[i, k] as the product reads it
+	 * (in bf16 the rounded operand; linear's bias gradient from the weight
+	 * gradient's product, alpha 1).
+	 */
+	void		(*gemm_bias) (TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+							  const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc,
+							  const float *bias, float *dbias);
+
+	/*
 	 * The buffers whose bf16 copies the caller keeps (list [count], copied;
 	 * count 0: none), so that in bf16 no gemm operand is rounded in a pass
 	 * of its own. Until the next call, an op that writes the start of a

@@ -727,8 +727,9 @@ row_scales(const TfModel *m, size_t w)
 
 /*
  * y[rows, out] (row stride ldy) = x[rows, in] W^T + b with W [out, in] as
- * in nn.Linear. In training, the bias is the GEMM's initial C (beta 1), one
- * pass instead of a zeroing and an add; inference goes through the
+ * in nn.Linear. The bias is the product's epilogue where the backend has
+ * gemm_bias (CUDA's), else the GEMM's initial C (beta 1), one pass instead
+ * of a zeroing and an add; CPU inference goes through the
  * backend's linear where there is one and y is contiguous (the CPU's:
  * oneDNN or OpenBLAS by row count, int8 through oneDNN; bench/cpu_matmul.c;
  * int8 models run only there, so ldy is out for them).
@@ -743,6 +744,8 @@ linear_strided(TfModel *m, float *y, int ldy, const float *x, size_t w, size_t b
 		be->linear(be, TF_WEIGHTS_INT8, y, x, m->q8 + w, row_scales(m, w), bias, rows, in, out);
 	else if (be->linear != NULL && m->grads == NULL && ldy == out)
 		be->linear(be, TF_WEIGHTS_FP32, y, x, m->params + w, NULL, bias, rows, in, out);
+	else if (bias != NULL && be->gemm_bias != NULL)
+		be->gemm_bias(be, false, true, rows, out, in, 1.0f, x, in, m->params + w, in, 0.0f, y, ldy, bias, NULL);
 	else
 	{
 		if (bias != NULL)
@@ -815,15 +818,21 @@ decoder_output(const TfModel *m)
 }
 
 /*
- * Backward of linear: dW += dy^T x, db += colsum(dy), and dx = dy W
+ * Backward of linear: dW += dy^T x, db += colsum(dy) (the weight
+ * gradient's epilogue where the backend has gemm_bias), and dx = dy W
  * (dx_beta 1 adds into dx).
  */
 static void
 linear_backward(TfBackend *be, float *dx, float dx_beta, float *dw, float *db, const float *dy,
 				const float *x, const float *w, int rows, int in, int out)
 {
-	be->gemm(be, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
-	be->bias_backward(be, db, dy, rows, out, out, 1.0f);
+	if (be->gemm_bias != NULL)
+		be->gemm_bias(be, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in, NULL, db);
+	else
+	{
+		be->gemm(be, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
+		be->bias_backward(be, db, dy, rows, out, out, 1.0f);
+	}
 	be->gemm(be, false, false, rows, in, out, 1.0f, dy, out, w, in, dx_beta, dx, in);
 }
 

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <nccl.h>
 #include <chrono>
@@ -56,6 +57,112 @@ expect(const char *what, const float *d, const float *want, int n)
 		bad |= !(got[i] == want[i]);
 	printf("%s %s\n", bad ? "FAIL" : "ok  ", what);
 	failures += bad;
+}
+
+/* A cuBLASLt product D = C (beta) with the shim's descriptors; CUBLAS_STATUS_* of the heuristic or the product. */
+static cublasStatus_t
+lt_product(cublasLtHandle_t lt, cublasOperation_t ta, cublasOperation_t tb, cublasLtEpilogue_t epilogue,
+		   const void *bias, cudaDataType type, const void *A, int ar, int ac, int lda, const void *B, int br,
+		   int bc, int ldb, float beta, float *C, int cr, int cc)
+{
+	cublasLtMatmulDesc_t desc;
+	cublasLtMatrixLayout_t la, lb, lc;
+	cublasLtMatmulPreference_t pref;
+	cublasLtMatmulHeuristicResult_t r;
+	int			found = 0;
+	float		one = 1;
+	cublasStatus_t st;
+
+	cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+	cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+	cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+	cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
+	cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+	cublasLtMatrixLayoutCreate(&la, type, ar, ac, lda);
+	cublasLtMatrixLayoutCreate(&lb, type, br, bc, ldb);
+	cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, cr, cc, cr);
+	cublasLtMatmulPreferenceCreate(&pref);
+	st = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &r, &found);
+	if (st == CUBLAS_STATUS_SUCCESS)
+		st = cublasLtMatmul(lt, desc, &one, A, la, B, lb, &beta, C, lc, C, lc, &r.algo, NULL, 0, 0);
+	cublasLtMatmulPreferenceDestroy(pref);
+	cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lc);
+	cublasLtMatmulDescDestroy(desc);
+	return st;
+}
+
+/*
+ * The cuBLASLt shim's epilogues, worked by hand: BIAS adds bias[i] to row i
+ * of D (its length D's rows); BGRADB writes the sums over k of op(B) = B^T
+ * (its length D's columns), from bf16 operands as stored; a descriptor
+ * attribute the shim does not implement and BGRADB with B not transposed
+ * are refused.
+ */
+static void
+lt_goldens(void)
+{
+	const float X = NAN;
+	cublasLtHandle_t lt;
+	/* A = [1 2 3; 4 5 6] column-major, lda 2; B = [7 8; 9 10; 11 12], ldb 3; Bt = B^T stored 2x3, ldb 2 */
+	float		hA[] = {1, 4, 2, 5, 3, 6},
+				hB[] = {7, 9, 11, 8, 10, 12},
+				hBt[] = {7, 8, 9, 10, 11, 12},
+				hbias[] = {0.5f, -1},
+				hC[] = {X, X, X, X},
+				ones[] = {1, 1, 1, 1};
+	float	   *A = up(hA, 6),
+			   *B = up(hB, 6),
+			   *Bt = up(hBt, 6),
+			   *bias = up(hbias, 2),
+			   *C = up(hC, 4),
+			   *grad = up(hC, 2);
+	/* A B + bias on rows: [58.5 64.5; 138 153]; A B + 1: [59 65; 140 155]; B's column sums: 27 30 */
+	float		w1[] = {58.5f, 138, 64.5f, 153},
+				w2[] = {59, 140, 65, 155},
+				w3[] = {27, 30};
+	__nv_bfloat16 hA16[6],
+				hBt16[6];
+	void	   *A16,
+			   *Bt16;
+	cublasLtMatmulDesc_t desc;
+	int32_t		mode = 0;
+	cublasStatus_t st;
+
+	cublasLtCreate(&lt);
+	st = lt_product(lt, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_BIAS, bias, CUDA_R_32F, A, 2, 3, 2, B, 3, 2, 3,
+					0.0f, C, 2, 2);
+	expect("cuBLASLt BIAS: bias[i] on row i of D, beta 0 ignores NaN in C", C, w1, 4);
+	failures += st != CUBLAS_STATUS_SUCCESS;
+	cudaMemcpy(C, ones, sizeof(ones), cudaMemcpyHostToDevice);
+	st = lt_product(lt, CUBLAS_OP_N, CUBLAS_OP_T, CUBLASLT_EPILOGUE_BGRADB, grad, CUDA_R_32F, A, 2, 3, 2, Bt, 2, 3, 2,
+					1.0f, C, 2, 2);
+	expect("cuBLASLt BGRADB: the product with B transposed, beta 1", C, w2, 4);
+	expect("cuBLASLt BGRADB: op(B) summed over k, one per column of D", grad, w3, 2);
+	failures += st != CUBLAS_STATUS_SUCCESS;
+	for (int i = 0; i < 6; i++)
+		hA16[i] = __float2bfloat16_rn(hA[i]), hBt16[i] = __float2bfloat16_rn(hBt[i]);
+	cudaMalloc(&A16, sizeof(hA16)), cudaMalloc(&Bt16, sizeof(hBt16));
+	cudaMemcpy(A16, hA16, sizeof(hA16), cudaMemcpyHostToDevice);
+	cudaMemcpy(Bt16, hBt16, sizeof(hBt16), cudaMemcpyHostToDevice);
+	cudaMemcpy(C, ones, sizeof(ones), cudaMemcpyHostToDevice);
+	cudaMemcpy(grad, hC, 2 * sizeof(float), cudaMemcpyHostToDevice);
+	st = lt_product(lt, CUBLAS_OP_N, CUBLAS_OP_T, CUBLASLT_EPILOGUE_BGRADB, grad, CUDA_R_16BF, A16, 2, 3, 2, Bt16, 2, 3,
+					2, 1.0f, C, 2, 2);
+	expect("cuBLASLt BGRADB on bf16 operands: the product", C, w2, 4);
+	expect("cuBLASLt BGRADB on bf16 operands: the bias gradient", grad, w3, 2);
+	failures += st != CUBLAS_STATUS_SUCCESS;
+	st = lt_product(lt, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_BGRADB, grad, CUDA_R_32F, A, 2, 3, 2, B, 3, 2, 3,
+					0.0f, C, 2, 2);
+	printf("%s BGRADB with B not transposed: refused (%d)\n", st == CUBLAS_STATUS_NOT_SUPPORTED ? "ok  " : "FAIL",
+		   (int) st);
+	failures += st != CUBLAS_STATUS_NOT_SUPPORTED;
+	cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+	st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof(mode));
+	printf("%s an attribute the shim does not implement: refused (%d)\n",
+		   st == CUBLAS_STATUS_NOT_SUPPORTED ? "ok  " : "FAIL", (int) st);
+	failures += st != CUBLAS_STATUS_NOT_SUPPORTED;
+	cublasLtMatmulDescDestroy(desc);
+	cublasLtDestroy(lt);
 }
 
 static int
@@ -153,6 +260,7 @@ gemm_goldens(void)
 		failures += st != CUBLAS_STATUS_INVALID_VALUE;
 	}
 	cublasDestroy(h);
+	lt_goldens();
 	printf("gemm goldens: %d failed\n", failures);
 	return failures != 0;
 }

@@ -159,6 +159,39 @@ compare_gemm(Both *b)
 		b->cpu->gemm(b->cpu, ta, tb, 3, n, k, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
 		b->gpu->gemm(b->gpu, ta, tb, 3, n, k, 1.0f, dA, lda, dB, ldb, 0.0f, dC, ldc);
 		same(b, "gemm, 3 rows", dC, C, csz);
+
+		/*
+		 * gemm_bias against the ops it folds in: bias_rows and gemm with beta 1;
+		 * with op(A) = A^T, gemm and the column sums of A added to dbias; k 0 (no
+		 * cuBLASLt plan: the composed ops)
+		 */
+		for (int kk = k; kk >= 0; kk -= k)
+		{
+			float	   *bias = randoms(n),
+					   *dbias_cpu = randoms(m);
+			float	   *dbias = up(b->gpu, bias, n * 4),
+					   *dgrad = up(b->gpu, dbias_cpu, m * 4);
+
+			b->cpu->bias_rows(b->cpu, C, bias, m, n, ldc);
+			b->cpu->gemm(b->cpu, ta, tb, m, n, kk, 0.7f, A, lda, B, ldb, 1.0f, C, ldc);
+			b->gpu->gemm_bias(b->gpu, ta, tb, m, n, kk, 0.7f, dA, lda, dB, ldb, 0.0f, dC, ldc, dbias, NULL);
+			snprintf(what, sizeof(what), "gemm_bias trans_a %d trans_b %d k %d: bias", ta, tb, kk);
+			same(b, what, dC, C, csz);
+			if (ta)
+			{
+				b->cpu->gemm(b->cpu, ta, tb, m, n, kk, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
+				b->cpu->bias_backward(b->cpu, dbias_cpu, A, kk, m, lda, 1.0f);
+				b->gpu->gemm_bias(b->gpu, ta, tb, m, n, kk, 1.0f, dA, lda, dB, ldb, 1.0f, dC, ldc, NULL, dgrad);
+				snprintf(what, sizeof(what), "gemm_bias trans_b %d k %d: bias gradient's product", tb, kk);
+				same(b, what, dC, C, csz);
+				snprintf(what, sizeof(what), "gemm_bias trans_b %d k %d: bias gradient", tb, kk);
+				same(b, what, dgrad, dbias_cpu, m);
+			}
+			free(bias), free(dbias_cpu);
+			b->gpu->free(b->gpu, dbias), b->gpu->free(b->gpu, dgrad);
+			if (kk == 0)
+				break;
+		}
 		free(A), free(B), free(C);
 		b->gpu->free(b->gpu, dA), b->gpu->free(b->gpu, dB), b->gpu->free(b->gpu, dC);
 	}
