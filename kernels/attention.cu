@@ -798,9 +798,9 @@ k_attention_workspace(const TfAttentionShape *sh, bool bf16_kv)
 	return 2 * (size_t) sh->p_total;
 }
 
-void
-k_attention(float *ctx, float *lse, float *probs, const float *q, int ldq, const float *k, const float *v, int ldk,
-			const TfAttentionShape *sh, bool bf16_kv, cudaStream_t stream)
+bool
+k_attention(float *ctx, __nv_bfloat16 *ctx16, float *lse, float *probs, const float *q, int ldq, const float *k,
+			const float *v, int ldk, const TfAttentionShape *sh, bool bf16_kv, cudaStream_t stream)
 {
 	dim3		grid((unsigned) (sh->batch * sh->num_heads), (unsigned) sh->max_q);
 	unsigned	threads = ATT_THREADS;	/* 4 warps on the keys' scores */
@@ -808,12 +808,12 @@ k_attention(float *ctx, float *lse, float *probs, const float *q, int ldq, const
 	Path		path;
 
 	if (sh->batch == 0 || sh->max_q == 0)
-		return;
+		return false;
 	path = kernel_path(sh, probs, bf16_kv);
 	if (path == TILED_MMA)
 	{
-		k_attention_mma(ctx, lse, q, ldq, k, v, ldk, sh, stream);
-		return;
+		k_attention_mma(ctx, ctx16, lse, q, ldq, k, v, ldk, sh, stream);
+		return true;
 	}
 	if (path == TILED)
 	{
@@ -821,7 +821,7 @@ k_attention(float *ctx, float *lse, float *probs, const float *q, int ldq, const
 			   TILE_WARPS * 32, tile_forward_shared(sh), stream)
 			(ctx, lse, q, ldq, k, v, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads, sh->head_dim,
 			 sh->causal, sh->dropout, sh->seed, sh->stream);
-		return;
+		return false;
 	}
 	if (sh->kv_cache && bf16_kv)	/* a bf16 key/value cache (cache_gather) */
 	{
@@ -834,28 +834,29 @@ k_attention(float *ctx, float *lse, float *probs, const float *q, int ldq, const
 			(ctx, lse, probs, q, ldq, (const __nv_bfloat16 *) k, (const __nv_bfloat16 *) v, ldk, sh->q_start,
 			 sh->k_start, sh->p_start, sh->k_len, sh->num_heads, sh->head_dim, sh->causal, sh->dropout, sh->seed,
 			 sh->stream, bf16_kv);
-		return;
+		return false;
 	}
 	LAUNCH(attention_kernel<float>, grid, threads, shared, stream)
 		(ctx, lse, probs, q, ldq, k, v, ldk, sh->q_start, sh->k_start, sh->p_start, sh->k_len, sh->num_heads,
 		 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream, bf16_kv);
+	return false;
 }
 
-void
-k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, const float *lse, const float *q,
-					 int ldq, const float *k, const float *v, int ldk, const TfAttentionShape *sh, bool bf16_kv,
-					 float *work, cudaStream_t stream)
+bool
+k_attention_backward(float *dq, float *dk, float *dv, __nv_bfloat16 *const copies[3], const float *dctx,
+					 const float *lse, const float *q, int ldq, const float *k, const float *v, int ldk,
+					 const TfAttentionShape *sh, bool bf16_kv, float *work, cudaStream_t stream)
 {
 	unsigned	pairs = (unsigned) (sh->batch * sh->num_heads);
 	Path		path;
 
 	if (sh->batch == 0)
-		return;
+		return false;
 	path = kernel_path(sh, NULL, bf16_kv);
 	if (path == TILED_MMA)
 	{
-		k_attention_mma_backward(dq, dk, dv, work, dctx, lse, q, ldq, k, v, ldk, sh, stream);
-		return;
+		k_attention_mma_backward(dq, dk, dv, copies, work, dctx, lse, q, ldq, k, v, ldk, sh, stream);
+		return true;
 	}
 	if (path == TILED)
 	{
@@ -869,7 +870,7 @@ k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, const f
 				   TILE_WARPS * 32, tile_dkv_shared(sh), stream)
 				(dk, dv, work, dctx, lse, q, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
 				 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream);
-		return;
+		return false;
 	}
 	if (sh->max_q > 0)
 		LAUNCH(attention_dq_kernel, dim3(pairs, (unsigned) sh->max_q),
@@ -882,4 +883,5 @@ k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, const f
 			   stream)
 			(dk, dv, work, dctx, work + sh->p_total, q, ldq, ldk, sh->q_start, sh->k_start, sh->p_start,
 			 sh->num_heads, sh->head_dim, sh->dropout, sh->seed, sh->stream, bf16_kv);
+	return false;
 }

@@ -82,9 +82,9 @@ tile_of(const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, 
 #define MMA_MAX_HEAD_DIM 128
 bool		k_attention_mma_fits(const TfAttentionShape *sh, size_t most);
 void		k_attention_mma_set_limit(int most);
-void		k_attention_mma(float *ctx, float *lse, const float *q, int ldq, const float *k, const float *v, int ldk,
-							const TfAttentionShape *sh, cudaStream_t stream);
-void		k_attention_mma_backward(float *dq, float *dk, float *dv, float *dsum, const float *dctx,
-									 const float *lse, const float *q, int ldq, const float *k, const float *v,
-									 int ldk, const TfAttentionShape *sh, cudaStream_t stream);
+void		k_attention_mma(float *ctx, __nv_bfloat16 *ctx16, float *lse, const float *q, int ldq, const float *k,
+							const float *v, int ldk, const TfAttentionShape *sh, cudaStream_t stream);
+void		k_attention_mma_backward(float *dq, float *dk, float *dv, __nv_bfloat16 *const copies[3], float *dsum,
+									 const float *dctx, const float *lse, const float *q, int ldq, const float *k,
+									 const float *v, int ldk, const TfAttentionShape *sh, cudaStream_t stream);
 #endif

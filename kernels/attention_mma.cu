@@ -213,13 +213,15 @@ UNROLL
 
 /*
  * Writes acc / divisor to rows [row0, row0 + rows) of out (row stride ldo,
- * head h's d_k columns), through chunk; lane pair r holds row r's divisor
- * (0: the row is written 0). Lanes write 16 consecutive columns of a row
- * each instruction, two rows a warp (coalesced).
+ * head h's d_k columns), and its bf16 copy to out16 (NULL: none; the same
+ * layout), through chunk; lane pair r holds row r's divisor (0: the row is
+ * written 0). Lanes write 16 consecutive columns of a row each
+ * instruction, two rows a warp (coalesced).
  */
 template <int T>
 __device__ __forceinline__ void
-write_rows(float *out, size_t row0, int rows, int ldo, int h, int dk, FragC (&acc)[T], float *chunk, float divisor)
+write_rows(float *out, __nv_bfloat16 *out16, size_t row0, int rows, int ldo, int h, int dk, FragC (&acc)[T],
+		   float *chunk, float divisor)
 {
 	int			lane = threadIdx.x % 32;
 
@@ -235,7 +237,14 @@ UNROLL
 			float		div = __shfl_sync(FULL_MASK, divisor, 2 * r);
 
 			if (r < rows && col < dk)
-				out[(row0 + r) * ldo + (size_t) h * dk + col] = div != 0.0f ? chunk[r * CHUNK_LD + e % 16] / div : 0.0f;
+			{
+				size_t		at = (row0 + r) * ldo + (size_t) h * dk + col;
+				float		value = div != 0.0f ? chunk[r * CHUNK_LD + e % 16] / div : 0.0f;
+
+				out[at] = value;
+				if (out16 != NULL)
+					out16[at] = __float2bfloat16_rn(value);
+			}
 		}
 		__syncwarp();			/* chunk is the next tile's */
 	}
@@ -258,7 +267,7 @@ forward_warp_bytes(int tiles)
  */
 template <int T>
 __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_MIN_BLOCKS(T))
-attention_mma_kernel(float *ctx, float *lse, const float *q, int ldq, const float *k, const float *v, int ldk,
+attention_mma_kernel(float *ctx, __nv_bfloat16 *ctx16, float *lse, const float *q, int ldq, const float *k, const float *v, int ldk,
 					 const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, int num_heads, int dk,
 					 bool causal, float dropout, uint64_t seed, uint64_t stream)
 {
@@ -344,7 +353,7 @@ UNROLL
 		accumulate(acc, pb, vs + (size_t) j0 * ld, ld);
 	}
 	l += __shfl_xor_sync(FULL_MASK, l, 1);
-	write_rows(ctx, a.q0 + g, rows, num_heads * dk, t.h, dk, acc, sb, l);
+	write_rows(ctx, ctx16, a.q0 + g, rows, num_heads * dk, t.h, dk, acc, sb, l);
 	if (lse != NULL && half == 0 && r < rows)
 		lse[(a.q0 + i) * num_heads + t.h] = l > 0.0f ? m + logf(l) : -INFINITY;
 }
@@ -365,7 +374,7 @@ dq_warp_bytes(int tiles)
  */
 template <int T>
 __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_BACKWARD_MIN_BLOCKS(T))
-attention_dq_mma_kernel(float *dq, float *dsum, const float *dctx, const float *lse, const float *q, const float *k,
+attention_dq_mma_kernel(float *dq, __nv_bfloat16 *dq16, float *dsum, const float *dctx, const float *lse, const float *q, const float *k,
 						const float *v, int ldq, int ldk, const int32_t *q_start, const int32_t *k_start,
 						const int64_t *p_start, int num_heads, int dk, bool causal, float dropout, uint64_t seed,
 						uint64_t stream)
@@ -466,7 +475,7 @@ UNROLL
 				accumulate(acc, db, ks + (size_t) j0 * ld, ld);
 		}
 	}
-	write_rows(dq, a.q0 + g, rows, ldq, t.h, dk, acc, sb, 1.0f);
+	write_rows(dq, dq16, a.q0 + g, rows, ldq, t.h, dk, acc, sb, 1.0f);
 }
 
 /* Bytes of a dK/dV warp's buffers: key and value rows (bf16), two fp32 chunks, two bf16 chunks. */
@@ -487,7 +496,7 @@ dkv_warp_bytes(int tiles)
  */
 template <int T>
 __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_BACKWARD_MIN_BLOCKS(T))
-attention_dkv_mma_kernel(float *dkey, float *dvalue, const float *dsum, const float *dctx, const float *lse,
+attention_dkv_mma_kernel(float *dkey, float *dvalue, __nv_bfloat16 *dkey16, __nv_bfloat16 *dvalue16, const float *dsum, const float *dctx, const float *lse,
 						 const float *q, const float *k, const float *v, int ldq, int ldk, const int32_t *q_start,
 						 const int32_t *k_start, const int64_t *p_start, int num_heads, int dk, bool causal,
 						 float dropout, uint64_t seed, uint64_t stream)
@@ -576,8 +585,8 @@ UNROLL
 		accumulate(acc_v, pb, dcs + (size_t) i0 * ld, ld);
 		accumulate(acc_k, db, qs + (size_t) i0 * ld, ld);
 	}
-	write_rows(dkey, a.k0 + g, keys, ldk, t.h, dk, acc_k, sb, 1.0f);
-	write_rows(dvalue, a.k0 + g, keys, ldk, t.h, dk, acc_v, sb, 1.0f);
+	write_rows(dkey, dkey16, a.k0 + g, keys, ldk, t.h, dk, acc_k, sb, 1.0f);
+	write_rows(dvalue, dvalue16, a.k0 + g, keys, ldk, t.h, dk, acc_v, sb, 1.0f);
 }
 
 /* The tiles of a head: d_k rounded up to 16, 32, 64 or 128 columns (the instantiations). */
@@ -638,71 +647,72 @@ k_attention_mma_set_limit(int most)
 
 template <int T>
 static void
-forward(float *ctx, float *lse, const float *q, int ldq, const float *k, const float *v, int ldk,
-		const TfAttentionShape *sh, cudaStream_t stream)
+forward(float *ctx, __nv_bfloat16 *ctx16, float *lse, const float *q, int ldq, const float *k, const float *v,
+		int ldk, const TfAttentionShape *sh, cudaStream_t stream)
 {
 	LAUNCH(attention_mma_kernel<T>, dim3((unsigned) (sh->batch * sh->num_heads), (unsigned) ((sh->max_q + TILE_ROWS - 1) / TILE_ROWS)),
 		   MMA_WARPS * 32, mma_forward_shared(sh), stream)
-		(ctx, lse, q, ldq, k, v, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads, sh->head_dim, sh->causal,
+		(ctx, ctx16, lse, q, ldq, k, v, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads, sh->head_dim, sh->causal,
 		 sh->dropout, sh->seed, sh->stream);
 }
 
 void
-k_attention_mma(float *ctx, float *lse, const float *q, int ldq, const float *k, const float *v, int ldk,
-				const TfAttentionShape *sh, cudaStream_t stream)
+k_attention_mma(float *ctx, __nv_bfloat16 *ctx16, float *lse, const float *q, int ldq, const float *k,
+				const float *v, int ldk, const TfAttentionShape *sh, cudaStream_t stream)
 {
 	switch (head_tiles(sh->head_dim))
 	{
 		case 1:
-			forward<1>(ctx, lse, q, ldq, k, v, ldk, sh, stream);
+			forward<1>(ctx, ctx16, lse, q, ldq, k, v, ldk, sh, stream);
 			break;
 		case 2:
-			forward<2>(ctx, lse, q, ldq, k, v, ldk, sh, stream);
+			forward<2>(ctx, ctx16, lse, q, ldq, k, v, ldk, sh, stream);
 			break;
 		case 4:
-			forward<4>(ctx, lse, q, ldq, k, v, ldk, sh, stream);
+			forward<4>(ctx, ctx16, lse, q, ldq, k, v, ldk, sh, stream);
 			break;
 		default:
-			forward<8>(ctx, lse, q, ldq, k, v, ldk, sh, stream);
+			forward<8>(ctx, ctx16, lse, q, ldq, k, v, ldk, sh, stream);
 	}
 }
 
 template <int T>
 static void
-backward(float *dq, float *dk, float *dv, float *dsum, const float *dctx, const float *lse, const float *q, int ldq,
-		 const float *k, const float *v, int ldk, const TfAttentionShape *sh, cudaStream_t stream)
+backward(float *dq, float *dk, float *dv, __nv_bfloat16 *const copies[3], float *dsum, const float *dctx,
+		 const float *lse, const float *q, int ldq, const float *k, const float *v, int ldk, const TfAttentionShape *sh,
+		 cudaStream_t stream)
 {
 	unsigned	pairs = (unsigned) (sh->batch * sh->num_heads);
 
 	if (sh->max_q > 0)
 		LAUNCH(attention_dq_mma_kernel<T>, dim3(pairs, (unsigned) ((sh->max_q + TILE_ROWS - 1) / TILE_ROWS)),
 			   MMA_WARPS * 32, mma_dq_shared(sh), stream)
-			(dq, dsum, dctx, lse, q, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
+			(dq, copies[0], dsum, dctx, lse, q, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
 			 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream);
 	if (sh->max_k > 0)
 		LAUNCH(attention_dkv_mma_kernel<T>, dim3(pairs, (unsigned) ((sh->max_k + TILE_ROWS - 1) / TILE_ROWS)),
 			   MMA_WARPS * 32, mma_dkv_shared(sh), stream)
-			(dk, dv, dsum, dctx, lse, q, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
+			(dk, dv, copies[1], copies[2], dsum, dctx, lse, q, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
 			 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream);
 }
 
 void
-k_attention_mma_backward(float *dq, float *dk, float *dv, float *dsum, const float *dctx, const float *lse,
-						 const float *q, int ldq, const float *k, const float *v, int ldk,
-						 const TfAttentionShape *sh, cudaStream_t stream)
+k_attention_mma_backward(float *dq, float *dk, float *dv, __nv_bfloat16 *const copies[3], float *dsum,
+						 const float *dctx, const float *lse, const float *q, int ldq, const float *k, const float *v,
+						 int ldk, const TfAttentionShape *sh, cudaStream_t stream)
 {
 	switch (head_tiles(sh->head_dim))
 	{
 		case 1:
-			backward<1>(dq, dk, dv, dsum, dctx, lse, q, ldq, k, v, ldk, sh, stream);
+			backward<1>(dq, dk, dv, copies, dsum, dctx, lse, q, ldq, k, v, ldk, sh, stream);
 			break;
 		case 2:
-			backward<2>(dq, dk, dv, dsum, dctx, lse, q, ldq, k, v, ldk, sh, stream);
+			backward<2>(dq, dk, dv, copies, dsum, dctx, lse, q, ldq, k, v, ldk, sh, stream);
 			break;
 		case 4:
-			backward<4>(dq, dk, dv, dsum, dctx, lse, q, ldq, k, v, ldk, sh, stream);
+			backward<4>(dq, dk, dv, copies, dsum, dctx, lse, q, ldq, k, v, ldk, sh, stream);
 			break;
 		default:
-			backward<8>(dq, dk, dv, dsum, dctx, lse, q, ldq, k, v, ldk, sh, stream);
+			backward<8>(dq, dk, dv, copies, dsum, dctx, lse, q, ldq, k, v, ldk, sh, stream);
 	}
 }

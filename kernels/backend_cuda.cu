@@ -387,6 +387,53 @@ copy16(TfBackend *be, const float *x, size_t n)
 	return NULL;
 }
 
+/*
+ * Where attention's backward writes the copies of dq, dk and dv (out[3],
+ * row strides ld[3], rows[3], each width columns): out[i]'s place in the
+ * copy of the listed buffer holding it, when the outputs inside that buffer
+ * tile whole rows of it from its start (one row stride and row count, their
+ * columns side by side: self-attention's dq, dk, dv in [rows, 3 d_model],
+ * cross-attention's dq in [rows, d_model] and dk, dv in [rows, 2 d_model]);
+ * else NULL. tiled[i] (the elements that will be current) is set with it.
+ */
+static void
+gradient_copies(CudaState *st, float *const out[3], const int ld[3], const int rows[3], int width,
+				__nv_bfloat16 *copies[3], size_t tiled[3])
+{
+	int			entry[3];
+
+	for (int i = 0; i < 3; i++)
+	{
+		copies[i] = NULL;
+		tiled[i] = 0;
+		entry[i] = st->bf16 && rows[i] > 0 ? operand_entry(st, out[i], (size_t) (rows[i] - 1) * ld[i] + width) : -1;
+	}
+	for (int i = 0; i < 3; i++)
+	{
+		const TfOperand16 *e = &st->operands[entry[i] >= 0 ? entry[i] : 0];
+		bool		seen[3] = {false, false, false};
+		int			count = 0;
+		bool		ok = entry[i] >= 0;
+
+		for (int j = 0; ok && j < 3; j++)
+		{
+			size_t		at = (size_t) (out[j] - e->x);
+
+			if (entry[j] != entry[i])
+				continue;
+			ok = ld[j] == ld[i] && rows[j] == rows[i] && at % width == 0 && at + width <= (size_t) ld[j] &&
+				at / width < 3 && !seen[at / width];
+			if (ok)
+				seen[at / width] = true, count++;
+		}
+		if (ok && count * width == ld[i])
+		{
+			copies[i] = (__nv_bfloat16 *) e->x16 + (out[i] - e->x);
+			tiled[i] = (size_t) rows[i] * ld[i];
+		}
+	}
+}
+
 static void
 cuda_set_operands16(TfBackend *be, const TfOperand16 *list, int count)
 {
@@ -873,10 +920,16 @@ static void
 cuda_attention(TfBackend *be, float *ctx, float *lse, float *probs, const float *q, int ldq, const float *k,
 			   const float *v, int ldk, const TfAttentionShape *sh)
 {
+	CudaState  *st = state(be);
+	size_t		n = (size_t) sh->q_rows * sh->num_heads * sh->head_dim;
+	int			kept = st->bf16 && sh->q_rows > 0 ? operand_entry(st, ctx, n) : -1;
+	__nv_bfloat16 *ctx16 = kept >= 0 && st->operands[kept].x == ctx ? (__nv_bfloat16 *) st->operands[kept].x16 : NULL;
+
 	if (!attention_fits(be, sh))
 		return;
-	written(state(be), ctx, SIZE_MAX);
-	k_attention(ctx, lse, probs, q, ldq, k, v, ldk, sh, state(be)->bf16, state(be)->stream);
+	written(st, ctx, SIZE_MAX);
+	if (k_attention(ctx, ctx16, lse, probs, q, ldq, k, v, ldk, sh, st->bf16, st->stream) && ctx16 != NULL)
+		st->fresh[kept] = n;
 	launched(be, "attention");
 }
 
@@ -895,10 +948,22 @@ cuda_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const fl
 		fail(be, "attention_backward", "out of device memory for the workspace");
 		return;
 	}
-	written(st, dq, SIZE_MAX);
-	written(st, dk, SIZE_MAX);
-	written(st, dv, SIZE_MAX);
-	k_attention_backward(dq, dk, dv, dctx, lse, q, ldq, k, v, ldk, sh, st->bf16, st->attention_work, st->stream);
+	{
+		float	   *const out[3] = {dq, dk, dv};
+		const int	ld[3] = {ldq, ldk, ldk},
+					rows[3] = {sh->q_rows, sh->k_rows, sh->k_rows};
+		__nv_bfloat16 *copies[3];
+		size_t		tiled[3];
+
+		gradient_copies(st, out, ld, rows, sh->num_heads * sh->head_dim, copies, tiled);
+		for (int i = 0; i < 3; i++)
+			written(st, out[i], SIZE_MAX);
+		if (k_attention_backward(dq, dk, dv, copies, dctx, lse, q, ldq, k, v, ldk, sh, st->bf16, st->attention_work,
+								 st->stream))
+			for (int i = 0; i < 3; i++)
+				if (copies[i] != NULL)
+					st->fresh[operand_entry(st, out[i], 1)] = tiled[i];
+	}
 	launched(be, "attention_backward");
 }
 

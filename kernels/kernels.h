@@ -71,10 +71,16 @@ void		k_residual_layernorm_backward(float *dr, float *dy, __nv_bfloat16 *dy16, f
  */
 bool		k_attention_fits(const TfAttentionShape *sh);
 size_t		k_attention_workspace(const TfAttentionShape *sh, bool bf16_kv);
-void		k_attention(float *ctx, float *lse, float *probs, const float *q, int ldq, const float *k,
-						const float *v, int ldk, const TfAttentionShape *sh, bool bf16_kv, cudaStream_t stream);
-void		k_attention_backward(float *dq, float *dk, float *dv, const float *dctx, const float *lse,
-								 const float *q, int ldq, const float *k, const float *v, int ldk,
+/*
+ * ctx16 and copies (dq16, dk16, dv16; NULL: none): bf16 copies in the
+ * outputs' layouts, written by the tensor-core kernels only; true when the
+ * call took that path (the copies given were written).
+ */
+bool		k_attention(float *ctx, __nv_bfloat16 *ctx16, float *lse, float *probs, const float *q, int ldq,
+						const float *k, const float *v, int ldk, const TfAttentionShape *sh, bool bf16_kv,
+						cudaStream_t stream);
+bool		k_attention_backward(float *dq, float *dk, float *dv, __nv_bfloat16 *const copies[3], const float *dctx,
+								 const float *lse, const float *q, int ldq, const float *k, const float *v, int ldk,
 								 const TfAttentionShape *sh, bool bf16_kv, float *work, cudaStream_t stream);
 
 /* cross_entropy.cu (logits [rows, vocab] with row stride ld) */

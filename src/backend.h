@@ -62,6 +62,8 @@ typedef struct TfAttentionShape
 	int			max_q;			/* most queries of one sentence */
 	int			max_k;			/* most keys of one sentence */
 	int64_t		p_total;		/* p_start[batch]: probabilities of the whole call */
+	int			q_rows;			/* q_start[batch] and, without k_len, k_start[batch]: the rows */
+	int			k_rows;			/* of queries and keys; 0: not given (no bf16 copies) */
 } TfAttentionShape;
 
 typedef struct TfBackend TfBackend;

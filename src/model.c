@@ -866,6 +866,8 @@ attn_shape(const TfModel *m, AttnKind kind, uint32_t site)
 	s.max_q = kind == ATTN_ENCODER ? m->lay.max_src : m->lay.max_tgt;
 	s.max_k = kind == ATTN_DECODER_SELF ? m->lay.max_tgt : m->lay.max_src;
 	s.p_total = m->lay.longs[(kind == ATTN_ENCODER ? 0 : kind == ATTN_DECODER_SELF ? B1 : 2 * B1) + m->lay.B];
+	s.q_rows = kind == ATTN_ENCODER ? m->lay.Ns : m->lay.Nt;
+	s.k_rows = kind == ATTN_DECODER_SELF ? m->lay.Nt : m->lay.Ns;
 	return s;
 }
 

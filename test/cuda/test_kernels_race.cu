@@ -74,7 +74,9 @@ main(void)
 			   *acc = NULL,
 			   *partials = NULL;
 	uint8_t    *mask = NULL;
-	__nv_bfloat16 *cache = NULL;
+	__nv_bfloat16 *cache = NULL,
+			   *c16 = NULL,			/* bf16 copies of outputs (set_operands16) */
+			   *l16 = NULL;
 	TfAttentionShape sh = {};
 
 	cudaMalloc((void **) &rows, R * sizeof(double));
@@ -84,30 +86,41 @@ main(void)
 	cudaMemset(acc, 0, sizeof(double));
 	cudaMalloc((void **) &top_id, R * 4 * sizeof(int32_t));
 	cudaMalloc((void **) &cache, R * 2 * D * sizeof(__nv_bfloat16));
+	cudaMalloc((void **) &c16, 107 * 3 * D * sizeof(__nv_bfloat16));
+	cudaMalloc((void **) &l16, R * V * sizeof(__nv_bfloat16));
 
 	k_add(out, x, y, R * D, s);
-	k_scale(out, R * D, 0.5f, s);
 	k_bias_rows(out, g, R, D, D, s);
 	k_bias_backward(g, y, R, D, D, 0.5f, work, 4096, s);
 	for (int f = TF_RELU; f <= TF_GELU; f++)
 	{
-		k_activation((TfActivation) f, out, x, R * D, s);
-		k_activation_backward((TfActivation) f, out, y, x, R * D, s);
+		k_activation((TfActivation) f, out, c16, x, R * D, s);
+		k_activation_backward((TfActivation) f, out, c16, y, x, R * D, s);
 	}
-	k_dropout(out, x, R * D, 0.3f, 1, 2, mask, s);
-	k_dropout_backward(out, y, R * D, 0.3f, mask, s);
-	k_embed(out, ids, ids, x, y, R, D, 2.0f, s);
+	k_dropout(out, c16, x, R * D, 0.3f, 1, 2, mask, s);
+	k_dropout_backward(out, c16, y, R * D, 0.3f, mask, s);
+	k_embed(out, c16, ids, ids, x, y, R, D, 2.0f, s);
 	k_embed_backward(x, y, 4, out, groups, 5, D, 2.0f, s);
-	k_layernorm(out, mean, rstd, x, g, b, R, D, 1e-5f, s);
+	k_layernorm(out, c16, mean, rstd, x, g, b, R, D, 1e-5f, s);
 	k_layernorm_backward(out, g, b, y, x, mean, rstd, g, R, D, work, 4096, s);
+	{
+		float	   *r = device_randoms(R * D, &state),
+				   *dy = device_randoms(R * D, &state);
+
+		k_residual_layernorm(out, c16, mean, rstd, r, x, y, g, b, R, D, 1e-5f, 0.3f, 1, 2, mask, s);
+		k_residual_layernorm_backward(r, dy, c16, g, b, y, out, mean, rstd, g, R, D, 0.3f, mask, work, 4096, s);
+	}
 	sh.batch = 2, sh.num_heads = H, sh.head_dim = DK, sh.q_start = qs, sh.k_start = qs, sh.p_start = ps;
 	sh.causal = true, sh.dropout = 0.2f, sh.seed = 3, sh.stream = 4, sh.max_q = 4, sh.max_k = 4;
 	sh.p_total = ps_h[2];
 	for (int bf16 = 0; bf16 < 2; bf16++)	/* tiled (fp32: SIMT; bf16: tensor cores), then per row, kept */
 	{
-		k_attention(out, lse, NULL, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, bf16, s);
-		k_attention_backward(y, y + D, y + 2 * D, out, lse, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, bf16, work, s);
-		k_attention(out, lse, probs, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, bf16, s);
+		__nv_bfloat16 *const copies[3] = {c16, c16 + D, c16 + 2 * D};
+
+		k_attention(out, c16, lse, NULL, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, bf16, s);
+		k_attention_backward(y, y + D, y + 2 * D, copies, out, lse, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, bf16, work,
+							 s);
+		k_attention(out, NULL, lse, probs, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, bf16, s);
 	}
 	{
 		/* sentences of 37 and 70 tokens: several chunks, warps and row tiles of both tiled families */
@@ -125,17 +138,19 @@ main(void)
 		long_sh.max_q = long_sh.max_k = 70, long_sh.p_total = pa_h[2];
 		for (int bf16 = 0; bf16 < 2; bf16++)
 		{
-			k_attention(ca, la, NULL, xa, 3 * D, xa + D, xa + 2 * D, 3 * D, &long_sh, bf16, s);
-			k_attention_backward(ya, ya + D, ya + 2 * D, ca, la, xa, 3 * D, xa + D, xa + 2 * D, 3 * D, &long_sh, bf16,
-								 work, s);
+			__nv_bfloat16 *const copies[3] = {c16, c16 + D, c16 + 2 * D};
+
+			k_attention(ca, c16, la, NULL, xa, 3 * D, xa + D, xa + 2 * D, 3 * D, &long_sh, bf16, s);
+			k_attention_backward(ya, ya + D, ya + 2 * D, copies, ca, la, xa, 3 * D, xa + D, xa + 2 * D, 3 * D, &long_sh,
+								 bf16, work, s);
 		}
 	}
-	k_cross_entropy(logits, false, labels, R, V, V, 0, 0.1f, rows, s);
+	k_cross_entropy(logits, NULL, false, labels, R, V, V, 0, 0.1f, rows, s);
 	k_accumulate(acc, rows, R, s);
-	k_cross_entropy(logits, true, labels, R, V, V, 0, 0.1f, rows, s);
+	k_cross_entropy(logits, l16, true, labels, R, V, V, 0, 0.1f, rows, s);
 	k_log_softmax_topk(logits, R, V, V, 4, top, top_id, 0, 3, inv, s);
 	k_sum_squares(x, R * D, acc, partials, s);
-	k_adam(x, y, out, work, R * D, 1e-3f, 0.9f, 0.98f, 1e-9f, 0.1f, 0.02f, s);
+	k_adam(x, c16, y, out, work, R * D, 0.5f, 1e-3f, 0.9f, 0.98f, 1e-9f, 0.1f, 0.02f, s);
 	k_gather(out, D, x, D, ids, R, D, s);
 	k_gather(x, D, x, D, qs, 3, D, s);
 	/* bf16: rounding, caches written, reordered in place and read by attention */
@@ -144,7 +159,7 @@ main(void)
 	k_gather_bf16(cache + 2 * D, 2 * D, cache, 2 * D, NULL, 2, 2 * D, s);
 	k_gather_bf16(cache, 2 * D, cache, 2 * D, qs, 2, 2 * D, s);
 	sh.kv_cache = true;
-	k_attention(out, NULL, probs, x, 3 * D, (const float *) cache, (const float *) (cache + D), 2 * D, &sh, true, s);
+	k_attention(out, NULL, NULL, probs, x, 3 * D, (const float *) cache, (const float *) (cache + D), 2 * D, &sh, true, s);
 	printf("kernels run: %s\n", cudaGetErrorString(cudaGetLastError()));
 	return 0;
 }
