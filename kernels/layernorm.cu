@@ -196,20 +196,41 @@ layernorm_dparams_kernel(float *pg, float *pb, const float *dout, const float *x
 	pb[(size_t) chunk * d + c] = ab;
 }
 
-/* Pass 2: the chunks in order. */
+/* Warps of a block of pass 2. */
+#define TOTAL_WARPS 8
+
+/*
+ * Pass 2: a block per 32 columns, a lane per column; warp w sums chunks w,
+ * w + TOTAL_WARPS, ... in order, then warp 0 the warps' sums in order (a
+ * fixed order; the chunks' chain a thread walks is TOTAL_WARPS times shorter
+ * than one thread per column's).
+ */
 __global__ void
 layernorm_dparams_total_kernel(float *dgamma, float *dbeta, const float *pg, const float *pb, int d, int chunks)
 {
-	int			c = blockIdx.x * blockDim.x + threadIdx.x;
+	__shared__ float sg[TOTAL_WARPS][32],
+				sb[TOTAL_WARPS][32];
+	int			lane = threadIdx.x % 32,
+				warp = threadIdx.x / 32,
+				c = blockIdx.x * 32 + lane;
 	float		ag = 0.0f,
 				ab = 0.0f;
 
-	if (c >= d)
-		return;
-	for (int k = 0; k < chunks; k++)
+	for (int k = warp; c < d && k < chunks; k += TOTAL_WARPS)
 	{
 		ag += pg[(size_t) k * d + c];
 		ab += pb[(size_t) k * d + c];
+	}
+	sg[warp][lane] = ag;
+	sb[warp][lane] = ab;
+	__syncthreads();
+	if (warp != 0 || c >= d)
+		return;
+	ag = ab = 0.0f;
+	for (int w = 0; w < TOTAL_WARPS; w++)
+	{
+		ag += sg[w][lane];
+		ab += sb[w][lane];
 	}
 	dgamma[c] += ag;
 	dbeta[c] += ab;
@@ -245,7 +266,7 @@ layernorm_dparams(float *dgamma, float *dbeta, const float *dout, const float *x
 
 	LAUNCH(layernorm_dparams_kernel, dim3(blocks_for(d, 64), (unsigned) chunks), 64, 0, stream)
 		(pg, pb, dout, x, mean, rstd, rows, d, chunks);
-	LAUNCH(layernorm_dparams_total_kernel, blocks_for(d, BLOCK), BLOCK, 0, stream)(dgamma, dbeta, pg, pb, d, chunks);
+	LAUNCH(layernorm_dparams_total_kernel, (d + 31) / 32, TOTAL_WARPS * 32, 0, stream)(dgamma, dbeta, pg, pb, d, chunks);
 }
 
 void
