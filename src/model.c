@@ -501,10 +501,10 @@ take_elements(void *base, size_t *used, size_t n, size_t elem_size)
 #define take_mask(base, used, n) ((uint8_t *) take_elements((base), (used), (n), 1))
 
 /*
- * take() for a buffer that gemms read (gemm_input true) or write their
- * operand into, as linear_backward's dy: in bf16 on a backend with
- * set_operands16, its bf16 copy is carved right after it and, on the
- * assigning pass, listed in m->operands16.
+ * take() for a buffer that gemms read when gemm_input is true (an
+ * activation, or a gradient that linear_backward's products read): in bf16
+ * on a backend with set_operands16, its bf16 copy is carved right after it
+ * and, on the assigning pass, listed in m->operands16.
  */
 static float *
 take_operand(TfModel *m, float *base, size_t *used, size_t n, bool gemm_input)
