@@ -184,9 +184,13 @@ endif
 # prerequisites are expanded where the rule is read.
 ENGINE_TEST_SRCS = $(wildcard test/engine/*.c)
 ENGINE_TEST_BIN = test/engine/run_tests
-# Every kernel on the emulator against the CPU backend, in three fiber orders (scripts/test-cuda-emu).
-check-cuda-emu: $(ENGINE_TEST_BIN) $(CUDA_EMU_LIB) test/cuda/test_harness test/cuda/test_harness_tsan \
+# Every kernel on the emulator against the CPU backend, in three fiber orders (scripts/test-cuda-emu);
+# cuda-emu-deps builds what it needs (the test command builds it beside nvcc's library, make -j).
+CUDA_EMU_DEPS = $(ENGINE_TEST_BIN) $(CUDA_EMU_LIB) test/cuda/test_harness test/cuda/test_harness_tsan \
 	test/cuda/test_kernels_race test/cuda/precision_debian test/cuda/test_census $(CUDA_CENSUS_LIB) bench/census_step
+.PHONY: cuda-emu-deps
+cuda-emu-deps: $(CUDA_EMU_DEPS)
+check-cuda-emu: $(CUDA_EMU_DEPS)
 	scripts/test-cuda-emu
 # The same engine tests on a real GPU.
 check-cuda: $(ENGINE_TEST_BIN) $(CUDA_LIB)

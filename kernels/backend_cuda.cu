@@ -41,7 +41,8 @@ extern "C" {
  */
 struct LtPlan
 {
-	int			key[10];		/* trans_a, trans_b, m, n, k, lda, ldb, ldc, bf16, epilogue */
+	int			key[13];		/* trans_a, trans_b, m, n, k, lda, ldb, ldc, bf16, epilogue, and
+								 * the alignments of cuBLASLt's A, B and C (= D) */
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t a,
 				b,
@@ -656,6 +657,17 @@ lt_plan_free(LtPlan *p)
 	memset(p, 0, sizeof(*p));
 }
 
+/* The largest power of two up to 256 that divides p's address: cuBLASLt's alignment preferences, in bytes. */
+static int
+alignment(const void *p)
+{
+	int			align = 256;
+
+	while (align > 1 && (uintptr_t) p % align != 0)
+		align /= 2;
+	return align;
+}
+
 /*
  * The plan of row-major C[m, n] = op(A) op(B) with the given epilogue, as
  * cuda_gemm swaps it into column-major C^T = op(B)^T op(A)^T: cuBLASLt's A
@@ -665,7 +677,7 @@ lt_plan_free(LtPlan *p)
  * algorithm; the caller then composes the product from other ops.
  */
 static LtPlan *
-lt_plan(CudaState *st, const int key[10])
+lt_plan(CudaState *st, const int key[13])
 {
 	bool		ta = key[0],
 				tb = key[1];
@@ -680,6 +692,9 @@ lt_plan(CudaState *st, const int key[10])
 	cublasLtMatmulPreference_t pref = NULL;
 	cublasLtMatmulHeuristicResult_t result;
 	uint64_t	workspace = LT_WORKSPACE;
+	uint32_t	align_a = key[10],
+				align_b = key[11],
+				align_c = key[12];
 	int			found = 0;
 	LtPlan	   *p;
 
@@ -703,6 +718,14 @@ lt_plan(CudaState *st, const int key[10])
 		cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
 		cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
 											 sizeof(workspace)) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+											 sizeof(align_a)) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+											 sizeof(align_b)) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+											 sizeof(align_c)) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+											 sizeof(align_c)) == CUBLAS_STATUS_SUCCESS &&
 		cublasLtMatmulAlgoGetHeuristic(st->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result,
 									   &found) == CUBLAS_STATUS_SUCCESS && found > 0;
 	if (pref != NULL)
@@ -714,21 +737,22 @@ lt_plan(CudaState *st, const int key[10])
 
 /*
  * gemm_bias: cuBLASLt with the BIAS or BGRADB epilogue; BGRADB writes the
- * gradient, which one add then accumulates into dbias. Where cuBLASLt has
- * no algorithm, bias_rows and gemm, or gemm and bias_backward. bias needs
- * beta 0 and dbias trans_a (the uses backend.h names).
+ * gradient, which one add then accumulates into dbias. The plan's alignment
+ * preferences are the operands' own (weights sit at any multiple of 4 or 2
+ * bytes in the flat vector; cuBLASLt's default assumes 256). Where
+ * cuBLASLt has no algorithm, or the bias is not 16-byte aligned, bias_rows
+ * and gemm, or gemm and bias_backward (which sums the fp32 values). bias
+ * needs beta 0 and dbias trans_a (the uses backend.h names).
  */
 static void
 cuda_gemm_bias(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
 			   const float *b, int ldb, float beta, float *c, int ldc, const float *bias, float *dbias)
 {
 	CudaState  *st = state(be);
-	int			key[10] = {trans_a, trans_b, m, n, k, lda, ldb, ldc, st->bf16,
-		bias != NULL ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB};
 	const void *a_op = a,
 			   *b_op = b;
 	const void *vector;
-	LtPlan	   *p;
+	LtPlan	   *p = NULL;
 	cublasStatus_t rc;
 
 	if ((bias == NULL) == (dbias == NULL) || (bias != NULL && beta != 0.0f) || (dbias != NULL && !trans_a))
@@ -738,7 +762,17 @@ cuda_gemm_bias(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, f
 	}
 	if (m == 0 || n == 0)
 		return;
-	p = k > 0 ? lt_plan(st, key) : NULL;
+	if (k > 0 && st->bf16 && ((a_op = bf16_operand(be, 0, a, trans_a ? k : m, trans_a ? m : k, lda)) == NULL ||
+							  (b_op = bf16_operand(be, 1, b, trans_b ? n : k, trans_b ? k : n, ldb)) == NULL))
+		return;
+	if (k > 0 && (bias == NULL || (uintptr_t) bias % 16 == 0))
+	{
+		int			key[13] = {trans_a, trans_b, m, n, k, lda, ldb, ldc, st->bf16,
+			bias != NULL ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB, alignment(b_op), alignment(a_op),
+		alignment(c)};
+
+		p = lt_plan(st, key);
+	}
 	if (p == NULL || !p->found)
 	{
 		if (bias != NULL)
@@ -762,9 +796,6 @@ cuda_gemm_bias(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, f
 		st->bgrad_n = (size_t) m;
 	}
 	written(st, c, (size_t) (m - 1) * ldc + n);
-	if (st->bf16 && ((a_op = bf16_operand(be, 0, a, trans_a ? k : m, trans_a ? m : k, lda)) == NULL ||
-					 (b_op = bf16_operand(be, 1, b, trans_b ? n : k, trans_b ? k : n, ldb)) == NULL))
-		return;
 	vector = bias != NULL ? (const void *) bias : (const void *) st->bgrad;
 	rc = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vector, sizeof(vector));
 	if (rc == CUBLAS_STATUS_SUCCESS)

@@ -139,9 +139,10 @@ struct TfBackend
 	 * composes it from bias_rows, gemm and bias_backward: the CPU's), one
 	 * of bias and dbias not NULL. bias [n]: C[i, j] = alpha (op(A)
 	 * op(B))[i, j] + beta C[i, j] + bias[j] (nn.Linear's forward). dbias
-	 * [m]: dbias[i] += sum over k of op(A)[i, k] as the product reads it
-	 * (in bf16 the rounded operand; linear's bias gradient from the weight
-	 * gradient's product, alpha 1).
+	 * [m]: dbias[i] += sum over k of op(A)[i, k] (linear's bias gradient
+	 * from the weight gradient's product, alpha 1); in bf16 the backend
+	 * may sum the rounded operand the product reads (CUDA's epilogue does;
+	 * where it composes the ops instead, the fp32 values).
 	 */
 	void		(*gemm_bias) (TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
 							  const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc,
@@ -324,8 +325,9 @@ struct TfBackend
 	 * n parameters: g = grad_scale * grads (the global-norm clipping's
 	 * factor, 1 without); m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 	 * p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps), bc1 = 1 - b1^t,
-	 * bc2 = 1 - b2^t; then grads = 0 for the next step. Where params are
-	 * set_precision's weights, their bf16 copy is refreshed in the same pass.
+	 * bc2 = 1 - b2^t; then grads = 0 for the next step. Where params and n
+	 * are the whole of set_precision's weights, their bf16 copy is refreshed
+	 * in the same pass (a part of them: the caller refreshes it).
 	 */
 	void		(*adam) (TfBackend *be, float *params, float *grads, float *m, float *v, size_t n,
 						 float grad_scale, float lr, float beta1, float beta2, float eps, float bc1, float bc2);

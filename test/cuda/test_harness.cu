@@ -59,11 +59,15 @@ expect(const char *what, const float *d, const float *want, int n)
 	failures += bad;
 }
 
-/* A cuBLASLt product D = C (beta) with the shim's descriptors; CUBLAS_STATUS_* of the heuristic or the product. */
+/*
+ * A cuBLASLt product D = C (beta) with the shim's descriptors, A's minimum
+ * alignment preference align_a bytes (0: cuBLASLt's default);
+ * CUBLAS_STATUS_* of the heuristic or the product.
+ */
 static cublasStatus_t
 lt_product(cublasLtHandle_t lt, cublasOperation_t ta, cublasOperation_t tb, cublasLtEpilogue_t epilogue,
 		   const void *bias, cudaDataType type, const void *A, int ar, int ac, int lda, const void *B, int br,
-		   int bc, int ldb, float beta, float *C, int cr, int cc)
+		   int bc, int ldb, float beta, float *C, int cr, int cc, uint32_t align_a)
 {
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t la, lb, lc;
@@ -82,6 +86,8 @@ lt_product(cublasLtHandle_t lt, cublasOperation_t ta, cublasOperation_t tb, cubl
 	cublasLtMatrixLayoutCreate(&lb, type, br, bc, ldb);
 	cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, cr, cc, cr);
 	cublasLtMatmulPreferenceCreate(&pref);
+	if (align_a != 0)
+		cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a));
 	st = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &r, &found);
 	if (st == CUBLAS_STATUS_SUCCESS)
 		st = cublasLtMatmul(lt, desc, &one, A, la, B, lb, &beta, C, lc, C, lc, &r.algo, NULL, 0, 0);
@@ -130,12 +136,12 @@ lt_goldens(void)
 
 	cublasLtCreate(&lt);
 	st = lt_product(lt, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_BIAS, bias, CUDA_R_32F, A, 2, 3, 2, B, 3, 2, 3,
-					0.0f, C, 2, 2);
+					0.0f, C, 2, 2, 0);
 	expect("cuBLASLt BIAS: bias[i] on row i of D, beta 0 ignores NaN in C", C, w1, 4);
 	failures += st != CUBLAS_STATUS_SUCCESS;
 	cudaMemcpy(C, ones, sizeof(ones), cudaMemcpyHostToDevice);
 	st = lt_product(lt, CUBLAS_OP_N, CUBLAS_OP_T, CUBLASLT_EPILOGUE_BGRADB, grad, CUDA_R_32F, A, 2, 3, 2, Bt, 2, 3, 2,
-					1.0f, C, 2, 2);
+					1.0f, C, 2, 2, 0);
 	expect("cuBLASLt BGRADB: the product with B transposed, beta 1", C, w2, 4);
 	expect("cuBLASLt BGRADB: op(B) summed over k, one per column of D", grad, w3, 2);
 	failures += st != CUBLAS_STATUS_SUCCESS;
@@ -147,15 +153,30 @@ lt_goldens(void)
 	cudaMemcpy(C, ones, sizeof(ones), cudaMemcpyHostToDevice);
 	cudaMemcpy(grad, hC, 2 * sizeof(float), cudaMemcpyHostToDevice);
 	st = lt_product(lt, CUBLAS_OP_N, CUBLAS_OP_T, CUBLASLT_EPILOGUE_BGRADB, grad, CUDA_R_16BF, A16, 2, 3, 2, Bt16, 2, 3,
-					2, 1.0f, C, 2, 2);
+					2, 1.0f, C, 2, 2, 0);
 	expect("cuBLASLt BGRADB on bf16 operands: the product", C, w2, 4);
 	expect("cuBLASLt BGRADB on bf16 operands: the bias gradient", grad, w3, 2);
 	failures += st != CUBLAS_STATUS_SUCCESS;
 	st = lt_product(lt, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_BGRADB, grad, CUDA_R_32F, A, 2, 3, 2, B, 3, 2, 3,
-					0.0f, C, 2, 2);
+					0.0f, C, 2, 2, 0);
 	printf("%s BGRADB with B not transposed: refused (%d)\n", st == CUBLAS_STATUS_NOT_SUPPORTED ? "ok  " : "FAIL",
 		   (int) st);
 	failures += st != CUBLAS_STATUS_NOT_SUPPORTED;
+	{
+		/* A 4 bytes into its allocation: refused under the default 256-byte alignment, taken when declared */
+		float		hA1[] = {X, 1, 4, 2, 5, 3, 6};
+		float	   *A1 = up(hA1, 7);
+
+		st = lt_product(lt, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_BIAS, bias, CUDA_R_32F, A1 + 1, 2, 3, 2, B, 3,
+						2, 3, 0.0f, C, 2, 2, 0);
+		printf("%s A less aligned than the algorithm's 256 bytes: refused (%d)\n",
+			   st == CUBLAS_STATUS_INVALID_VALUE ? "ok  " : "FAIL", (int) st);
+		failures += st != CUBLAS_STATUS_INVALID_VALUE;
+		st = lt_product(lt, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_BIAS, bias, CUDA_R_32F, A1 + 1, 2, 3, 2, B, 3,
+						2, 3, 0.0f, C, 2, 2, 4);
+		expect("cuBLASLt BIAS with A's alignment preference 4 bytes", C, w1, 4);
+		failures += st != CUBLAS_STATUS_SUCCESS;
+	}
 	cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
 	st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof(mode));
 	printf("%s an attribute the shim does not implement: refused (%d)\n",
