@@ -267,9 +267,9 @@ forward_warp_bytes(int tiles)
  */
 template <int T>
 __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_MIN_BLOCKS(T))
-attention_mma_kernel(float *ctx, __nv_bfloat16 *ctx16, float *lse, const float *q, int ldq, const float *k, const float *v, int ldk,
-					 const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, int num_heads, int dk,
-					 bool causal, float dropout, uint64_t seed, uint64_t stream)
+attention_mma_kernel(float *ctx, __nv_bfloat16 *ctx16, float *lse, const float *q, int ldq, const float *k,
+					 const float *v, int ldk, const int32_t *q_start, const int32_t *k_start, const int64_t *p_start,
+					 int num_heads, int dk, bool causal, float dropout, uint64_t seed, uint64_t stream)
 {
 	DYNAMIC_SHARED(Shared32, smem);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, false);
@@ -374,10 +374,10 @@ dq_warp_bytes(int tiles)
  */
 template <int T>
 __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_BACKWARD_MIN_BLOCKS(T))
-attention_dq_mma_kernel(float *dq, __nv_bfloat16 *dq16, float *dsum, const float *dctx, const float *lse, const float *q, const float *k,
-						const float *v, int ldq, int ldk, const int32_t *q_start, const int32_t *k_start,
-						const int64_t *p_start, int num_heads, int dk, bool causal, float dropout, uint64_t seed,
-						uint64_t stream)
+attention_dq_mma_kernel(float *dq, __nv_bfloat16 *dq16, float *dsum, const float *dctx, const float *lse,
+						const float *q, const float *k, const float *v, int ldq, int ldk, const int32_t *q_start,
+						const int32_t *k_start, const int64_t *p_start, int num_heads, int dk, bool causal,
+						float dropout, uint64_t seed, uint64_t stream)
 {
 	DYNAMIC_SHARED(Shared32, smem);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, false);
@@ -496,10 +496,11 @@ dkv_warp_bytes(int tiles)
  */
 template <int T>
 __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_BACKWARD_MIN_BLOCKS(T))
-attention_dkv_mma_kernel(float *dkey, float *dvalue, __nv_bfloat16 *dkey16, __nv_bfloat16 *dvalue16, const float *dsum, const float *dctx, const float *lse,
-						 const float *q, const float *k, const float *v, int ldq, int ldk, const int32_t *q_start,
-						 const int32_t *k_start, const int64_t *p_start, int num_heads, int dk, bool causal,
-						 float dropout, uint64_t seed, uint64_t stream)
+attention_dkv_mma_kernel(float *dkey, float *dvalue, __nv_bfloat16 *dkey16, __nv_bfloat16 *dvalue16,
+						 const float *dsum, const float *dctx, const float *lse, const float *q, const float *k,
+						 const float *v, int ldq, int ldk, const int32_t *q_start, const int32_t *k_start,
+						 const int64_t *p_start, int num_heads, int dk, bool causal, float dropout, uint64_t seed,
+						 uint64_t stream)
 {
 	DYNAMIC_SHARED(Shared32, smem);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, true);

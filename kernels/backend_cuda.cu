@@ -706,8 +706,10 @@ lt_plan(CudaState *st, const int key[13])
 	lt_plan_free(p);
 	memcpy(p->key, key, sizeof(p->key));
 	p->found = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
-		cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)) == CUBLAS_STATUS_SUCCESS &&
-		cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+									   sizeof(op_a)) == CUBLAS_STATUS_SUCCESS &&
+		cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+									   sizeof(op_b)) == CUBLAS_STATUS_SUCCESS &&
 		cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
 									   sizeof(epilogue)) == CUBLAS_STATUS_SUCCESS &&
 		cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,

@@ -131,8 +131,8 @@ UNROLL
  * elements times keep_scale, and its bf16 copy into dy16 (NULL: none).
  */
 __global__ void
-layernorm_dx_kernel(float *dx, float *dy, __nv_bfloat16 *dy16, const float *dout, const float *x, const float *mean, const float *rstd,
-					const float *gamma, int d, const uint8_t *keep_mask, float keep_scale)
+layernorm_dx_kernel(float *dx, float *dy, __nv_bfloat16 *dy16, const float *dout, const float *x, const float *mean,
+					const float *rstd, const float *gamma, int d, const uint8_t *keep_mask, float keep_scale)
 {
 	__shared__ float part[33];
 	size_t		row = blockIdx.x;
@@ -266,7 +266,8 @@ layernorm_dparams(float *dgamma, float *dbeta, const float *dout, const float *x
 
 	LAUNCH(layernorm_dparams_kernel, dim3(blocks_for(d, 64), (unsigned) chunks), 64, 0, stream)
 		(pg, pb, dout, x, mean, rstd, rows, d, chunks);
-	LAUNCH(layernorm_dparams_total_kernel, (d + 31) / 32, TOTAL_WARPS * 32, 0, stream)(dgamma, dbeta, pg, pb, d, chunks);
+	LAUNCH(layernorm_dparams_total_kernel, (d + 31) / 32, TOTAL_WARPS * 32, 0, stream)
+		(dgamma, dbeta, pg, pb, d, chunks);
 }
 
 void
