@@ -52,7 +52,18 @@ struct LtPlan
 };
 
 #define LT_PLANS 64
+
+/*
+ * cuBLASLt's workspace: 32 MB on a GPU (its split-K algorithms use it);
+ * none under emulation, whose shim needs none, and where 32 MB more of
+ * guarded device memory doubled the time of every emulated launch's
+ * unprotect and protect pass.
+ */
+#ifdef __CUDACC__
 #define LT_WORKSPACE ((size_t) 32 << 20)
+#else
+#define LT_WORKSPACE ((size_t) 0)
+#endif
 
 /* Backend state: the device, its stream and cuBLAS handles, the first error, workspaces. */
 struct CudaState
@@ -1286,7 +1297,7 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 	if (cublasCreate(&st->blas) != CUBLAS_STATUS_SUCCESS ||
 		cublasSetStream(st->blas, st->stream) != CUBLAS_STATUS_SUCCESS ||
 		cublasLtCreate(&st->lt) != CUBLAS_STATUS_SUCCESS ||
-		cudaMalloc(&st->lt_workspace, LT_WORKSPACE) != cudaSuccess)
+		(LT_WORKSPACE > 0 && cudaMalloc(&st->lt_workspace, LT_WORKSPACE) != cudaSuccess))
 	{
 		snprintf(err, errlen, "CUDA device %d: cuBLAS and cuBLASLt could not be initialised", device);
 		cuda_destroy(be);
