@@ -750,12 +750,13 @@ lt_plan(CudaState *st, const int key[13])
 
 /*
  * gemm_bias: cuBLASLt with the BIAS or BGRADB epilogue; BGRADB writes the
- * gradient, which one add then accumulates into dbias. The plan's alignment
+ * gradient into dbias at beta 0 (where dbias is 16-byte aligned), else
+ * into a scratch vector which one add accumulates into dbias. The plan's alignment
  * preferences are the operands' own (weights sit at any multiple of 4 or 2
  * bytes in the flat vector; cuBLASLt's default assumes 256). Where
  * cuBLASLt has no algorithm, or the bias is not 16-byte aligned, bias_rows
  * and gemm, or gemm and bias_backward (which sums the fp32 values). bias
- * needs beta 0 and dbias trans_a (the uses backend.h names).
+ * needs beta 0, dbias trans_a and beta 0 or 1 (the uses backend.h names).
  */
 static void
 cuda_gemm_bias(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
@@ -767,10 +768,12 @@ cuda_gemm_bias(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, f
 	const void *vector;
 	LtPlan	   *p = NULL;
 	cublasStatus_t rc;
+	bool		direct = dbias != NULL && beta == 0.0f && (uintptr_t) dbias % 16 == 0;
 
-	if ((bias == NULL) == (dbias == NULL) || (bias != NULL && beta != 0.0f) || (dbias != NULL && !trans_a))
+	if ((bias == NULL) == (dbias == NULL) || (bias != NULL && beta != 0.0f) ||
+		(dbias != NULL && (!trans_a || (beta != 0.0f && beta != 1.0f))))
 	{
-		fail(be, "gemm_bias", "needs a bias with beta 0 or a bias gradient of op(A) = A^T");
+		fail(be, "gemm_bias", "needs a bias with beta 0 or a bias gradient of op(A) = A^T with beta 0 or 1");
 		return;
 	}
 	if (m == 0 || n == 0)
@@ -791,11 +794,13 @@ cuda_gemm_bias(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, f
 		if (bias != NULL)
 			cuda_bias_rows(be, c, bias, m, n, ldc);
 		cuda_gemm(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, bias != NULL ? 1.0f : beta, c, ldc);
+		if (dbias != NULL && beta == 0.0f)
+			cuda_zero(be, dbias, (size_t) m);
 		if (dbias != NULL)
 			cuda_bias_backward(be, dbias, a, k, m, lda, 1.0f);
 		return;
 	}
-	if (dbias != NULL && (size_t) m > st->bgrad_n)
+	if (dbias != NULL && !direct && (size_t) m > st->bgrad_n)
 	{
 		float	   *grown = (float *) cuda_alloc(be, (size_t) m * sizeof(float));
 
@@ -809,7 +814,7 @@ cuda_gemm_bias(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, f
 		st->bgrad_n = (size_t) m;
 	}
 	written(st, c, (size_t) (m - 1) * ldc + n);
-	vector = bias != NULL ? (const void *) bias : (const void *) st->bgrad;
+	vector = bias != NULL ? (const void *) bias : direct ? (const void *) dbias : (const void *) st->bgrad;
 	rc = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vector, sizeof(vector));
 	if (rc == CUBLAS_STATUS_SUCCESS)
 		rc = cublasLtMatmul(st->lt, p->desc, &alpha, b_op, p->a, a_op, p->b, &beta, c, p->c, c, p->c, &p->algo,
@@ -822,7 +827,9 @@ cuda_gemm_bias(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, f
 		fail(be, "cublasLtMatmul", why);
 		return;
 	}
-	if (dbias != NULL)
+	if (dbias != NULL && !direct && beta == 0.0f)
+		cuda_copy(be, dbias, st->bgrad, (size_t) m);
+	else if (dbias != NULL && !direct)
 	{
 		k_add(dbias, dbias, st->bgrad, (size_t) m, st->stream);
 		launched(be, "bias gradient");

@@ -125,82 +125,110 @@ UNROLL
 				  d, eps, part);
 }
 
+/* Rows of a tile of layernorm_backward_kernel. */
+#define LN_TILE 64
+
 /*
- * One block per row: dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat
- * xhat)); with dy (not NULL) also dy = dropout_backward(dx), keep_mask's
- * elements times keep_scale, and its bf16 copy into dy16 (NULL: none).
+ * LayerNorm's backward (post-norm's with its dropout), a block per chunk of
+ * `per` rows, LN_TILE rows at a time: a warp per row sums dxhat = dout gamma
+ * and dxhat xhat (xhat = (x - mean) rstd) over the row, their means a and b;
+ * then a thread per column walks the tile's rows in order, writing dx =
+ * rstd (dxhat - a - xhat b) and, with dy not NULL, dy = dropout_backward(dx)
+ * (keep_mask's elements times keep_scale) and its bf16 copy into dy16 (NULL:
+ * none), and adds dout xhat and dout into its column of the chunk's row of
+ * pg [chunks, d] and pb [chunks, d] (dgamma's and dbeta's partials, which
+ * layernorm_dparams_total_kernel sums in chunk order). dout's and x's rows
+ * are read twice, the second time from cache; dx may be dout.
  */
 __global__ void
-layernorm_dx_kernel(float *dx, float *dy, __nv_bfloat16 *dy16, const float *dout, const float *x, const float *mean,
-					const float *rstd, const float *gamma, int d, const uint8_t *keep_mask, float keep_scale)
+layernorm_backward_kernel(float *dx, float *dy, __nv_bfloat16 *dy16, float *pg, float *pb, const float *dout,
+						  const float *x, const float *mean, const float *rstd, const float *gamma, int rows,
+						  int d, int per, const uint8_t *keep_mask, float keep_scale)
 {
-	__shared__ float part[33];
-	size_t		row = blockIdx.x;
-	const float *xr = x + row * d,
-			   *g = dout + row * d;
-	float		m = mean[row],
-				rs = rstd[row],
-				a = 0.0f,
-				b = 0.0f;
+	__shared__ float sm[LN_TILE],
+				srs[LN_TILE],
+				sa[LN_TILE],
+				sb[LN_TILE];
+	int			lane = threadIdx.x % 32,
+				warp = threadIdx.x / 32,
+				warps = blockDim.x / 32;
+	size_t		r0 = (size_t) blockIdx.x * per,
+				r1 = r0 + per < (size_t) rows ? r0 + per : (size_t) rows;
+	float	   *cg = pg + (size_t) blockIdx.x * d,
+			   *cb = pb + (size_t) blockIdx.x * d;
 
 	for (int j = threadIdx.x; j < d; j += blockDim.x)
+		cg[j] = cb[j] = 0.0f;
+	for (size_t t0 = r0; t0 < r1; t0 += LN_TILE)
 	{
-		float		dxhat = g[j] * gamma[j];
+		int			n = r1 - t0 < LN_TILE ? (int) (r1 - t0) : LN_TILE;
 
-		a += dxhat;
-		b += dxhat * (xr[j] - m) * rs;
-	}
-	a = block_sum(a, part) / d;
-	b = block_sum(b, part) / d;
-	for (int j = threadIdx.x; j < d; j += blockDim.x)
-	{
-		float		v = rs * (g[j] * gamma[j] - a - (xr[j] - m) * rs * b);
-
-		dx[row * d + j] = v;
-		if (dy != NULL)
+		for (int i = warp; i < n; i += warps)
 		{
-			float		g = keep_mask == NULL || keep_mask[row * d + j] ? v * keep_scale : 0.0f;
+			size_t		row = t0 + i;
+			const float *xr = x + row * d,
+					   *g = dout + row * d;
+			float		m = mean[row],
+						rs = rstd[row],
+						a = 0.0f,
+						b = 0.0f;
 
-			dy[row * d + j] = g;
-			if (dy16 != NULL)
-				dy16[row * d + j] = __float2bfloat16_rn(g);
+			for (int j = lane; j < d; j += 32)
+			{
+				float		dxhat = g[j] * gamma[j];
+
+				a += dxhat;
+				b += dxhat * (xr[j] - m) * rs;
+			}
+			a = warp_reduce(a, SumOp());
+			b = warp_reduce(b, SumOp());
+			if (lane == 0)
+			{
+				sm[i] = m;
+				srs[i] = rs;
+				sa[i] = a / d;
+				sb[i] = b / d;
+			}
 		}
+		__syncthreads();
+		for (int j = threadIdx.x; j < d; j += blockDim.x)
+		{
+			float		gj = gamma[j],
+						ag = 0.0f,
+						ab = 0.0f;
+
+			for (int i = 0; i < n; i++)
+			{
+				size_t		e = (t0 + i) * d + j;
+				float		g = dout[e],
+							xhat = (x[e] - sm[i]) * srs[i],
+							v = srs[i] * (g * gj - sa[i] - xhat * sb[i]);
+
+				dx[e] = v;
+				if (dy != NULL)
+				{
+					float		h = keep_mask == NULL || keep_mask[e] ? v * keep_scale : 0.0f;
+
+					dy[e] = h;
+					if (dy16 != NULL)
+						dy16[e] = __float2bfloat16_rn(h);
+				}
+				ag += g * xhat;
+				ab += g;
+			}
+			cg[j] += ag;
+			cb[j] += ab;
+		}
+		__syncthreads();		/* the tile's statistics are the next tile's to overwrite */
 	}
 }
 
-/*
- * Pass 1 of dgamma += sum dout * xhat and dbeta += sum dout: per chunk of
- * rows, in row order, into pg [chunks, d] and pb [chunks, d].
- */
-__global__ void
-layernorm_dparams_kernel(float *pg, float *pb, const float *dout, const float *x, const float *mean,
-						 const float *rstd, int rows, int d, int chunks)
-{
-	int			c = blockIdx.x * blockDim.x + threadIdx.x,
-				chunk = blockIdx.y,
-				per = (rows + chunks - 1) / chunks,
-				r1 = (chunk + 1) * per < rows ? (chunk + 1) * per : rows;
-	float		ag = 0.0f,
-				ab = 0.0f;
-
-	if (c >= d)
-		return;
-	for (int r = chunk * per; r < r1; r++)
-	{
-		float		g = dout[(size_t) r * d + c];
-
-		ag += g * (x[(size_t) r * d + c] - mean[r]) * rstd[r];
-		ab += g;
-	}
-	pg[(size_t) chunk * d + c] = ag;
-	pb[(size_t) chunk * d + c] = ab;
-}
-
-/* Warps of a block of pass 2. */
+/* Warps of a block of layernorm_dparams_total_kernel. */
 #define TOTAL_WARPS 8
 
 /*
- * Pass 2: a block per 32 columns, a lane per column; warp w sums chunks w,
+ * dgamma += the sum of pg [chunks, d] over chunks, dbeta of pb's: a block
+ * per 32 columns, a lane per column; warp w sums chunks w,
  * w + TOTAL_WARPS, ... in order, then warp 0 the warps' sums in order (a
  * fixed order; the chunks' chain a thread walks is TOTAL_WARPS times shorter
  * than one thread per column's).
@@ -255,17 +283,26 @@ k_residual_layernorm(float *out, __nv_bfloat16 *out16, float *mean, float *rstd,
 			(out, out16, mean, rstd, r, x, y, gamma, beta, d, eps, p, seed, stream_id, keep_mask);
 }
 
-/* dgamma and dbeta: per chunk of rows, then the chunks in order. */
+/*
+ * layernorm_backward_kernel over chunks of rows (as many as the workspace
+ * holds partials for, at most MAX_CHUNKS), then the chunks' partials into
+ * dgamma and dbeta in order: two launches.
+ */
 static void
-layernorm_dparams(float *dgamma, float *dbeta, const float *dout, const float *x, const float *mean,
-				  const float *rstd, int rows, int d, float *workspace, size_t workspace_floats, cudaStream_t stream)
+layernorm_backward(float *dx, float *dy, __nv_bfloat16 *dy16, float *dgamma, float *dbeta, const float *dout,
+				   const float *x, const float *mean, const float *rstd, const float *gamma, int rows, int d,
+				   const uint8_t *keep_mask, float keep_scale, float *workspace, size_t workspace_floats,
+				   cudaStream_t stream)
 {
-	int			chunks = column_chunks(rows, d, 2, workspace_floats);
+	int			chunks = column_chunks(rows, d, 2, workspace_floats),
+				per = (rows + chunks - 1) / chunks;
 	float	   *pg = workspace,
-			   *pb = workspace + (size_t) chunks * d;
+			   *pb;
 
-	LAUNCH(layernorm_dparams_kernel, dim3(blocks_for(d, 64), (unsigned) chunks), 64, 0, stream)
-		(pg, pb, dout, x, mean, rstd, rows, d, chunks);
+	chunks = (rows + per - 1) / per;	/* none empty */
+	pb = workspace + (size_t) chunks * d;
+	LAUNCH(layernorm_backward_kernel, chunks, BLOCK, 0, stream)
+		(dx, dy, dy16, pg, pb, dout, x, mean, rstd, gamma, rows, d, per, keep_mask, keep_scale);
 	LAUNCH(layernorm_dparams_total_kernel, (d + 31) / 32, TOTAL_WARPS * 32, 0, stream)
 		(dgamma, dbeta, pg, pb, d, chunks);
 }
@@ -275,11 +312,9 @@ k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dout, 
 					 const float *mean, const float *rstd, const float *gamma, int rows, int d, float *workspace,
 					 size_t workspace_floats, cudaStream_t stream)
 {
-	if (rows <= 0)
-		return;
-	LAUNCH(layernorm_dx_kernel, rows, row_threads(d, BLOCK), 0, stream)
-		(dx, (float *) NULL, (__nv_bfloat16 *) NULL, dout, x, mean, rstd, gamma, d, (const uint8_t *) NULL, 1.0f);
-	layernorm_dparams(dgamma, dbeta, dout, x, mean, rstd, rows, d, workspace, workspace_floats, stream);
+	if (rows > 0)
+		layernorm_backward(dx, (float *) NULL, (__nv_bfloat16 *) NULL, dgamma, dbeta, dout, x, mean, rstd, gamma,
+						   rows, d, (const uint8_t *) NULL, 1.0f, workspace, workspace_floats, stream);
 }
 
 void
@@ -288,10 +323,8 @@ k_residual_layernorm_backward(float *dr, float *dy, __nv_bfloat16 *dy16, float *
 							  const float *gamma, int rows, int d, float p, const uint8_t *keep_mask,
 							  float *workspace, size_t workspace_floats, cudaStream_t stream)
 {
-	if (rows <= 0)
-		return;
-	LAUNCH(layernorm_dx_kernel, rows, row_threads(d, BLOCK), 0, stream)
-		(dr, dy, dy16, dout, r, mean, rstd, gamma, d, p > 0.0f ? keep_mask : (const uint8_t *) NULL,
-		 p > 0.0f ? 1.0f / (1.0f - p) : 1.0f);
-	layernorm_dparams(dgamma, dbeta, dout, r, mean, rstd, rows, d, workspace, workspace_floats, stream);
+	if (rows > 0)
+		layernorm_backward(dr, dy, dy16, dgamma, dbeta, dout, r, mean, rstd, gamma, rows, d,
+						   p > 0.0f ? keep_mask : (const uint8_t *) NULL, p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
+						   workspace, workspace_floats, stream);
 }

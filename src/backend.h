@@ -139,8 +139,9 @@ struct TfBackend
 	 * composes it from bias_rows, gemm and bias_backward: the CPU's), one
 	 * of bias and dbias not NULL. bias [n]: C[i, j] = alpha (op(A)
 	 * op(B))[i, j] + beta C[i, j] + bias[j] (nn.Linear's forward). dbias
-	 * [m]: dbias[i] += sum over k of op(A)[i, k] (linear's bias gradient
-	 * from the weight gradient's product, alpha 1); in bf16 the backend
+	 * [m]: dbias[i] = beta dbias[i] + sum over k of op(A)[i, k] (linear's
+	 * bias gradient from the weight gradient's product, alpha 1, beta 0
+	 * or 1: overwritten or accumulated as C is); in bf16 the backend
 	 * may sum the rounded operand the product reads (CUDA's epilogue does;
 	 * where it composes the ops instead, the fp32 values).
 	 */

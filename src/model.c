@@ -818,20 +818,23 @@ decoder_output(const TfModel *m)
 }
 
 /*
- * Backward of linear: dW += dy^T x, db += colsum(dy) (the weight
- * gradient's epilogue where the backend has gemm_bias), and dx = dy W
- * (dx_beta 1 adds into dx).
+ * Backward of linear: dW = g dW + dy^T x, db = g db + colsum(dy) (the
+ * weight gradient's epilogue where the backend has gemm_bias), with g =
+ * m->grad_beta (0 when the gradients are known zero: written, not read);
+ * and dx = dy W (dx_beta 1 adds into dx).
  */
 static void
-linear_backward(TfBackend *be, float *dx, float dx_beta, float *dw, float *db, const float *dy,
+linear_backward(TfModel *m, float *dx, float dx_beta, float *dw, float *db, const float *dy,
 				const float *x, const float *w, int rows, int in, int out)
 {
+	TfBackend  *be = m->be;
+
 	if (be->gemm_bias != NULL)
-		be->gemm_bias(be, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in, NULL, db);
+		be->gemm_bias(be, true, false, out, in, rows, 1.0f, dy, out, x, in, m->grad_beta, dw, in, NULL, db);
 	else
 	{
-		be->gemm(be, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
-		be->bias_backward(be, db, dy, rows, out, out, 1.0f);
+		be->gemm(be, true, false, out, in, rows, 1.0f, dy, out, x, in, m->grad_beta, dw, in);
+		be->bias_backward(be, db, dy, rows, out, out, 1.0f);	/* the gradients are zero at beta 0 */
 	}
 	be->gemm(be, false, false, rows, in, out, 1.0f, dy, out, w, in, dx_beta, dx, in);
 }
@@ -1021,6 +1024,7 @@ tf_model_backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 
 	tf_block_signals(&old);
 	rc = backward(m, grad_scale, err, errlen);
+	m->grad_beta = 1.0f;		/* written (or partly, on an error): the next backward adds */
 	tf_restore_signals(&old);
 	return rc;
 }
@@ -1206,10 +1210,10 @@ ffn_backward(TfModel *m, int l, float *dx, float dx_beta, const float *x)
 				F = c->d_ff,
 				rows = LAYER_ROWS(m, l);
 
-	linear_backward(be, m->g_h, 0.0f, m->grads + o->w2, m->grads + o->b2, m->tmp, a->h, m->params + o->w2, rows, F, d);
+	linear_backward(m, m->g_h, 0.0f, m->grads + o->w2, m->grads + o->b2, m->tmp, a->h, m->params + o->w2, rows, F, d);
 	be->dropout_backward(be, m->g_h, m->g_h, (size_t) rows * F, m->p_relu, a->keep_relu);
 	be->activation_backward(be, c->activation, m->g_h, m->g_h, a->f1, (size_t) rows * F);
-	linear_backward(be, dx, dx_beta, m->grads + o->w1, m->grads + o->b1, m->g_h, x, m->params + o->w1, rows, d, F);
+	linear_backward(m, dx, dx_beta, m->grads + o->w1, m->grads + o->b1, m->g_h, x, m->params + o->w1, rows, d, F);
 }
 
 /*
@@ -1229,13 +1233,13 @@ cross_backward(TfModel *m, int l, float *dx, float dx_beta, const float *x)
 				rows = LAYER_ROWS(m, l);
 	TfAttentionShape sh = attn_shape(m, ATTN_CROSS, LAYER_SITE(m, l) + SITE_CROSS_PROBS);
 
-	linear_backward(be, m->g_ctx, 0.0f, G + o->cross.w_out, G + o->cross.b_out, m->tmp, a->ctx_cross,
+	linear_backward(m, m->g_ctx, 0.0f, G + o->cross.w_out, G + o->cross.b_out, m->tmp, a->ctx_cross,
 					P + o->cross.w_out, rows, d, d);
 	be->attention_backward(be, m->g_qkv, m->g_kv, m->g_kv + d, m->g_ctx, a->lse_cross, a->q_cross, d, a->kv_cross,
 						   a->kv_cross + d, 2 * d, &sh);
-	linear_backward(be, dx, dx_beta, G + o->cross.w_qkv, G + o->cross.b_qkv, m->g_qkv, x, P + o->cross.w_qkv,
+	linear_backward(m, dx, dx_beta, G + o->cross.w_qkv, G + o->cross.b_qkv, m->g_qkv, x, P + o->cross.w_qkv,
 					rows, d, d);
-	linear_backward(be, m->g_enc, 1.0f, G + o->cross.w_qkv + (size_t) d * d, G + o->cross.b_qkv + d, m->g_kv,
+	linear_backward(m, m->g_enc, 1.0f, G + o->cross.w_qkv + (size_t) d * d, G + o->cross.b_qkv + d, m->g_kv,
 					tf_encoder_output(m), P + o->cross.w_qkv + (size_t) d * d, m->lay.Ns, d, 2 * d);
 }
 
@@ -1253,11 +1257,11 @@ self_backward(TfModel *m, int l, float *dx, float dx_beta, const float *x)
 	bool		dec = l >= m->config.num_encoder_layers;
 	TfAttentionShape sh = attn_shape(m, dec ? ATTN_DECODER_SELF : ATTN_ENCODER, LAYER_SITE(m, l) + SITE_SELF_PROBS);
 
-	linear_backward(be, m->g_ctx, 0.0f, G + o->self.w_out, G + o->self.b_out, m->tmp, a->ctx, P + o->self.w_out,
+	linear_backward(m, m->g_ctx, 0.0f, G + o->self.w_out, G + o->self.b_out, m->tmp, a->ctx, P + o->self.w_out,
 					rows, d, d);
 	be->attention_backward(be, m->g_qkv, m->g_qkv + d, m->g_qkv + 2 * d, m->g_ctx, a->lse, a->qkv, 3 * d,
 						   a->qkv + d, a->qkv + 2 * d, 3 * d, &sh);
-	linear_backward(be, dx, dx_beta, G + o->self.w_qkv, G + o->self.b_qkv, m->g_qkv, x, P + o->self.w_qkv, rows, d,
+	linear_backward(m, dx, dx_beta, G + o->self.w_qkv, G + o->self.b_qkv, m->g_qkv, x, P + o->self.w_qkv, rows, d,
 					3 * d);
 }
 
@@ -1402,7 +1406,7 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 			be->all_reduce(be, m->grads + m->off_logits_bias, (size_t) c->vocab_size, false);
 	}
 	be->gemm(be, true, false, c->vocab_size, d, Nt, grad_scale, m->logits, m->ldv,
-			 decoder_output(m), d, 1.0f, m->grads + m->off_embedding, d);
+			 decoder_output(m), d, m->grad_beta, m->grads + m->off_embedding, d);
 	be->gemm(be, false, false, Nt, d, c->vocab_size, grad_scale, m->logits, m->ldv,
 			 m->params + m->off_embedding, d, 0.0f, c->normalize_before ? m->g_b : m->g_a, d);
 	if (c->normalize_before)
@@ -1434,6 +1438,7 @@ tf_model_zero_grad(TfModel *m)
 {
 	if (m->grads != NULL)
 		m->be->zero(m->be, m->grads, m->num_params);
+	m->grad_beta = 0.0f;
 }
 
 /* The entry of parameter `name`, or NULL. */

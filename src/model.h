@@ -293,6 +293,9 @@ struct TfModel
 	bool		training;
 	bool		keep_asked;		/* tf_model_keep_attention: the next inference forward keeps them */
 	bool		keep_probs;		/* the last forward kept the attention probabilities */
+	float		grad_beta;		/* 0 while the gradients are known zero (allocated,
+								 * zero_grad, adam): the next backward's weight
+								 * products write them; else 1, they add */
 	bool		reduce_grads;	/* the next backward sums the gradients over the ranks
 								 * (be->all_reduce), each layer's as soon as it is final */
 	float		p_dropout,

@@ -104,6 +104,7 @@ tf_model_step(TfModel *m, const TfOptimizer *opt, TfStepStats *stats, char *err,
 			 opt->beta1, opt->beta2, opt->epsilon,
 			 (float) (1.0 - pow(opt->beta1, (double) t)), (float) (1.0 - pow(opt->beta2, (double) t)));
 	m->step = t;
+	m->grad_beta = 0.0f;		/* adam zeroed the gradients */
 	tf_restore_signals(&old);
 	stats->learning_rate = lr;
 	return be->status(be, err, errlen);

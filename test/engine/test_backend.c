@@ -111,6 +111,20 @@ same_rows(Both *b, const char *what, const float *gpu, const float *cpu, int row
 	free(h), free(hc), free(cc);
 }
 
+/* Uploads host x [rows, ld] into dev with its first cols columns NaN (x itself unchanged). */
+static void
+nans(TfBackend *be, float *dev, const float *x, int rows, int cols, int ld)
+{
+	float	   *h = malloc((size_t) rows * ld * sizeof(float));
+
+	memcpy(h, x, (size_t) rows * ld * sizeof(float));
+	for (int r = 0; r < rows; r++)
+		for (int c = 0; c < cols; c++)
+			h[(size_t) r * ld + c] = NAN;
+	be->upload(be, dev, h, (size_t) rows * ld * sizeof(float));
+	free(h);
+}
+
 /* n floats of rows [rows, cols] with row stride ld: random, the columns past cols NaN (malloc'd). */
 static float *
 strided_randoms(int rows, int cols, int ld)
@@ -185,6 +199,17 @@ compare_gemm(Both *b)
 				snprintf(what, sizeof(what), "gemm_bias trans_b %d k %d: bias gradient's product", tb, kk);
 				same(b, what, dC, C, csz);
 				snprintf(what, sizeof(what), "gemm_bias trans_b %d k %d: bias gradient", tb, kk);
+				same(b, what, dgrad, dbias_cpu, m);
+				/* beta 0 writes C and dbias, whatever they held (NaN here) */
+				memset(dbias_cpu, 0, m * sizeof(float));
+				b->cpu->gemm(b->cpu, ta, tb, m, n, kk, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+				b->cpu->bias_backward(b->cpu, dbias_cpu, A, kk, m, lda, 1.0f);
+				nans(b->gpu, dC, C, m, n, ldc);
+				nans(b->gpu, dgrad, dbias_cpu, 1, m, m);
+				b->gpu->gemm_bias(b->gpu, ta, tb, m, n, kk, 1.0f, dA, lda, dB, ldb, 0.0f, dC, ldc, NULL, dgrad);
+				snprintf(what, sizeof(what), "gemm_bias trans_b %d k %d beta 0: product", tb, kk);
+				same(b, what, dC, C, csz);
+				snprintf(what, sizeof(what), "gemm_bias trans_b %d k %d beta 0: bias gradient", tb, kk);
 				same(b, what, dgrad, dbias_cpu, m);
 			}
 			free(bias), free(dbias_cpu);
@@ -349,10 +374,14 @@ compare_elementwise(Both *b)
 	b->gpu->free(b->gpu, dmask), b->gpu->free(b->gpu, dsum);
 }
 
+/*
+ * LayerNorm and its backward, R rows of D: R 301 is more rows than the
+ * backward's chunks (2 a chunk, the last one short); R 33,000 is over 64
+ * (a tile) a chunk; D 300 over a block's 256 threads.
+ */
 static void
-compare_layernorm(Both *b)
+compare_layernorm(Both *b, int R, int D)
 {
-	enum {R = 301, D = 70};		/* more rows than column-sum chunks: uneven chunks */
 	size_t		n = (size_t) R * D;
 	float	   *x = randoms(n),
 			   *g = randoms(D),
@@ -374,6 +403,7 @@ compare_layernorm(Both *b)
 			   *d_dg = up(b->gpu, dg, D * 4),
 			   *d_db = up(b->gpu, db, D * 4),
 			   *d_dx = b->gpu->alloc(b->gpu, n * 4);
+	char		what[64];
 
 	b->cpu->layernorm(b->cpu, out, mean, rstd, x, g, be, R, D, 1e-5f);
 	b->gpu->layernorm(b->gpu, d_out, d_mean, d_rstd, d_x, d_g, d_be, R, D, 1e-5f);
@@ -382,9 +412,12 @@ compare_layernorm(Both *b)
 	same(b, "layernorm rstd", d_rstd, rstd, R);
 	b->cpu->layernorm_backward(b->cpu, dx, dg, db, dout, x, mean, rstd, g, R, D);
 	b->gpu->layernorm_backward(b->gpu, d_dx, d_dg, d_db, d_dout, d_x, d_mean, d_rstd, d_g, R, D);
-	same(b, "layernorm_backward dx", d_dx, dx, n);
-	same(b, "layernorm_backward dgamma", d_dg, dg, D);
-	same(b, "layernorm_backward dbeta", d_db, db, D);
+	snprintf(what, sizeof(what), "layernorm_backward %d x %d: dx", R, D);
+	same(b, what, d_dx, dx, n);
+	snprintf(what, sizeof(what), "layernorm_backward %d x %d: dgamma", R, D);
+	same(b, what, d_dg, dg, D);
+	snprintf(what, sizeof(what), "layernorm_backward %d x %d: dbeta", R, D);
+	same(b, what, d_db, db, D);
 	free(x), free(g), free(be), free(dout), free(out), free(mean), free(rstd), free(dg), free(db), free(dx);
 	b->gpu->free(b->gpu, d_x), b->gpu->free(b->gpu, d_g), b->gpu->free(b->gpu, d_be), b->gpu->free(b->gpu, d_dout);
 	b->gpu->free(b->gpu, d_out), b->gpu->free(b->gpu, d_mean), b->gpu->free(b->gpu, d_rstd);
@@ -916,7 +949,9 @@ test_backend(const char *fixtures)
 	{
 		compare_gemm(&b);
 		compare_elementwise(&b);
-		compare_layernorm(&b);
+		compare_layernorm(&b, 301, 70);
+		compare_layernorm(&b, 33000, 5);
+		compare_layernorm(&b, 40, 300);
 		compare_residual_layernorm(&b, 64, 0.3f, true);
 		compare_residual_layernorm(&b, 70, 0.3f, true);
 		compare_residual_layernorm(&b, 64, 0.0f, false);

@@ -43,6 +43,56 @@ download(TfModel *m, const float *src, size_t n)
 	return host;
 }
 
+/*
+ * Every gradient of m against PyTorch's times `times` (1 after a backward,
+ * 2 after a second backward of the same batch, which adds); the number
+ * checked, the worst relative error into *worst.
+ */
+static int
+compare_gradients(TfModel *m, const Fixture *fx, const TfTensor *tensors, int n, float times, double *worst)
+{
+	int			checked = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		char		gname[160];
+		const FixTensor *ref;
+		size_t		count;
+		float	   *g,
+				   *want;
+		double		e;
+
+		snprintf(gname, sizeof(gname), "grad.%s", tensors[i].name);
+		if ((ref = fixture_get(fx, gname)) == NULL)
+			continue;
+		g = tf_model_grad(m, tensors[i].name, &count);
+		CHECK(g != NULL && count == ref->count, "gradient %s missing or of another size", tensors[i].name);
+		if (g == NULL)
+			continue;
+		g = download(m, g, count);
+		checked++;
+		if (strstr(tensors[i].name, "k_proj.bias") != NULL)
+		{
+			/* exactly zero in exact arithmetic: compare with the truth, not with noise */
+			float		zeros[1024] = {0};
+
+			CHECK(count <= 1024 && rel_error(g, zeros, count) < 1e-4,
+				  "%s: gradient should vanish (softmax is shift-invariant)", tensors[i].name);
+			free(g);
+			continue;
+		}
+		want = malloc(count * sizeof(float));
+		for (size_t k = 0; k < count; k++)
+			want[k] = times * ((const float *) ref->data)[k];
+		e = rel_error(g, want, count);
+		free(g), free(want);
+		*worst = fmax(*worst, e);
+		CHECK(e < 1e-5, "gradient of %s (x %g) differs from PyTorch: relative error %.3g", tensors[i].name,
+			  times, e);
+	}
+	return checked;
+}
+
 /* Logits, loss, every gradient and 10 Adam steps against PyTorch. */
 static void
 check_against_pytorch(const Fixture *fx)
@@ -91,39 +141,11 @@ check_against_pytorch(const Fixture *fx)
 		  "training loss %.7f, PyTorch %.7f", loss / tokens, *(float *) fixture_get(fx, "loss")->data);
 	CHECK(tf_model_backward(m, (float) (1.0 / tokens), err, sizeof(err)) == TF_OK, "backward: %s", err);
 	tf_model_tensors(m, &tensors, &n, err, sizeof(err));
-	for (i = 0; i < n; i++)
-	{
-		char		gname[160];
-		const FixTensor *ref;
-		size_t		count;
-		float	   *g;
-		double		e;
-
-		snprintf(gname, sizeof(gname), "grad.%s", tensors[i].name);
-		if ((ref = fixture_get(fx, gname)) == NULL)
-			continue;
-		g = tf_model_grad(m, tensors[i].name, &count);
-		CHECK(g != NULL && count == ref->count, "gradient %s missing or of another size", tensors[i].name);
-		if (g == NULL)
-			continue;
-		g = download(m, g, count);
-		if (strstr(tensors[i].name, "k_proj.bias") != NULL)
-		{
-			/* exactly zero in exact arithmetic: compare with the truth, not with noise */
-			float		zeros[1024] = {0};
-
-			CHECK(count <= 1024 && rel_error(g, zeros, count) < 1e-4,
-				  "%s: gradient should vanish (softmax is shift-invariant)", tensors[i].name);
-			grads_checked++;
-			free(g);
-			continue;
-		}
-		e = rel_error(g, ref->data, count);
-		free(g);
-		worst_grad = fmax(worst_grad, e);
-		CHECK(e < 1e-5, "gradient of %s differs from PyTorch: relative error %.3g", tensors[i].name, e);
-		grads_checked++;
-	}
+	grads_checked = compare_gradients(m, fx, tensors, n, 1.0f, &worst_grad);
+	/* a second backward adds: twice PyTorch's gradients */
+	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_OK &&
+		  tf_model_backward(m, (float) (1.0 / tokens), err, sizeof(err)) == TF_OK, "second backward: %s", err);
+	compare_gradients(m, fx, tensors, n, 2.0f, &worst_grad);
 	CHECK(grads_checked == (n - 3) / 3,
 		  "checked %d gradients of %d parameters", grads_checked, (n - 3) / 3);
 	tf_tensors_free(tensors);
