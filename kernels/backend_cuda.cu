@@ -606,15 +606,15 @@ cuda_set_precision(TfBackend *be, TfPrecision precision, const float *weights, s
 }
 
 /*
- * The column-sum workspace for `parts` partial arrays of `cols` columns over
- * `rows` rows, grown on first need (so no step after the first allocates);
- * NULL after recording out of memory.
+ * The column-sum workspace for `parts` partial arrays of `cols` columns in
+ * `chunks` chunks, grown on first need (so no step after the first
+ * allocates); NULL after recording out of memory.
  */
 static float *
-columns_workspace(TfBackend *be, int rows, int cols, int parts, size_t *floats)
+columns_workspace(TfBackend *be, int chunks, int cols, int parts, size_t *floats)
 {
 	CudaState  *st = state(be);
-	size_t		need = (size_t) (rows < MAX_CHUNKS ? rows : MAX_CHUNKS) * cols * parts;
+	size_t		need = (size_t) chunks * cols * parts;
 
 	if (need > st->columns_floats)
 	{
@@ -645,7 +645,7 @@ static void
 cuda_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int cols, int ld, float scale)
 {
 	size_t		floats;
-	float	   *ws = columns_workspace(be, rows, cols, 1, &floats);
+	float	   *ws = columns_workspace(be, rows < MAX_CHUNKS ? rows : MAX_CHUNKS, cols, 1, &floats);
 
 	if (ws == NULL)
 		return;
@@ -918,12 +918,12 @@ cuda_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, c
 						const float *mean, const float *rstd, const float *gamma, int rows, int d)
 {
 	size_t		floats;
-	float	   *ws = columns_workspace(be, rows, d, 2, &floats);
+	float	   *ws = columns_workspace(be, k_layernorm_chunks(rows), d, 2, &floats);
 
 	if (ws == NULL)
 		return;
 	written(state(be), dx, (size_t) rows * d);
-	k_layernorm_backward(dx, dgamma, dbeta, dout, x, mean, rstd, gamma, rows, d, ws, floats, state(be)->stream);
+	k_layernorm_backward(dx, dgamma, dbeta, dout, x, mean, rstd, gamma, rows, d, ws, state(be)->stream);
 	launched(be, "layernorm_backward");
 }
 
@@ -944,13 +944,13 @@ cuda_residual_layernorm_backward(TfBackend *be, float *dr, float *dy, float *dga
 								 const float *gamma, int rows, int d, float p, const uint8_t *keep_mask)
 {
 	size_t		floats;
-	float	   *ws = columns_workspace(be, rows, d, 2, &floats);
+	float	   *ws = columns_workspace(be, k_layernorm_chunks(rows), d, 2, &floats);
 
 	if (ws == NULL)
 		return;
 	written(state(be), dr, (size_t) rows * d);
 	k_residual_layernorm_backward(dr, dy, copy16(be, dy, (size_t) rows * d), dgamma, dbeta, dout, r, mean, rstd,
-								  gamma, rows, d, p, keep_mask, ws, floats, state(be)->stream);
+								  gamma, rows, d, p, keep_mask, ws, state(be)->stream);
 	launched(be, "residual_layernorm_backward");
 }
 

@@ -47,12 +47,23 @@ void		k_embed(float *out, __nv_bfloat16 *out16, const int32_t *ids, const int32_
 void		k_embed_backward(float *dembedding, const float *dout, int rows, const float *dout2,
 							 const int32_t *groups, int unique, int d, float scale, cudaStream_t stream);
 
-/* layernorm.cu (parameter gradients: workspace of column_chunks(...) * 2 * d floats) */
+/*
+ * layernorm.cu. The backwards' parameter gradients are summed per chunk of
+ * LAYERNORM_CHUNK_ROWS rows, then over the chunks in order: their
+ * workspace holds k_layernorm_chunks(rows) * 2 * d floats.
+ */
+#define LAYERNORM_CHUNK_ROWS 16
+static inline int
+k_layernorm_chunks(int rows)
+{
+	return (rows + LAYERNORM_CHUNK_ROWS - 1) / LAYERNORM_CHUNK_ROWS;
+}
+
 void		k_layernorm(float *out, __nv_bfloat16 *out16, float *mean, float *rstd, const float *x,
 						const float *gamma, const float *beta, int rows, int d, float eps, cudaStream_t stream);
 void		k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
 								 const float *mean, const float *rstd, const float *gamma, int rows, int d,
-								 float *workspace, size_t workspace_floats, cudaStream_t stream);
+								 float *workspace, cudaStream_t stream);
 void		k_residual_layernorm(float *out, __nv_bfloat16 *out16, float *mean, float *rstd, float *r,
 								 const float *x, const float *y, const float *gamma, const float *beta, int rows,
 								 int d, float eps, float p, uint64_t seed, uint64_t stream_id, uint8_t *keep_mask,
@@ -61,7 +72,7 @@ void		k_residual_layernorm(float *out, __nv_bfloat16 *out16, float *mean, float 
 void		k_residual_layernorm_backward(float *dr, float *dy, __nv_bfloat16 *dy16, float *dgamma, float *dbeta,
 										  const float *dout, const float *r, const float *mean, const float *rstd,
 										  const float *gamma, int rows, int d, float p, const uint8_t *keep_mask,
-										  float *workspace, size_t workspace_floats, cudaStream_t stream);
+										  float *workspace, cudaStream_t stream);
 
 /*
  * attention.cu (lse [query rows, num_heads]; probs NULL unless kept for

@@ -125,106 +125,94 @@ UNROLL
 				  d, eps, part);
 }
 
-/* Rows of a tile of layernorm_backward_kernel. */
-#define LN_TILE 64
-
 /*
  * LayerNorm's backward (post-norm's with its dropout), a block per chunk of
- * `per` rows, LN_TILE rows at a time: a warp per row sums dxhat = dout gamma
- * and dxhat xhat (xhat = (x - mean) rstd) over the row, their means a and b;
- * then a thread per column walks the tile's rows in order, writing dx =
+ * LAYERNORM_CHUNK_ROWS rows: a warp per row sums dxhat = dout gamma and
+ * dxhat xhat (xhat = (x - mean) rstd) over the row, their means a and b;
+ * then a thread per column walks the chunk's rows in order, writing dx =
  * rstd (dxhat - a - xhat b) and, with dy not NULL, dy = dropout_backward(dx)
  * (keep_mask's elements times keep_scale) and its bf16 copy into dy16 (NULL:
- * none), and adds dout xhat and dout into its column of the chunk's row of
+ * none), and sums dout xhat and dout into its column of the chunk's row of
  * pg [chunks, d] and pb [chunks, d] (dgamma's and dbeta's partials, which
- * layernorm_dparams_total_kernel sums in chunk order). dout's and x's rows
- * are read twice, the second time from cache; dx may be dout.
+ * layernorm_dparams_total_kernel sums in chunk order). The second reads of
+ * the chunk's dout and x hit the cache; dx may be dout. A chunk a block and
+ * a fixed number of rows a chunk keep the grid proportional to the rows.
  */
 __global__ void
 layernorm_backward_kernel(float *dx, float *dy, __nv_bfloat16 *dy16, float *pg, float *pb, const float *dout,
 						  const float *x, const float *mean, const float *rstd, const float *gamma, int rows,
-						  int d, int per, const uint8_t *keep_mask, float keep_scale)
+						  int d, const uint8_t *keep_mask, float keep_scale)
 {
-	__shared__ float sm[LN_TILE],
-				srs[LN_TILE],
-				sa[LN_TILE],
-				sb[LN_TILE];
+	__shared__ float sm[LAYERNORM_CHUNK_ROWS],
+				srs[LAYERNORM_CHUNK_ROWS],
+				sa[LAYERNORM_CHUNK_ROWS],
+				sb[LAYERNORM_CHUNK_ROWS];
 	int			lane = threadIdx.x % 32,
 				warp = threadIdx.x / 32,
 				warps = blockDim.x / 32;
-	size_t		r0 = (size_t) blockIdx.x * per,
-				r1 = r0 + per < (size_t) rows ? r0 + per : (size_t) rows;
-	float	   *cg = pg + (size_t) blockIdx.x * d,
-			   *cb = pb + (size_t) blockIdx.x * d;
+	size_t		r0 = (size_t) blockIdx.x * LAYERNORM_CHUNK_ROWS;
+	int			n = rows - r0 < LAYERNORM_CHUNK_ROWS ? (int) (rows - r0) : LAYERNORM_CHUNK_ROWS;
 
-	for (int j = threadIdx.x; j < d; j += blockDim.x)
-		cg[j] = cb[j] = 0.0f;
-	for (size_t t0 = r0; t0 < r1; t0 += LN_TILE)
+	for (int i = warp; i < n; i += warps)
 	{
-		int			n = r1 - t0 < LN_TILE ? (int) (r1 - t0) : LN_TILE;
+		size_t		row = r0 + i;
+		const float *xr = x + row * d,
+				   *g = dout + row * d;
+		float		m = mean[row],
+					rs = rstd[row],
+					a = 0.0f,
+					b = 0.0f;
 
-		for (int i = warp; i < n; i += warps)
+		for (int j = lane; j < d; j += 32)
 		{
-			size_t		row = t0 + i;
-			const float *xr = x + row * d,
-					   *g = dout + row * d;
-			float		m = mean[row],
-						rs = rstd[row],
-						a = 0.0f,
-						b = 0.0f;
+			float		dxhat = g[j] * gamma[j];
 
-			for (int j = lane; j < d; j += 32)
-			{
-				float		dxhat = g[j] * gamma[j];
-
-				a += dxhat;
-				b += dxhat * (xr[j] - m) * rs;
-			}
-			a = warp_reduce(a, SumOp());
-			b = warp_reduce(b, SumOp());
-			if (lane == 0)
-			{
-				sm[i] = m;
-				srs[i] = rs;
-				sa[i] = a / d;
-				sb[i] = b / d;
-			}
+			a += dxhat;
+			b += dxhat * (xr[j] - m) * rs;
 		}
-		__syncthreads();
-		for (int j = threadIdx.x; j < d; j += blockDim.x)
+		a = warp_reduce(a, SumOp());
+		b = warp_reduce(b, SumOp());
+		if (lane == 0)
 		{
-			float		gj = gamma[j],
-						ag = 0.0f,
-						ab = 0.0f;
-
-			for (int i = 0; i < n; i++)
-			{
-				size_t		e = (t0 + i) * d + j;
-				float		g = dout[e],
-							xhat = (x[e] - sm[i]) * srs[i],
-							v = srs[i] * (g * gj - sa[i] - xhat * sb[i]);
-
-				dx[e] = v;
-				if (dy != NULL)
-				{
-					float		h = keep_mask == NULL || keep_mask[e] ? v * keep_scale : 0.0f;
-
-					dy[e] = h;
-					if (dy16 != NULL)
-						dy16[e] = __float2bfloat16_rn(h);
-				}
-				ag += g * xhat;
-				ab += g;
-			}
-			cg[j] += ag;
-			cb[j] += ab;
+			sm[i] = m;
+			srs[i] = rs;
+			sa[i] = a / d;
+			sb[i] = b / d;
 		}
-		__syncthreads();		/* the tile's statistics are the next tile's to overwrite */
+	}
+	__syncthreads();
+	for (int j = threadIdx.x; j < d; j += blockDim.x)
+	{
+		float		gj = gamma[j],
+					ag = 0.0f,
+					ab = 0.0f;
+
+		for (int i = 0; i < n; i++)
+		{
+			size_t		e = (r0 + i) * d + j;
+			float		g = dout[e],
+						xhat = (x[e] - sm[i]) * srs[i],
+						v = srs[i] * (g * gj - sa[i] - xhat * sb[i]);
+
+			dx[e] = v;
+			if (dy != NULL)
+			{
+				float		h = keep_mask == NULL || keep_mask[e] ? v * keep_scale : 0.0f;
+
+				dy[e] = h;
+				if (dy16 != NULL)
+					dy16[e] = __float2bfloat16_rn(h);
+			}
+			ag += g * xhat;
+			ab += g;
+		}
+		pg[(size_t) blockIdx.x * d + j] = ag;
+		pb[(size_t) blockIdx.x * d + j] = ab;
 	}
 }
 
 /* Warps of a block of layernorm_dparams_total_kernel. */
-#define TOTAL_WARPS 8
+#define TOTAL_WARPS 32
 
 /*
  * dgamma += the sum of pg [chunks, d] over chunks, dbeta of pb's: a block
@@ -284,25 +272,20 @@ k_residual_layernorm(float *out, __nv_bfloat16 *out16, float *mean, float *rstd,
 }
 
 /*
- * layernorm_backward_kernel over chunks of rows (as many as the workspace
- * holds partials for, at most MAX_CHUNKS), then the chunks' partials into
- * dgamma and dbeta in order: two launches.
+ * layernorm_backward_kernel, a block per LAYERNORM_CHUNK_ROWS rows, then the
+ * chunks' partials into dgamma and dbeta in order: two launches.
  */
 static void
 layernorm_backward(float *dx, float *dy, __nv_bfloat16 *dy16, float *dgamma, float *dbeta, const float *dout,
 				   const float *x, const float *mean, const float *rstd, const float *gamma, int rows, int d,
-				   const uint8_t *keep_mask, float keep_scale, float *workspace, size_t workspace_floats,
-				   cudaStream_t stream)
+				   const uint8_t *keep_mask, float keep_scale, float *workspace, cudaStream_t stream)
 {
-	int			chunks = column_chunks(rows, d, 2, workspace_floats),
-				per = (rows + chunks - 1) / chunks;
+	int			chunks = k_layernorm_chunks(rows);
 	float	   *pg = workspace,
-			   *pb;
+			   *pb = workspace + (size_t) chunks * d;
 
-	chunks = (rows + per - 1) / per;	/* none empty */
-	pb = workspace + (size_t) chunks * d;
 	LAUNCH(layernorm_backward_kernel, chunks, BLOCK, 0, stream)
-		(dx, dy, dy16, pg, pb, dout, x, mean, rstd, gamma, rows, d, per, keep_mask, keep_scale);
+		(dx, dy, dy16, pg, pb, dout, x, mean, rstd, gamma, rows, d, keep_mask, keep_scale);
 	LAUNCH(layernorm_dparams_total_kernel, (d + 31) / 32, TOTAL_WARPS * 32, 0, stream)
 		(dgamma, dbeta, pg, pb, d, chunks);
 }
@@ -310,21 +293,21 @@ layernorm_backward(float *dx, float *dy, __nv_bfloat16 *dy16, float *dgamma, flo
 void
 k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
 					 const float *mean, const float *rstd, const float *gamma, int rows, int d, float *workspace,
-					 size_t workspace_floats, cudaStream_t stream)
+					 cudaStream_t stream)
 {
 	if (rows > 0)
 		layernorm_backward(dx, (float *) NULL, (__nv_bfloat16 *) NULL, dgamma, dbeta, dout, x, mean, rstd, gamma,
-						   rows, d, (const uint8_t *) NULL, 1.0f, workspace, workspace_floats, stream);
+						   rows, d, (const uint8_t *) NULL, 1.0f, workspace, stream);
 }
 
 void
 k_residual_layernorm_backward(float *dr, float *dy, __nv_bfloat16 *dy16, float *dgamma, float *dbeta,
 							  const float *dout, const float *r, const float *mean, const float *rstd,
 							  const float *gamma, int rows, int d, float p, const uint8_t *keep_mask,
-							  float *workspace, size_t workspace_floats, cudaStream_t stream)
+							  float *workspace, cudaStream_t stream)
 {
 	if (rows > 0)
 		layernorm_backward(dr, dy, dy16, dgamma, dbeta, dout, r, mean, rstd, gamma, rows, d,
 						   p > 0.0f ? keep_mask : (const uint8_t *) NULL, p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
-						   workspace, workspace_floats, stream);
+						   workspace, stream);
 }

@@ -102,23 +102,23 @@ main(void)
 	k_embed(out, c16, ids, ids, x, y, R, D, 2.0f, s);
 	k_embed_backward(x, y, 4, out, groups, 5, D, 2.0f, s);
 	k_layernorm(out, c16, mean, rstd, x, g, b, R, D, 1e-5f, s);
-	k_layernorm_backward(out, g, b, y, x, mean, rstd, g, R, D, work, 4096, s);
+	k_layernorm_backward(out, g, b, y, x, mean, rstd, g, R, D, work, s);
 	{
 		float	   *r = device_randoms(R * D, &state),
 				   *dy = device_randoms(R * D, &state);
 
 		k_residual_layernorm(out, c16, mean, rstd, r, x, y, g, b, R, D, 1e-5f, 0.3f, 1, 2, mask, s);
-		k_residual_layernorm_backward(r, dy, c16, g, b, y, out, mean, rstd, g, R, D, 0.3f, mask, work, 4096, s);
+		k_residual_layernorm_backward(r, dy, c16, g, b, y, out, mean, rstd, g, R, D, 0.3f, mask, work, s);
 	}
 	{
-		/* one chunk of 150 rows (a workspace of one chunk's partials): tiles of 64, 64 and 22 */
+		/* 150 rows: 10 chunks, the last of 6 rows */
 		float	   *x2 = device_randoms(150 * D, &state),
 				   *y2 = device_randoms(150 * D, &state),
 				   *o2 = device_randoms(150 * D, &state),
 				   *m2 = device_randoms(150, &state),
 				   *s2 = device_randoms(150, &state);
 
-		k_layernorm_backward(o2, g, b, y2, x2, m2, s2, g, 150, D, work, 2 * D, s);
+		k_layernorm_backward(o2, g, b, y2, x2, m2, s2, g, 150, D, work, s);
 	}
 	sh.batch = 2, sh.num_heads = H, sh.head_dim = DK, sh.q_start = qs, sh.k_start = qs, sh.p_start = ps;
 	sh.causal = true, sh.dropout = 0.2f, sh.seed = 3, sh.stream = 4, sh.max_q = 4, sh.max_k = 4;
