@@ -183,6 +183,10 @@ struct TfStream
 			   *rstd,
 			   *logits,
 			   *d_packed;		/* [RC, 2K + 1]: top-k results, packed as in packed */
+	TfOperand16 operands16[4];	/* bf16 on a backend with set_operands16: x, x1, x2 and
+								 * f1, which products read, each with its copy carved
+								 * after it (installed for each step) */
+	int			num_operands16;
 };
 
 /* Carves count elements for *field out of base at *off (16-byte aligned); base NULL only measures. */
@@ -237,6 +241,7 @@ arena_layout(TfStream *s, float *arena)
 				d = s->d,
 				off = 0;
 	size_t		cache = RC * s->Tmax * 2 * d * be->cache_bytes / sizeof(float);
+	bool		copies = s->m->precision == TF_BF16 && be->set_operands16 != NULL;
 	int			l;
 
 	for (l = 0; l <= s->Ld; l++)
@@ -251,19 +256,32 @@ arena_layout(TfStream *s, float *arena)
 	}
 #define CUT(field, count) (s->field = arena != NULL ? arena + off : NULL, \
 								 off += tf_carve_count((size_t) (count), sizeof(float)))
-	CUT(x, RC * d);
-	CUT(x1, RC * d);
-	CUT(x2, RC * d);
+/* CUT, and in bf16 on a backend with set_operands16 a bf16 copy after it, listed */
+#define CUT_OPERAND(field, count) \
+	do { \
+		CUT(field, count); \
+		if (copies) \
+		{ \
+			if (arena != NULL) \
+				s->operands16[s->num_operands16++] = (TfOperand16) {s->field, arena + off, (size_t) (count)}; \
+			off += tf_carve_count(((size_t) (count) + 1) / 2, sizeof(float)); \
+		} \
+	} while (0)
+	s->num_operands16 = 0;
+	CUT_OPERAND(x, RC * d);
+	CUT_OPERAND(x1, RC * d);
+	CUT_OPERAND(x2, RC * d);
 	CUT(qkv, RC * 3 * d);
 	CUT(ctx, RC * d);
 	CUT(tmp, RC * d);
 	CUT(res, RC * d);
 	CUT(q, RC * d);
-	CUT(f1, RC * s->F);
+	CUT_OPERAND(f1, RC * s->F);
 	CUT(mean, RC);
 	CUT(rstd, RC);
 	CUT(logits, RC * (size_t) s->m->ldv);
 	CUT(d_packed, RC * (2 * s->K + 1));
+#undef CUT_OPERAND
 #undef CUT
 	return off;
 }
@@ -471,6 +489,8 @@ decoder_step(TfStream *s)
 	cross.max_k = s->max_src;
 	cross.p_total = p_cross[R];
 
+	if (s->num_operands16 > 0)
+		be->set_operands16(be, s->operands16, s->num_operands16);
 	tf_embed(m, s->x, dev, dev + R, R);
 	for (l = 0; l < c->num_decoder_layers; l++)
 	{
@@ -516,6 +536,8 @@ decoder_step(TfStream *s)
 	if (pre)
 		tf_final_norm(m, true, s->x1, s->mean, s->rstd, s->x, R);
 	tf_logits(m, s->logits, pre ? s->x1 : s->x, R);
+	if (s->num_operands16 > 0)
+		be->set_operands16(be, m->operands16, m->num_operands16);	/* the model's arena's again */
 }
 
 /* Adds a finished hypothesis to its sentence's list (best first, stable); false when out of memory. */

@@ -712,6 +712,44 @@ check_model(const char *fixtures)
  * without (the backend's set_operands16 cleared, so every gemm rounds its
  * operands): the same losses and logits, bit for bit.
  */
+/*
+ * Beam search (4 beams, 4-best) of the fixture's sources on m[0], whose
+ * decoding steps' buffers have bf16 copies, and m[1], which rounds every
+ * operand (no set_operands16): the same hypotheses, bit for bit.
+ */
+static void
+same_translations(TfModel *m[2], const Fixture *fx, bool pre)
+{
+	const int32_t *src = fixture_get(fx, "src")->data;
+	int			B = 3,
+				L = (int) fixture_get(fx, "src")->count / 3,
+				differ = 0,
+				tokens = 0;
+	char		err[TF_ERRLEN];
+	TfDecodeOptions opt;
+	TfHypothesis h[2][3 * 4];
+
+	tf_decode_options_default(&opt);
+	opt.nbest = 4;
+	opt.max_length_offset = 5;
+	for (int k = 0; k < 2; k++)
+		CHECK(tf_model_translate(m[k], src, B, L, &opt, h[k], err, sizeof(err)) == TF_OK, "translate: %s", err);
+	for (int i = 0; i < B * opt.nbest; i++)
+	{
+		differ += h[0][i].length != h[1][i].length || h[0][i].log_prob != h[1][i].log_prob ||
+			memcmp(h[0][i].tokens, h[1][i].tokens, h[0][i].length * sizeof(int32_t)) != 0;
+		tokens += h[0][i].length;
+	}
+	CHECK(differ == 0, "%s: %d of %d hypotheses differ with and without bf16 copies in decoding",
+		  pre ? "pre-norm" : "post-norm", differ, B * opt.nbest);
+	CHECK(tokens > B * opt.nbest, "%d tokens in %d hypotheses", tokens, B * opt.nbest);
+	if (differ == 0)
+		printf("  bf16 copies in beam search (%s): %d hypotheses (%d tokens) bitwise those of rounding every "
+			   "operand\n", pre ? "pre-norm" : "post-norm", B * opt.nbest, tokens);
+	for (int k = 0; k < 2; k++)
+		tf_hypotheses_free(h[k], B * opt.nbest);
+}
+
 static void
 check_operands16(const char *fixtures)
 {
@@ -775,6 +813,7 @@ check_operands16(const char *fixtures)
 			printf("  bf16 copies (%s, %d buffers): 3 training steps and a forward bitwise those of rounding "
 				   "every operand (losses %.6f -> %.6f)\n", pre ? "pre-norm" : "post-norm", m[0]->num_operands16,
 				   losses[0][0], losses[0][3]);
+		same_translations(m, &fx, pre);
 		for (int k = 0; k < 2; k++)
 		{
 			free(logits[k]);
