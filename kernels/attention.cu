@@ -30,9 +30,11 @@ query_floats(int dk)
 	return (dk + 3) & ~3;
 }
 
+/* ctx16 (NULL: none): ctx's bf16 copy, [query rows, num_heads * dk] as ctx. */
 template <class KV>
 __global__ void
-attention_kernel(float *ctx, float *lse, float *probs, const float *q, int ldq, const KV *k, const KV *v, int ldk,
+attention_kernel(float *ctx, __nv_bfloat16 *ctx16, float *lse, float *probs, const float *q, int ldq, const KV *k,
+				 const KV *v, int ldk,
 				 const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, const int32_t *k_len,
 				 int num_heads, int dk, bool causal, float dropout, uint64_t seed, uint64_t stream, bool bf16_kv)
 {
@@ -51,6 +53,7 @@ attention_kernel(float *ctx, float *lse, float *probs, const float *q, int ldq, 
 				sum = 0.0f;
 	const float *qr = q + (a.q0 + i) * ldq + h * dk;
 	float	   *cr = ctx + (a.q0 + i) * d + h * dk;
+	__nv_bfloat16 *cr16 = ctx16 != NULL ? ctx16 + (a.q0 + i) * d + h * dk : NULL;
 	size_t		p0 = a.p_off + (size_t) i * a.lk;
 	int			visible;
 
@@ -59,7 +62,11 @@ attention_kernel(float *ctx, float *lse, float *probs, const float *q, int ldq, 
 	if (a.lk == 0)
 	{
 		for (int c = threadIdx.x; c < dk; c += blockDim.x)
+		{
 			cr[c] = 0.0f;
+			if (cr16 != NULL)
+				cr16[c] = __float2bfloat16_rn(0.0f);
+		}
 		if (lse != NULL && threadIdx.x == 0)
 			lse[(a.q0 + i) * num_heads + h] = -INFINITY;
 		return;
@@ -107,6 +114,8 @@ attention_kernel(float *ctx, float *lse, float *probs, const float *q, int ldq, 
 		for (int j = 0; j < visible; j++)
 			acc += row[j] * kv_value(v[(a.k0 + j) * ldk + h * dk + c], bf16_kv);
 		cr[c] = bf16_kv ? acc / sum : acc;
+		if (cr16 != NULL)
+			cr16[c] = __float2bfloat16_rn(cr[c]);
 	}
 }
 
@@ -825,21 +834,21 @@ k_attention(float *ctx, __nv_bfloat16 *ctx16, float *lse, float *probs, const fl
 	}
 	if (sh->kv_cache && bf16_kv)	/* a bf16 key/value cache (cache_gather) */
 	{
-		void		(*attention_bf16_cache) (float *, float *, float *, const float *, int, const __nv_bfloat16 *,
-											 const __nv_bfloat16 *, int, const int32_t *, const int32_t *,
-											 const int64_t *, const int32_t *, int, int, bool, float, uint64_t,
-											 uint64_t, bool) = attention_kernel<__nv_bfloat16>;
+		void		(*attention_bf16_cache) (float *, __nv_bfloat16 *, float *, float *, const float *, int,
+											 const __nv_bfloat16 *, const __nv_bfloat16 *, int, const int32_t *,
+											 const int32_t *, const int64_t *, const int32_t *, int, int, bool,
+											 float, uint64_t, uint64_t, bool) = attention_kernel<__nv_bfloat16>;
 
 		LAUNCH(attention_bf16_cache, grid, threads, shared, stream)
-			(ctx, lse, probs, q, ldq, (const __nv_bfloat16 *) k, (const __nv_bfloat16 *) v, ldk, sh->q_start,
-			 sh->k_start, sh->p_start, sh->k_len, sh->num_heads, sh->head_dim, sh->causal, sh->dropout, sh->seed,
-			 sh->stream, bf16_kv);
-		return false;
+			(ctx, ctx16, lse, probs, q, ldq, (const __nv_bfloat16 *) k, (const __nv_bfloat16 *) v, ldk,
+			 sh->q_start, sh->k_start, sh->p_start, sh->k_len, sh->num_heads, sh->head_dim, sh->causal,
+			 sh->dropout, sh->seed, sh->stream, bf16_kv);
+		return true;
 	}
 	LAUNCH(attention_kernel<float>, grid, threads, shared, stream)
-		(ctx, lse, probs, q, ldq, k, v, ldk, sh->q_start, sh->k_start, sh->p_start, sh->k_len, sh->num_heads,
-		 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream, bf16_kv);
-	return false;
+		(ctx, ctx16, lse, probs, q, ldq, k, v, ldk, sh->q_start, sh->k_start, sh->p_start, sh->k_len,
+		 sh->num_heads, sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream, bf16_kv);
+	return true;
 }
 
 bool

@@ -84,8 +84,9 @@ bool		k_attention_fits(const TfAttentionShape *sh);
 size_t		k_attention_workspace(const TfAttentionShape *sh, bool bf16_kv);
 /*
  * ctx16 and copies (dq16, dk16, dv16; NULL: none): bf16 copies in the
- * outputs' layouts, written by the tensor-core kernels only; true when the
- * call took that path (the copies given were written).
+ * outputs' layouts. k_attention writes ctx16 on every path but the fp32
+ * tiles' (which serve fp32 only), k_attention_backward its copies on the
+ * tensor-core kernels only; true when the call wrote the copies given.
  */
 bool		k_attention(float *ctx, __nv_bfloat16 *ctx16, float *lse, float *probs, const float *q, int ldq,
 						const float *k, const float *v, int ldk, const TfAttentionShape *sh, bool bf16_kv,

@@ -183,9 +183,9 @@ struct TfStream
 			   *rstd,
 			   *logits,
 			   *d_packed;		/* [RC, 2K + 1]: top-k results, packed as in packed */
-	TfOperand16 operands16[4];	/* bf16 on a backend with set_operands16: x, x1, x2 and
-								 * f1, which products read, each with its copy carved
-								 * after it (installed for each step) */
+	TfOperand16 operands16[5];	/* bf16 on a backend with set_operands16: x, x1, x2, ctx
+								 * and f1, which products read, each with its copy
+								 * carved after it (installed for each step) */
 	int			num_operands16;
 };
 
@@ -272,7 +272,7 @@ arena_layout(TfStream *s, float *arena)
 	CUT_OPERAND(x1, RC * d);
 	CUT_OPERAND(x2, RC * d);
 	CUT(qkv, RC * 3 * d);
-	CUT(ctx, RC * d);
+	CUT_OPERAND(ctx, RC * d);
 	CUT(tmp, RC * d);
 	CUT(res, RC * d);
 	CUT(q, RC * d);
@@ -474,6 +474,7 @@ decoder_step(TfStream *s)
 	be->upload(be, s->pstart, s->longs, (size_t) (2 * R + 2) * sizeof(int64_t));
 
 	self.batch = cross.batch = R;
+	self.q_rows = cross.q_rows = R;	/* ctx's rows: attention writes its copy */
 	self.num_heads = cross.num_heads = s->H;
 	self.head_dim = cross.head_dim = d / s->H;
 	self.q_start = cross.q_start = dev + 2 * R;

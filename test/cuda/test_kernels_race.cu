@@ -170,6 +170,7 @@ main(void)
 	k_gather_bf16(cache, 2 * D, cache, 2 * D, qs, 2, 2 * D, s);
 	sh.kv_cache = true;
 	k_attention(out, NULL, NULL, probs, x, 3 * D, (const float *) cache, (const float *) (cache + D), 2 * D, &sh, true, s);
+	k_attention(out, c16, NULL, NULL, x, 3 * D, (const float *) cache, (const float *) (cache + D), 2 * D, &sh, true, s);
 	printf("kernels run: %s\n", cudaGetErrorString(cudaGetLastError()));
 	return 0;
 }
