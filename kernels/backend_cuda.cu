@@ -607,8 +607,10 @@ cuda_set_precision(TfBackend *be, TfPrecision precision, const float *weights, s
 
 /*
  * The column-sum workspace for `parts` partial arrays of `cols` columns in
- * `chunks` chunks, grown on first need (so no step after the first
- * allocates); NULL after recording out of memory.
+ * `chunks` chunks, grown with a quarter of headroom where it is too small
+ * (LayerNorm's chunks follow the batch's rows, which vary from step to
+ * step; the arena grows the same way); NULL after recording out of memory.
+ * floats (NULL: not wanted): its size.
  */
 static float *
 columns_workspace(TfBackend *be, int chunks, int cols, int parts, size_t *floats)
@@ -618,6 +620,7 @@ columns_workspace(TfBackend *be, int chunks, int cols, int parts, size_t *floats
 
 	if (need > st->columns_floats)
 	{
+		need += need / 4;
 		float	   *p = (float *) cuda_alloc(be, need * sizeof(float));
 
 		if (p == NULL)
@@ -629,7 +632,8 @@ columns_workspace(TfBackend *be, int chunks, int cols, int parts, size_t *floats
 		st->columns = p;
 		st->columns_floats = need;
 	}
-	*floats = st->columns_floats;
+	if (floats != NULL)
+		*floats = st->columns_floats;
 	return st->columns;
 }
 
@@ -751,7 +755,8 @@ lt_plan(CudaState *st, const int key[13])
 /*
  * gemm_bias: cuBLASLt with the BIAS or BGRADB epilogue; BGRADB writes the
  * gradient into dbias at beta 0 (where dbias is 16-byte aligned), else
- * into a scratch vector which one add accumulates into dbias. The plan's alignment
+ * into a scratch vector, which one add accumulates into dbias (a copy at
+ * beta 0). The plan's alignment
  * preferences are the operands' own (weights sit at any multiple of 4 or 2
  * bytes in the flat vector; cuBLASLt's default assumes 256). Where
  * cuBLASLt has no algorithm, or the bias is not 16-byte aligned, bias_rows
@@ -917,8 +922,7 @@ static void
 cuda_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
 						const float *mean, const float *rstd, const float *gamma, int rows, int d)
 {
-	size_t		floats;
-	float	   *ws = columns_workspace(be, k_layernorm_chunks(rows), d, 2, &floats);
+	float	   *ws = columns_workspace(be, k_layernorm_chunks(rows), d, 2, NULL);
 
 	if (ws == NULL)
 		return;
@@ -943,8 +947,7 @@ cuda_residual_layernorm_backward(TfBackend *be, float *dr, float *dy, float *dga
 								 const float *dout, const float *r, const float *mean, const float *rstd,
 								 const float *gamma, int rows, int d, float p, const uint8_t *keep_mask)
 {
-	size_t		floats;
-	float	   *ws = columns_workspace(be, k_layernorm_chunks(rows), d, 2, &floats);
+	float	   *ws = columns_workspace(be, k_layernorm_chunks(rows), d, 2, NULL);
 
 	if (ws == NULL)
 		return;

@@ -399,7 +399,11 @@ void		tf_tensors_free(TfTensor *tensors);
 int			tf_model_load(TfModel *model, const TfTensor *tensors, int count,
 						  char *err, size_t errlen);
 
-/* The model's pointer to the gradient of parameter `name`, or NULL (tests, diagnostics). */
+/*
+ * The model's pointer to the gradient of parameter `name`, or NULL (tests,
+ * diagnostics), for reading (tf_model_download): the first backward after
+ * the gradients were zeroed writes them without reading them.
+ */
 float	   *tf_model_grad(TfModel *model, const char *name, size_t *count);
 
 /*

@@ -74,7 +74,8 @@ fixture_get(const Fixture *fx, const char *name)
 
 /*
  * max |a - b| / max(max |b|, 1e-2): the normwise relative error of a against
- * reference b, absolute below 1e-2.
+ * reference b, absolute below 1e-2; infinite where one side is NaN and the
+ * other is not (NaN on both sides is equal).
  */
 double
 rel_error(const float *a, const float *b, size_t n)
@@ -85,7 +86,12 @@ rel_error(const float *a, const float *b, size_t n)
 
 	for (i = 0; i < n; i++)
 	{
-		num = fmax(num, fabs((double) a[i] - b[i]));
+		if (isnan(a[i]) != isnan(b[i]))
+			return INFINITY;	/* fmax would drop the NaN: a NaN on one side is a difference */
+		if (isnan(a[i]))
+			continue;			/* NaN on both sides: equal */
+		if (a[i] != b[i])
+			num = fmax(num, fabs((double) a[i] - b[i]));
 		den = fmax(den, fabs((double) b[i]));
 	}
 	return den > 0.0 ? num / den : num;

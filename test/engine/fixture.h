@@ -34,7 +34,7 @@ const FixTensor *fixture_get(const Fixture *fx, const char *name);
 /* Frees what fixture_read allocated. */
 void		fixture_free(Fixture *fx);
 
-/* max |a - b| / max(max |b|, 1e-2): normwise relative error against reference b. */
+/* max |a - b| / max(max |b|, 1e-2): normwise relative error against reference b; infinite for a NaN on one side. */
 double		rel_error(const float *a, const float *b, size_t n);
 
 /*
