@@ -620,8 +620,7 @@ columns_workspace(TfBackend *be, int chunks, int cols, int parts, size_t *floats
 
 	if (need > st->columns_floats)
 	{
-		need += need / 4;
-		float	   *p = (float *) cuda_alloc(be, need * sizeof(float));
+		float	   *p = (float *) cuda_alloc(be, (need += need / 4) * sizeof(float));
 
 		if (p == NULL)
 		{
