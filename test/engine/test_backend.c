@@ -163,7 +163,7 @@ compare_gemm(Both *b)
 		float	   *dA = up(b->gpu, A, asz * 4),
 				   *dB = up(b->gpu, B, bsz * 4),
 				   *dC = up(b->gpu, C, csz * 4);
-		char		what[64];
+		char		what[96];
 
 		b->cpu->gemm(b->cpu, ta, tb, m, n, k, 0.7f, A, lda, B, ldb, 0.3f, C, ldc);
 		b->gpu->gemm(b->gpu, ta, tb, m, n, k, 0.7f, dA, lda, dB, ldb, 0.3f, dC, ldc);
