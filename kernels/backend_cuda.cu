@@ -84,6 +84,13 @@ struct CudaState
 	double	   *partials;		/* sum_squares' per-block sums */
 	float	   *columns;		/* column sums' per-chunk partials, grown as needed */
 	size_t		columns_floats;
+	/* LayerNorm backwards' parameter-gradient partials, waiting for layernorm_backward_finish */
+	float	   *norm_partials;
+	size_t		norm_partials_floats,
+				norm_partials_used,
+				norm_partials_pass;	/* needed since the last finish, internal sums or not */
+	LayerNormTotals norm_totals;
+	int			norm_max_d;
 	/* bf16 mixed precision (set_precision): the weights' copy and two rounded operands */
 	bool		bf16;
 	const float *weights;
@@ -606,17 +613,16 @@ cuda_set_precision(TfBackend *be, TfPrecision precision, const float *weights, s
 }
 
 /*
- * The column-sum workspace for `parts` partial arrays of `cols` columns in
- * `chunks` chunks, grown with a quarter of headroom where it is too small
- * (LayerNorm's chunks follow the batch's rows, which vary from step to
- * step; the arena grows the same way); NULL after recording out of memory.
- * floats (NULL: not wanted): its size.
+ * bias_backward's workspace for `cols` columns in `chunks` chunks, grown
+ * with a quarter of headroom where it is too small (the rows vary from
+ * step to step; the arena grows the same way); NULL after recording out of
+ * memory. *floats: its size.
  */
 static float *
-columns_workspace(TfBackend *be, int chunks, int cols, int parts, size_t *floats)
+columns_workspace(TfBackend *be, int chunks, int cols, size_t *floats)
 {
 	CudaState  *st = state(be);
-	size_t		need = (size_t) chunks * cols * parts;
+	size_t		need = (size_t) chunks * cols;
 
 	if (need > st->columns_floats)
 	{
@@ -631,8 +637,7 @@ columns_workspace(TfBackend *be, int chunks, int cols, int parts, size_t *floats
 		st->columns = p;
 		st->columns_floats = need;
 	}
-	if (floats != NULL)
-		*floats = st->columns_floats;
+	*floats = st->columns_floats;
 	return st->columns;
 }
 
@@ -648,7 +653,7 @@ static void
 cuda_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int cols, int ld, float scale)
 {
 	size_t		floats;
-	float	   *ws = columns_workspace(be, rows < MAX_CHUNKS ? rows : MAX_CHUNKS, cols, 1, &floats);
+	float	   *ws = columns_workspace(be, rows < MAX_CHUNKS ? rows : MAX_CHUNKS, cols, &floats);
 
 	if (ws == NULL)
 		return;
@@ -842,18 +847,20 @@ cuda_gemm_bias(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, f
 
 static void
 cuda_embed(TfBackend *be, float *out, const int32_t *ids, const int32_t *positions, const float *embedding,
-		   const float *pe, int rows, int d, float scale)
+		   const float *pe, int rows, int d, float scale, float p, uint64_t seed, uint64_t stream,
+		   uint8_t *keep_mask)
 {
-	k_embed(out, copy16(be, out, (size_t) rows * d), ids, positions, embedding, pe, rows, d, scale,
-			state(be)->stream);
+	k_embed(out, copy16(be, out, (size_t) rows * d), ids, positions, embedding, pe, rows, d, scale, p, seed, stream,
+			keep_mask, state(be)->stream);
 	launched(be, "embed");
 }
 
 static void
 cuda_embed_backward(TfBackend *be, float *dembedding, const float *dout, int rows, const float *dout2, int rows2,
-					const int32_t *ids, const int32_t *groups, int unique, int d, float scale)
+					const int32_t *ids, const int32_t *groups, int unique, int d, float scale, float p,
+					const uint8_t *keep_mask)
 {
-	k_embed_backward(dembedding, dout, rows, dout2, groups, unique, d, scale, state(be)->stream);
+	k_embed_backward(dembedding, dout, rows, dout2, groups, unique, d, scale, p, keep_mask, state(be)->stream);
 	launched(be, "embed_backward");
 }
 
@@ -917,16 +924,122 @@ cuda_layernorm(TfBackend *be, float *out, float *mean, float *rstd, const float 
 	launched(be, "layernorm");
 }
 
+/* Adds the queued LayerNorm backwards' partials to their dgamma and dbeta: one launch. */
+static void
+norm_totals(TfBackend *be)
+{
+	CudaState  *st = state(be);
+
+	if (st->norm_totals.n > 0)
+	{
+		k_layernorm_dparams_totals(&st->norm_totals, st->norm_max_d, st->stream);
+		launched(be, "layernorm_dparams_totals");
+	}
+	st->norm_totals.n = 0;
+	st->norm_max_d = 0;
+	st->norm_partials_used = 0;
+}
+
+/*
+ * Grows the partials' workspace to `floats` with a quarter of headroom;
+ * false after recording out of memory. Nothing may be queued.
+ */
+static bool
+grow_norm_partials(TfBackend *be, size_t floats)
+{
+	CudaState  *st = state(be);
+	float	   *p = (float *) cuda_alloc(be, (floats += floats / 4) * sizeof(float));
+
+	if (p == NULL)
+	{
+		fail(be, "LayerNorm backward", "out of device memory for the parameter gradients' partial sums");
+		return false;
+	}
+	cuda_free(be, st->norm_partials);
+	st->norm_partials = p;
+	st->norm_partials_floats = floats;
+	return true;
+}
+
+/*
+ * The queued backwards' totals; then, where this pass's backwards did not
+ * fit the workspace at once, it grows to hold them all, so that the next
+ * pass of the same shapes sums in one launch.
+ */
+static void
+cuda_layernorm_backward_finish(TfBackend *be)
+{
+	CudaState  *st = state(be);
+
+	norm_totals(be);
+	if (st->norm_partials_pass > st->norm_partials_floats)
+		(void) grow_norm_partials(be, st->norm_partials_pass);
+	st->norm_partials_pass = 0;
+}
+
+/* Whether the vectors a [na] and b [nb] share an element. */
+static bool
+shares(const float *a, const float *b, int na, int nb)
+{
+	return a < b + nb && b < a + na;
+}
+
+/*
+ * The partials' room (k_layernorm_chunks(rows) * 2 * d floats) of a
+ * LayerNorm backward (rows > 0), queued for layernorm_backward_finish with
+ * its dgamma and dbeta; NULL after recording out of memory. Where the
+ * queue or the workspace is full, or a queued backward adds into the same
+ * gradients, the queued ones are summed first; a workspace too small for
+ * this one alone grows. The finish then grows it to hold the whole pass's
+ * (an eighth of one [rows, d] activation a LayerNorm), so that from a
+ * training run's second step on one launch sums them all.
+ */
+static float *
+norm_partials(TfBackend *be, float *dgamma, float *dbeta, int rows, int d)
+{
+	CudaState  *st = state(be);
+	LayerNormTotals *t = &st->norm_totals;
+	int			chunks = k_layernorm_chunks(rows);
+	size_t		need = (size_t) chunks * 2 * d;
+	bool		full = t->n == LAYERNORM_TOTALS_MAX;
+	float	   *p;
+
+	/* one launch's blocks must not add into the same gradient: a queued one's first */
+	for (int i = 0; i < t->n && !full; i++)
+		full = shares(dgamma, t->dgamma[i], d, t->d[i]) || shares(dgamma, t->dbeta[i], d, t->d[i]) ||
+			shares(dbeta, t->dgamma[i], d, t->d[i]) || shares(dbeta, t->dbeta[i], d, t->d[i]);
+	if (full)
+		norm_totals(be);
+	st->norm_partials_pass += need;
+	if (st->norm_partials_used + need > st->norm_partials_floats)
+	{
+		norm_totals(be);
+		if (need > st->norm_partials_floats && !grow_norm_partials(be, need))
+			return NULL;
+	}
+	p = st->norm_partials + st->norm_partials_used;
+	st->norm_partials_used += need;
+	t->dgamma[t->n] = dgamma;
+	t->dbeta[t->n] = dbeta;
+	t->partials[t->n] = p;
+	t->chunks[t->n] = chunks;
+	t->d[t->n] = d;
+	t->n++;
+	if (d > st->norm_max_d)
+		st->norm_max_d = d;
+	return p;
+}
+
 static void
 cuda_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
 						const float *mean, const float *rstd, const float *gamma, int rows, int d)
 {
-	float	   *ws = columns_workspace(be, k_layernorm_chunks(rows), d, 2, NULL);
+	float	   *partials = rows > 0 ? norm_partials(be, dgamma, dbeta, rows, d) : NULL;
 
-	if (ws == NULL)
+	if (partials == NULL)
 		return;
 	written(state(be), dx, (size_t) rows * d);
-	k_layernorm_backward(dx, dgamma, dbeta, dout, x, mean, rstd, gamma, rows, d, ws, state(be)->stream);
+	k_layernorm_backward(dx, dout, x, mean, rstd, gamma, rows, d, partials, state(be)->stream);
 	launched(be, "layernorm_backward");
 }
 
@@ -946,13 +1059,13 @@ cuda_residual_layernorm_backward(TfBackend *be, float *dr, float *dy, float *dga
 								 const float *dout, const float *r, const float *mean, const float *rstd,
 								 const float *gamma, int rows, int d, float p, const uint8_t *keep_mask)
 {
-	float	   *ws = columns_workspace(be, k_layernorm_chunks(rows), d, 2, NULL);
+	float	   *partials = rows > 0 ? norm_partials(be, dgamma, dbeta, rows, d) : NULL;
 
-	if (ws == NULL)
+	if (partials == NULL)
 		return;
 	written(state(be), dr, (size_t) rows * d);
-	k_residual_layernorm_backward(dr, dy, copy16(be, dy, (size_t) rows * d), dgamma, dbeta, dout, r, mean, rstd,
-								  gamma, rows, d, p, keep_mask, ws, state(be)->stream);
+	k_residual_layernorm_backward(dr, dy, copy16(be, dy, (size_t) rows * d), dout, r, mean, rstd, gamma, rows, d, p,
+								  keep_mask, partials, state(be)->stream);
 	launched(be, "residual_layernorm_backward");
 }
 
@@ -1109,6 +1222,8 @@ cuda_status(TfBackend *be, char *err, size_t errlen)
 		return TF_OK;
 	snprintf(err, errlen, "%s", st->error);
 	st->failed = false;
+	st->norm_totals.n = 0;		/* the failed pass's gradients are lost: nothing to sum into them */
+	st->norm_partials_used = st->norm_partials_pass = 0;
 	return TF_ERROR;
 }
 
@@ -1229,6 +1344,7 @@ cuda_destroy(TfBackend *be)
 	cudaFree(st->attention_work);
 	cudaFree(st->partials);
 	cudaFree(st->columns);
+	cudaFree(st->norm_partials);
 	cudaFree(st->weights16);
 	cudaFree(st->operand16[0]);
 	cudaFree(st->operand16[1]);
@@ -1340,6 +1456,7 @@ tf_backend_cuda_create(int device, char *err, size_t errlen)
 	be->layernorm_backward = cuda_layernorm_backward;
 	be->residual_layernorm = cuda_residual_layernorm;
 	be->residual_layernorm_backward = cuda_residual_layernorm_backward;
+	be->layernorm_backward_finish = cuda_layernorm_backward_finish;
 	be->attention = cuda_attention;
 	be->attention_backward = cuda_attention_backward;
 	be->cross_entropy = cuda_cross_entropy;

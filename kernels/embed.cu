@@ -1,26 +1,53 @@
 /*
  * embed.cu - token embeddings times sqrt(d) plus sinusoidal positions
- * (paper sections 3.4, 3.5) and their backward into the shared embedding.
+ * (paper sections 3.4, 3.5) with their dropout (section 5.4), and their
+ * backward into the shared embedding.
  */
 #include "kernels.h"
 
-/* out16 (NULL: none): the bf16 copy of out. */
+/*
+ * One thread per Philox block of four elements (dropout.cu's): the
+ * embedding, then at p > 0 dropout_kernel's product and mask; out16 (NULL:
+ * none) the bf16 copy of out.
+ */
 __global__ void
 embed_kernel(float *out, __nv_bfloat16 *out16, const int32_t *ids, const int32_t *positions, const float *embedding,
-			 const float *pe, int rows, int d, float scale)
+			 const float *pe, int rows, int d, float scale, float p, uint64_t seed, uint64_t stream_id,
+			 uint8_t *keep_mask)
 {
-	size_t		n = (size_t) rows * d;
+	size_t		n = (size_t) rows * d,
+				blocks = (n + 3) / 4;
+	float		keep_scale = 1.0f / (1.0f - p);
 
-	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
+	for (size_t blk = (size_t) blockIdx.x * blockDim.x + threadIdx.x; blk < blocks;
+		 blk += (size_t) gridDim.x * blockDim.x)
 	{
-		size_t		r = i / d,
-					j = i % d;
+		uint32_t	w[4];
 
-		float		v = embedding[(size_t) ids[r] * d + j] * scale + pe[(size_t) positions[r] * d + j];
+		if (p > 0.0f)
+			device_philox(seed, stream_id, blk, w);
+		for (int k = 0; k < 4; k++)
+		{
+			size_t		e = blk * 4 + k,
+						r = e / d,
+						j = e % d;
+			float		v;
 
-		out[i] = v;
-		if (out16 != NULL)
-			out16[i] = __float2bfloat16_rn(v);
+			if (e >= n)
+				break;
+			v = embedding[(size_t) ids[r] * d + j] * scale + pe[(size_t) positions[r] * d + j];
+			if (p > 0.0f)
+			{
+				bool		keep = tf_word_uniform(w[k]) >= p;
+
+				v = keep ? v * keep_scale : 0.0f;
+				if (keep_mask != NULL)
+					keep_mask[e] = keep;
+			}
+			out[e] = v;
+			if (out16 != NULL)
+				out16[e] = __float2bfloat16_rn(v);
+		}
 	}
 }
 
@@ -29,13 +56,14 @@ embed_kernel(float *out, __nv_bfloat16 *out16, const int32_t *ids, const int32_t
  * id's rows (groups, tf_group_by_id) in increasing order, so repeated ids
  * add up without atomics and in the CPU backend's order. The row numbers
  * come 32 at a time, one per lane, and go round by shuffles; rows from
- * `rows` on are dout2's. 4 warps a block.
+ * `rows` on are dout2's; dout's go through dropout_backward's product with
+ * keep_mask (NULL: none) first. 4 warps a block.
  */
 #define EMBED_WARPS 4
 
 __global__ void
 embed_backward_kernel(float *dembedding, const float *dout, int rows_first, const float *dout2, const int32_t *groups,
-					  int unique, int d, float scale)
+					  int unique, int d, float scale, float keep_scale, const uint8_t *keep_mask)
 {
 	const int32_t *start = groups,
 			   *id = groups + unique + 1,
@@ -61,7 +89,9 @@ embed_backward_kernel(float *dembedding, const float *dout, int rows_first, cons
 				int			r = __shfl_sync(0xffffffffu, mine, t);
 				const float *g = r < rows_first ? dout + (size_t) r * d : dout2 + (size_t) (r - rows_first) * d;
 
-				if (c < d)
+				if (c < d && r < rows_first && keep_mask != NULL)
+					acc += scale * (keep_mask[(size_t) r * d + c] ? g[c] * keep_scale : 0.0f);
+				else if (c < d)
 					acc += scale * g[c];
 			}
 		}
@@ -72,19 +102,21 @@ embed_backward_kernel(float *dembedding, const float *dout, int rows_first, cons
 
 void
 k_embed(float *out, __nv_bfloat16 *out16, const int32_t *ids, const int32_t *positions, const float *embedding,
-		const float *pe, int rows, int d, float scale, cudaStream_t stream)
+		const float *pe, int rows, int d, float scale, float p, uint64_t seed, uint64_t stream_id,
+		uint8_t *keep_mask, cudaStream_t stream)
 {
-	LAUNCH(embed_kernel, blocks_for((size_t) rows * d, BLOCK), BLOCK, 0, stream)(out, out16, ids, positions,
-																				   embedding, pe, rows, d, scale);
+	LAUNCH(embed_kernel, blocks_for(((size_t) rows * d + 3) / 4, BLOCK), BLOCK, 0, stream)
+		(out, out16, ids, positions, embedding, pe, rows, d, scale, p, seed, stream_id, keep_mask);
 }
 
 void
 k_embed_backward(float *dembedding, const float *dout, int rows, const float *dout2, const int32_t *groups,
-				 int unique, int d, float scale, cudaStream_t stream)
+				 int unique, int d, float scale, float p, const uint8_t *keep_mask, cudaStream_t stream)
 {
 	size_t		warps = (size_t) unique * ((d + 31) / 32);
 
 	if (warps > 0)
 		LAUNCH(embed_backward_kernel, blocks_for(warps, EMBED_WARPS), EMBED_WARPS * 32, 0, stream)
-			(dembedding, dout, rows, dout2, groups, unique, d, scale);
+			(dembedding, dout, rows, dout2, groups, unique, d, scale, p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
+			 p > 0.0f ? keep_mask : (const uint8_t *) NULL);
 }

@@ -40,17 +40,22 @@ void		k_dropout(float *out, __nv_bfloat16 *out16, const float *x, size_t n, floa
 void		k_dropout_backward(float *dx, __nv_bfloat16 *dx16, const float *dout, size_t n, float p,
 							   const uint8_t *keep_mask, cudaStream_t stream);
 
-/* embed.cu */
+/* embed.cu (dropout at p > 0, as dropout.cu's) */
 void		k_embed(float *out, __nv_bfloat16 *out16, const int32_t *ids, const int32_t *positions,
-					const float *embedding, const float *pe, int rows, int d, float scale, cudaStream_t stream);
+					const float *embedding, const float *pe, int rows, int d, float scale, float p, uint64_t seed,
+					uint64_t stream_id, uint8_t *keep_mask, cudaStream_t stream);
 /* groups: the rows grouped by id (tf_group_by_id), of unique ids */
 void		k_embed_backward(float *dembedding, const float *dout, int rows, const float *dout2,
-							 const int32_t *groups, int unique, int d, float scale, cudaStream_t stream);
+							 const int32_t *groups, int unique, int d, float scale, float p,
+							 const uint8_t *keep_mask, cudaStream_t stream);
 
 /*
- * layernorm.cu. The backwards' parameter gradients are summed per chunk of
- * LAYERNORM_CHUNK_ROWS rows, then over the chunks in order: their
- * workspace holds k_layernorm_chunks(rows) * 2 * d floats.
+ * layernorm.cu. The backwards write their parameter gradients' partial
+ * sums per chunk of LAYERNORM_CHUNK_ROWS rows, `partials` holding
+ * k_layernorm_chunks(rows) * 2 * d floats (dgamma's [chunks, d], then
+ * dbeta's); k_layernorm_dparams_totals then adds the partials of up to
+ * LAYERNORM_TOTALS_MAX backwards into their dgamma and dbeta, each over its
+ * chunks in order, in one launch.
  */
 #define LAYERNORM_CHUNK_ROWS 16
 static inline int
@@ -59,20 +64,32 @@ k_layernorm_chunks(int rows)
 	return (rows + LAYERNORM_CHUNK_ROWS - 1) / LAYERNORM_CHUNK_ROWS;
 }
 
+#define LAYERNORM_TOTALS_MAX 48
+/* The backwards whose parameter gradients wait for k_layernorm_dparams_totals (passed by value). */
+typedef struct LayerNormTotals
+{
+	int			n;
+	float	   *dgamma[LAYERNORM_TOTALS_MAX],
+			   *dbeta[LAYERNORM_TOTALS_MAX];
+	const float *partials[LAYERNORM_TOTALS_MAX];
+	int			chunks[LAYERNORM_TOTALS_MAX],
+				d[LAYERNORM_TOTALS_MAX];
+} LayerNormTotals;
+
 void		k_layernorm(float *out, __nv_bfloat16 *out16, float *mean, float *rstd, const float *x,
 						const float *gamma, const float *beta, int rows, int d, float eps, cudaStream_t stream);
-void		k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
-								 const float *mean, const float *rstd, const float *gamma, int rows, int d,
-								 float *workspace, cudaStream_t stream);
+void		k_layernorm_backward(float *dx, const float *dout, const float *x, const float *mean, const float *rstd,
+								 const float *gamma, int rows, int d, float *partials, cudaStream_t stream);
 void		k_residual_layernorm(float *out, __nv_bfloat16 *out16, float *mean, float *rstd, float *r,
 								 const float *x, const float *y, const float *gamma, const float *beta, int rows,
 								 int d, float eps, float p, uint64_t seed, uint64_t stream_id, uint8_t *keep_mask,
 								 cudaStream_t stream);
 /* dy16: the bf16 copy of dy */
-void		k_residual_layernorm_backward(float *dr, float *dy, __nv_bfloat16 *dy16, float *dgamma, float *dbeta,
-										  const float *dout, const float *r, const float *mean, const float *rstd,
-										  const float *gamma, int rows, int d, float p, const uint8_t *keep_mask,
-										  float *workspace, cudaStream_t stream);
+void		k_residual_layernorm_backward(float *dr, float *dy, __nv_bfloat16 *dy16, const float *dout, const float *r,
+										  const float *mean, const float *rstd, const float *gamma, int rows, int d,
+										  float p, const uint8_t *keep_mask, float *partials, cudaStream_t stream);
+/* the totals of t's backwards (t->n > 0), the largest d of them max_d */
+void		k_layernorm_dparams_totals(const LayerNormTotals *t, int max_d, cudaStream_t stream);
 
 /*
  * attention.cu (lse [query rows, num_heads]; probs NULL unless kept for

@@ -134,7 +134,7 @@ UNROLL
  * (keep_mask's elements times keep_scale) and its bf16 copy into dy16 (NULL:
  * none), and sums dout xhat and dout into its column of the chunk's row of
  * pg [chunks, d] and pb [chunks, d] (dgamma's and dbeta's partials, which
- * layernorm_dparams_total_kernel sums in chunk order). The second reads of
+ * layernorm_dparams_totals_kernel sums in chunk order). The second reads of
  * the chunk's dout and x hit the cache; dx may be dout. A chunk a block and
  * a fixed number of rows a chunk keep the grid proportional to the rows.
  */
@@ -211,24 +211,31 @@ layernorm_backward_kernel(float *dx, float *dy, __nv_bfloat16 *dy16, float *pg, 
 	}
 }
 
-/* Warps of a block of layernorm_dparams_total_kernel. */
+/* Warps of a block of layernorm_dparams_totals_kernel. */
 #define TOTAL_WARPS 32
 
 /*
- * dgamma += the sum of pg [chunks, d] over chunks, dbeta of pb's: a block
- * per 32 columns, a lane per column; warp w sums chunks w,
- * w + TOTAL_WARPS, ... in order, then warp 0 the warps' sums in order (a
- * fixed order; the chunks' chain a thread walks is TOTAL_WARPS times shorter
- * than one thread per column's).
+ * For backward i = blockIdx.y of t: dgamma += the sum of its pg [chunks, d]
+ * over the chunks, dbeta of its pb's (pb follows pg). A block per 32
+ * columns, a lane per column; warp w sums chunks w, w + TOTAL_WARPS, ... in
+ * order, then warp 0 the warps' sums in order (a fixed order; the chunks'
+ * chain a thread walks is TOTAL_WARPS times shorter than one thread per
+ * column's). One launch serves every backward since the last, and its
+ * grid has their blocks side by side.
  */
 __global__ void
-layernorm_dparams_total_kernel(float *dgamma, float *dbeta, const float *pg, const float *pb, int d, int chunks)
+layernorm_dparams_totals_kernel(LayerNormTotals t)
 {
 	__shared__ float sg[TOTAL_WARPS][32],
 				sb[TOTAL_WARPS][32];
-	int			lane = threadIdx.x % 32,
+	int			i = blockIdx.y,
+				d = t.d[i],
+				chunks = t.chunks[i],
+				lane = threadIdx.x % 32,
 				warp = threadIdx.x / 32,
 				c = blockIdx.x * 32 + lane;
+	const float *pg = t.partials[i],
+			   *pb = pg + (size_t) chunks * d;
 	float		ag = 0.0f,
 				ab = 0.0f;
 
@@ -248,8 +255,8 @@ layernorm_dparams_total_kernel(float *dgamma, float *dbeta, const float *pg, con
 		ag += sg[w][lane];
 		ab += sb[w][lane];
 	}
-	dgamma[c] += ag;
-	dbeta[c] += ab;
+	t.dgamma[i][c] += ag;
+	t.dbeta[i][c] += ab;
 }
 
 void
@@ -271,43 +278,30 @@ k_residual_layernorm(float *out, __nv_bfloat16 *out16, float *mean, float *rstd,
 			(out, out16, mean, rstd, r, x, y, gamma, beta, d, eps, p, seed, stream_id, keep_mask);
 }
 
-/*
- * layernorm_backward_kernel, a block per LAYERNORM_CHUNK_ROWS rows, then the
- * chunks' partials into dgamma and dbeta in order: two launches.
- */
-static void
-layernorm_backward(float *dx, float *dy, __nv_bfloat16 *dy16, float *dgamma, float *dbeta, const float *dout,
-				   const float *x, const float *mean, const float *rstd, const float *gamma, int rows, int d,
-				   const uint8_t *keep_mask, float keep_scale, float *workspace, cudaStream_t stream)
+void
+k_layernorm_backward(float *dx, const float *dout, const float *x, const float *mean, const float *rstd,
+					 const float *gamma, int rows, int d, float *partials, cudaStream_t stream)
 {
-	int			chunks = k_layernorm_chunks(rows);
-	float	   *pg = workspace,
-			   *pb = workspace + (size_t) chunks * d;
-
-	LAUNCH(layernorm_backward_kernel, chunks, BLOCK, 0, stream)
-		(dx, dy, dy16, pg, pb, dout, x, mean, rstd, gamma, rows, d, keep_mask, keep_scale);
-	LAUNCH(layernorm_dparams_total_kernel, (d + 31) / 32, TOTAL_WARPS * 32, 0, stream)
-		(dgamma, dbeta, pg, pb, d, chunks);
+	if (rows > 0)
+		LAUNCH(layernorm_backward_kernel, k_layernorm_chunks(rows), BLOCK, 0, stream)
+			(dx, (float *) NULL, (__nv_bfloat16 *) NULL, partials, partials + (size_t) k_layernorm_chunks(rows) * d,
+			 dout, x, mean, rstd, gamma, rows, d, (const uint8_t *) NULL, 1.0f);
 }
 
 void
-k_layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
-					 const float *mean, const float *rstd, const float *gamma, int rows, int d, float *workspace,
-					 cudaStream_t stream)
+k_residual_layernorm_backward(float *dr, float *dy, __nv_bfloat16 *dy16, const float *dout, const float *r,
+							  const float *mean, const float *rstd, const float *gamma, int rows, int d, float p,
+							  const uint8_t *keep_mask, float *partials, cudaStream_t stream)
 {
 	if (rows > 0)
-		layernorm_backward(dx, (float *) NULL, (__nv_bfloat16 *) NULL, dgamma, dbeta, dout, x, mean, rstd, gamma,
-						   rows, d, (const uint8_t *) NULL, 1.0f, workspace, stream);
+		LAUNCH(layernorm_backward_kernel, k_layernorm_chunks(rows), BLOCK, 0, stream)
+			(dr, dy, dy16, partials, partials + (size_t) k_layernorm_chunks(rows) * d, dout, r, mean, rstd, gamma,
+			 rows, d, p > 0.0f ? keep_mask : (const uint8_t *) NULL, p > 0.0f ? 1.0f / (1.0f - p) : 1.0f);
 }
 
 void
-k_residual_layernorm_backward(float *dr, float *dy, __nv_bfloat16 *dy16, float *dgamma, float *dbeta,
-							  const float *dout, const float *r, const float *mean, const float *rstd,
-							  const float *gamma, int rows, int d, float p, const uint8_t *keep_mask,
-							  float *workspace, cudaStream_t stream)
+k_layernorm_dparams_totals(const LayerNormTotals *t, int max_d, cudaStream_t stream)
 {
-	if (rows > 0)
-		layernorm_backward(dr, dy, dy16, dgamma, dbeta, dout, r, mean, rstd, gamma, rows, d,
-						   p > 0.0f ? keep_mask : (const uint8_t *) NULL, p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
-						   workspace, stream);
+	LAUNCH(layernorm_dparams_totals_kernel, dim3((unsigned) ((max_d + 31) / 32), (unsigned) t->n),
+		   TOTAL_WARPS * 32, 0, stream)(*t);
 }

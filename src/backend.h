@@ -207,22 +207,27 @@ struct TfBackend
 
 	/*
 	 * out[i, :] = E[ids[i], :] * scale + pe[positions[i], :]. out [rows, d],
-	 * E [vocab, d], pe [max position + 1, d] (tf_positional_encoding).
+	 * E [vocab, d], pe [max position + 1, d] (tf_positional_encoding). Then
+	 * out = Drop(out) as `dropout` at p with seed and stream, its mask into
+	 * keep_mask (NULL: not wanted; p 0: no dropout), the same bits as
+	 * dropout in place, in one pass where the backend fuses them.
 	 */
 	void		(*embed) (TfBackend *be, float *out, const int32_t *ids, const int32_t *positions,
-						  const float *embedding, const float *pe, int rows, int d, float scale);
+						  const float *embedding, const float *pe, int rows, int d, float scale, float p,
+						  uint64_t seed, uint64_t stream, uint8_t *keep_mask);
 
 	/*
 	 * dE[ids[i], :] += scale * row i, rows in order: row i of dout [rows, d]
 	 * for i < rows, else row i - rows of dout2 [rows2, d] (the source's and
-	 * the target's gradients in one pass; dout2 NULL when rows2 = 0).
-	 * ids [rows + rows2]. groups: the same rows grouped by id
-	 * (tf_group_by_id, uploaded), of `unique` ids; the CPU backend reads
-	 * ids, the CUDA backend groups.
+	 * the target's gradients in one pass; dout2 NULL when rows2 = 0), dout
+	 * first through dropout_backward at p with keep_mask (p 0: as it is;
+	 * dout itself unchanged). ids [rows + rows2]. groups: the same rows
+	 * grouped by id (tf_group_by_id, uploaded), of `unique` ids; the CPU
+	 * backend reads ids, the CUDA backend groups.
 	 */
 	void		(*embed_backward) (TfBackend *be, float *dembedding, const float *dout, int rows,
 								   const float *dout2, int rows2, const int32_t *ids, const int32_t *groups,
-								   int unique, int d, float scale);
+								   int unique, int d, float scale, float p, const uint8_t *keep_mask);
 
 	/*
 	 * out = x * keep / (1 - p), keep = uniform(seed, stream, i) >= p; with
@@ -250,7 +255,13 @@ struct TfBackend
 
 	/*
 	 * LayerNorm over the last dimension (Ba et al. 2016): out = (x - mean) *
-	 * rstd * gamma + beta, saving mean and rstd [rows] for the backward.
+	 * rstd * gamma + beta, saving mean and rstd [rows] for the backward,
+	 * which writes dx and adds to dgamma and dbeta [d]. The backwards'
+	 * dgamma and dbeta (both ops') are final after the next
+	 * layernorm_backward_finish, not before: a backend may hold their
+	 * partial sums until then, and sum those of every backward since the
+	 * last finish in one pass (the CUDA backend's one launch). Call it before
+	 * anything reads, reduces or frees those gradients.
 	 */
 	void		(*layernorm) (TfBackend *be, float *out, float *mean, float *rstd, const float *x,
 							  const float *gamma, const float *beta, int rows, int d, float eps);
@@ -275,6 +286,7 @@ struct TfBackend
 												float *dbeta, const float *dout, const float *r,
 												const float *mean, const float *rstd, const float *gamma,
 												int rows, int d, float p, const uint8_t *keep_mask);
+	void		(*layernorm_backward_finish) (TfBackend *be);
 
 	/*
 	 * Scaled dot-product attention (paper eq. 1) for all heads:

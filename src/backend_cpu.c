@@ -251,9 +251,14 @@ tf_positional_encoding_fairseq(float *pe, int positions, int d, int first)
 		}
 }
 
+static void cpu_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64_t seed,
+						uint64_t stream, uint8_t *keep_mask);
+
+/* The embeddings, then dropout in place: two passes. */
 static void
-cpu_embed(TfBackend *be, float *out, const int32_t *ids, const int32_t *positions,
-		  const float *embedding, const float *pe, int rows, int d, float scale)
+cpu_embed(TfBackend *be, float *out, const int32_t *ids, const int32_t *positions, const float *embedding,
+		  const float *pe, int rows, int d, float scale, float p, uint64_t seed, uint64_t stream,
+		  uint8_t *keep_mask)
 {
 	int			r;
 
@@ -261,13 +266,14 @@ cpu_embed(TfBackend *be, float *out, const int32_t *ids, const int32_t *position
 	for (r = 0; r < rows; r++)
 	{
 		const float *e = embedding + (size_t) ids[r] * d;
-		const float *p = pe + (size_t) positions[r] * d;
+		const float *pos = pe + (size_t) positions[r] * d;
 		float	   *o = out + (size_t) r * d;
 		int			j;
 
 		for (j = 0; j < d; j++)
-			o[j] = e[j] * scale + p[j];
+			o[j] = e[j] * scale + pos[j];
 	}
+	cpu_dropout(be, out, out, (size_t) rows * d, p, seed, stream, keep_mask);
 }
 
 static void
@@ -292,8 +298,11 @@ cpu_embed_int8(TfBackend *be, float *out, const int32_t *ids, const int32_t *pos
 
 static void
 cpu_embed_backward(TfBackend *be, float *dembedding, const float *dout, int rows, const float *dout2, int rows2,
-				   const int32_t *ids, const int32_t *groups, int unique, int d, float scale)
+				   const int32_t *ids, const int32_t *groups, int unique, int d, float scale, float p,
+				   const uint8_t *keep_mask)
 {
+	float		keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+
 	int			blocks = (d + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
 	int			blk;
 
@@ -310,9 +319,10 @@ cpu_embed_backward(TfBackend *be, float *dembedding, const float *dout, int rows
 		{
 			float	   *de = dembedding + (size_t) ids[r] * d;
 			const float *g = r < rows ? dout + (size_t) r * d : dout2 + (size_t) (r - rows) * d;
+			const uint8_t *keep = r < rows && p > 0.0f ? keep_mask + (size_t) r * d : NULL;
 
-			for (c = c0; c < c1; c++)
-				de[c] += scale * g[c];
+			for (c = c0; c < c1; c++)	/* dropout_backward's product, then the sum's */
+				de[c] += scale * (keep == NULL ? g[c] : keep[c] ? g[c] * keep_scale : 0.0f);
 		}
 	}
 }
@@ -559,6 +569,13 @@ cpu_residual_layernorm_backward(TfBackend *be, float *dr, float *dy, float *dgam
 {
 	cpu_layernorm_backward(be, dr, dgamma, dbeta, dout, r, mean, rstd, gamma, rows, d);
 	cpu_dropout_backward(be, dy, dr, (size_t) rows * d, p, keep_mask);
+}
+
+/* The backwards above add their dgamma and dbeta at once: nothing waits. */
+static void
+cpu_layernorm_backward_finish(TfBackend *be)
+{
+	(void) be;
 }
 
 /* Grows the attention scratch to two planes of `per_thread` floats per thread; false when out of memory. */
@@ -1209,6 +1226,7 @@ tf_backend_cpu_create(int threads)
 	be->layernorm_backward = cpu_layernorm_backward;
 	be->residual_layernorm = cpu_residual_layernorm;
 	be->residual_layernorm_backward = cpu_residual_layernorm_backward;
+	be->layernorm_backward_finish = cpu_layernorm_backward_finish;
 	be->attention = cpu_attention;
 	be->attention_backward = cpu_attention_backward;
 	be->cross_entropy = cpu_cross_entropy;

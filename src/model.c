@@ -790,7 +790,30 @@ tf_embed(TfModel *m, float *out, const int32_t *ids, const int32_t *positions, i
 		m->be->embed_int8(m->be, out, ids, positions, m->q8 + m->off_embedding, m->qscale, m->pe, rows, d,
 						  embed_scale(m));
 	else
-		m->be->embed(m->be, out, ids, positions, m->params + m->off_embedding, m->pe, rows, d, embed_scale(m));
+		m->be->embed(m->be, out, ids, positions, m->params + m->off_embedding, m->pe, rows, d, embed_scale(m), 0.0f,
+					 0, 0, NULL);
+}
+
+/*
+ * A training or scoring forward's embeddings (tf_embed) with their dropout
+ * at `site` (section 5.4), its mask into keep: one pass where the backend
+ * fuses them.
+ */
+static void
+embed_dropout(TfModel *m, float *out, const int32_t *ids, const int32_t *positions, int rows, int site,
+			  uint8_t *keep)
+{
+	uint64_t	stream = tf_dropout_stream(m->step, m->lay.index, site);
+	int			d = m->config.d_model;
+
+	if (m->quantized)
+	{
+		tf_embed(m, out, ids, positions, rows);
+		m->be->dropout(m->be, out, out, (size_t) rows * d, m->p_dropout, m->seed, stream, keep);
+	}
+	else
+		m->be->embed(m->be, out, ids, positions, m->params + m->off_embedding, m->pe, rows, d, embed_scale(m),
+					 m->p_dropout, m->seed, stream, keep);
 }
 
 void
@@ -1052,7 +1075,6 @@ static int
 forward_start(TfModel *m, const TfBatch *b, bool training, bool keep_probs, char *err, size_t errlen)
 {
 	const TfConfig *c = &m->config;
-	int			d = c->d_model;
 
 	m->have_forward = false;
 	if (m->quantized && !m->int8_fitted)
@@ -1073,9 +1095,7 @@ forward_start(TfModel *m, const TfBatch *b, bool training, bool keep_probs, char
 	m->p_dropout = training ? c->dropout : 0.0f;
 	m->p_attention = training ? c->attention_dropout : 0.0f;
 	m->p_relu = training ? c->relu_dropout : 0.0f;
-	tf_embed(m, m->enc_x0, SRC_IDS(m), SRC_POS(m), m->lay.Ns);
-	m->be->dropout(m->be, m->enc_x0, m->enc_x0, (size_t) m->lay.Ns * d, m->p_dropout, m->seed,
-				   tf_dropout_stream(m->step, m->lay.index, SITE_ENC_EMBED), m->keep_enc_embed);
+	embed_dropout(m, m->enc_x0, SRC_IDS(m), SRC_POS(m), m->lay.Ns, SITE_ENC_EMBED, m->keep_enc_embed);
 	return TF_OK;
 }
 
@@ -1109,7 +1129,6 @@ forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *
 	TfBackend  *be = m->be;
 	int64_t		batch_tokens;
 	const TfConfig *c = &m->config;
-	int			d = c->d_model;
 	int			l;
 	int			layers = c->num_encoder_layers + c->num_decoder_layers;
 	bool		keep = !training && m->keep_asked;
@@ -1119,9 +1138,7 @@ forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *
 		return TF_ERROR;
 	if (training)
 		m->forwards++;
-	tf_embed(m, m->dec_x0, TGT_IDS(m), TGT_POS(m), m->lay.Nt);
-	be->dropout(be, m->dec_x0, m->dec_x0, (size_t) m->lay.Nt * d, m->p_dropout, m->seed,
-				tf_dropout_stream(m->step, m->lay.index, SITE_DEC_EMBED), m->keep_dec_embed);
+	embed_dropout(m, m->dec_x0, TGT_IDS(m), TGT_POS(m), m->lay.Nt, SITE_DEC_EMBED, m->keep_dec_embed);
 	encoder_forward(m);
 	for (l = c->num_encoder_layers; l < layers; l++)
 		layer_forward(m, l);
@@ -1347,7 +1364,10 @@ final_norm_backward(TfModel *m, bool decoder, float *dx, const float *dout)
 	m->be->layernorm_backward(m->be, dx, m->grads + g, m->grads + g + c->d_model, dout, m->acts[last].out,
 							  m->final_mean + off, m->final_rstd + off, m->params + g, rows, c->d_model);
 	if (m->reduce_grads)
+	{
+		m->be->layernorm_backward_finish(m->be);
 		m->be->all_reduce(m->be, m->grads + g, 2 * (size_t) c->d_model, false);
+	}
 }
 
 /* A layer's backward (pre- or post-norm), then its gradients summed over the ranks when the backward reduces. */
@@ -1361,7 +1381,10 @@ reduced_layer_backward(TfModel *m, int l)
 	else
 		post_norm_layer_backward(m, l);
 	if (m->reduce_grads)
+	{
+		m->be->layernorm_backward_finish(m->be);
 		m->be->all_reduce(m->be, m->grads + o->begin, o->end - o->begin, false);
+	}
 }
 
 /* The backward pass (tf_model_backward without the signal mask). */
@@ -1424,11 +1447,12 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 		be->copy(be, m->g_a, m->g_enc, (size_t) Ns * d);
 	for (l = c->num_encoder_layers - 1; l >= 0; l--)
 		reduced_layer_backward(m, l);
-	be->dropout_backward(be, m->g_a, m->g_a, (size_t) Ns * d, m->p_dropout, m->keep_enc_embed);
 	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, Ns, m->dec_x0, Nt, SRC_IDS(m), GROUPS(m),
-					   m->lay.unique, d, emb_scale);
+					   m->lay.unique, d, emb_scale, m->p_dropout, m->keep_enc_embed);
 	if (m->reduce_grads)
 		be->all_reduce(be, m->grads + m->off_embedding, (size_t) c->vocab_size * d, true);
+	/* the LayerNorms' parameter gradients, summed at once (a layer's at a time where they are reduced) */
+	be->layernorm_backward_finish(be);
 	m->reduce_grads = false;
 	return be->status(be, err, errlen);
 }

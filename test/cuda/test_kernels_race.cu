@@ -99,16 +99,16 @@ main(void)
 	}
 	k_dropout(out, c16, x, R * D, 0.3f, 1, 2, mask, s);
 	k_dropout_backward(out, c16, y, R * D, 0.3f, mask, s);
-	k_embed(out, c16, ids, ids, x, y, R, D, 2.0f, s);
-	k_embed_backward(x, y, 4, out, groups, 5, D, 2.0f, s);
+	k_embed(out, c16, ids, ids, x, y, R, D, 2.0f, 0.3f, 1, 2, mask, s);
+	k_embed_backward(x, y, 4, out, groups, 5, D, 2.0f, 0.3f, mask, s);
 	k_layernorm(out, c16, mean, rstd, x, g, b, R, D, 1e-5f, s);
-	k_layernorm_backward(out, g, b, y, x, mean, rstd, g, R, D, work, s);
+	k_layernorm_backward(out, y, x, mean, rstd, g, R, D, work, s);
 	{
 		float	   *r = device_randoms(R * D, &state),
 				   *dy = device_randoms(R * D, &state);
 
 		k_residual_layernorm(out, c16, mean, rstd, r, x, y, g, b, R, D, 1e-5f, 0.3f, 1, 2, mask, s);
-		k_residual_layernorm_backward(r, dy, c16, g, b, y, out, mean, rstd, g, R, D, 0.3f, mask, work, s);
+		k_residual_layernorm_backward(r, dy, c16, y, out, mean, rstd, g, R, D, 0.3f, mask, work + 2 * D, s);
 	}
 	{
 		/* 150 rows: 10 chunks, the last of 6 rows */
@@ -116,9 +116,24 @@ main(void)
 				   *y2 = device_randoms(150 * D, &state),
 				   *o2 = device_randoms(150 * D, &state),
 				   *m2 = device_randoms(150, &state),
-				   *s2 = device_randoms(150, &state);
+				   *s2 = device_randoms(150, &state),
+				   *dg1 = device_randoms(D, &state),
+				   *db1 = device_randoms(D, &state);
+		LayerNormTotals t = {};
 
-		k_layernorm_backward(o2, g, b, y2, x2, m2, s2, g, 150, D, work, s);
+		k_layernorm_backward(o2, y2, x2, m2, s2, g, 150, D, work + 4 * D, s);
+		/* the three backwards' parameter gradients in one launch, side by side */
+		t.n = 3;
+		for (int i = 0; i < 3; i++)
+		{
+			t.partials[i] = work + 2 * D * i;
+			t.chunks[i] = i < 2 ? 1 : 10;
+			t.d[i] = D;
+		}
+		t.dgamma[0] = g, t.dbeta[0] = b;
+		t.dgamma[1] = dg1, t.dbeta[1] = db1;
+		t.dgamma[2] = m2, t.dbeta[2] = s2;
+		k_layernorm_dparams_totals(&t, D, s);
 	}
 	sh.batch = 2, sh.num_heads = H, sh.head_dim = DK, sh.q_start = qs, sh.k_start = qs, sh.p_start = ps;
 	sh.causal = true, sh.dropout = 0.2f, sh.seed = 3, sh.stream = 4, sh.max_q = 4, sh.max_k = 4;

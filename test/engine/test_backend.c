@@ -327,12 +327,26 @@ compare_elementwise(Both *b)
 		free(s);
 		b->gpu->free(b->gpu, ds);
 	}
-	b->cpu->embed(b->cpu, out, ids, pos, E, pe, R, D, 2.5f);
-	b->gpu->embed(b->gpu, dout, dids, dpos, dE, dpe, R, D, 2.5f);
+	b->cpu->embed(b->cpu, out, ids, pos, E, pe, R, D, 2.5f, 0.0f, 0, 0, NULL);
+	b->gpu->embed(b->gpu, dout, dids, dpos, dE, dpe, R, D, 2.5f, 0.0f, 0, 0, NULL);
 	same(b, "embed", dout, out, n);
-	b->cpu->embed_backward(b->cpu, E, y, R, NULL, 0, ids, NULL, 0, D, 2.5f);
-	b->gpu->embed_backward(b->gpu, dE, dy, R, NULL, 0, dids, dgroups, unique, D, 2.5f);
+	b->cpu->embed_backward(b->cpu, E, y, R, NULL, 0, ids, NULL, 0, D, 2.5f, 0.0f, NULL);
+	b->gpu->embed_backward(b->gpu, dE, dy, R, NULL, 0, dids, dgroups, unique, D, 2.5f, 0.0f, NULL);
 	same(b, "embed_backward", dE, E, (size_t) V * D);
+	/* with dropout (D 71: Philox's blocks of 4 span rows): bitwise the CPU's values and mask */
+	b->cpu->embed(b->cpu, out, ids, pos, E, pe, R, D, 2.5f, 0.3f, 77, (6ull << 32) | 2, mask);
+	b->gpu->embed(b->gpu, dout, dids, dpos, dE, dpe, R, D, 2.5f, 0.3f, 77, (6ull << 32) | 2, dmask);
+	{
+		float	   *h = down(b->gpu, dout, n * 4);
+		uint8_t    *hm = down(b->gpu, dmask, n);
+
+		CHECK(memcmp(h, out, n * 4) == 0 && memcmp(hm, mask, n) == 0,
+			  "embed with dropout: cuda's values or mask differ from cpu's bits");
+		free(h), free(hm);
+	}
+	b->cpu->embed_backward(b->cpu, E, y, R, NULL, 0, ids, NULL, 0, D, 2.5f, 0.3f, mask);
+	b->gpu->embed_backward(b->gpu, dE, dy, R, NULL, 0, dids, dgroups, unique, D, 2.5f, 0.3f, dmask);
+	same(b, "embed_backward with dropout", dE, E, (size_t) V * D);
 	/* dropout: the same bits, so bitwise the same values and mask */
 	b->cpu->dropout(b->cpu, out, x, n - 3, 0.3f, 77, (5ull << 32) | 9, mask);
 	b->gpu->dropout(b->gpu, dout, dx, n - 3, 0.3f, 77, (5ull << 32) | 9, dmask);
@@ -424,6 +438,8 @@ compare_layernorm(Both *b, int R, int D)
 	b->gpu->layernorm_backward(b->gpu, d_dx, d_dg, d_db, d_dout, d_x, d_mean, d_rstd, d_g, R, D);
 	snprintf(what, sizeof(what), "layernorm_backward %d x %d: dx", R, D);
 	same(b, what, d_dx, dx, n);
+	b->cpu->layernorm_backward_finish(b->cpu);
+	b->gpu->layernorm_backward_finish(b->gpu);
 	snprintf(what, sizeof(what), "layernorm_backward %d x %d: dgamma", R, D);
 	same(b, what, d_dg, dg, D);
 	snprintf(what, sizeof(what), "layernorm_backward %d x %d: dbeta", R, D);
@@ -432,6 +448,109 @@ compare_layernorm(Both *b, int R, int D)
 	b->gpu->free(b->gpu, d_x), b->gpu->free(b->gpu, d_g), b->gpu->free(b->gpu, d_be), b->gpu->free(b->gpu, d_dout);
 	b->gpu->free(b->gpu, d_out), b->gpu->free(b->gpu, d_mean), b->gpu->free(b->gpu, d_rstd);
 	b->gpu->free(b->gpu, d_dg), b->gpu->free(b->gpu, d_db), b->gpu->free(b->gpu, d_dx);
+}
+
+/*
+ * LayerNorm backwards queued for one layernorm_backward_finish: NORM_QUEUE
+ * of them, more than the CUDA backend's queue holds (48), every third the
+ * post-norm residual's with dropout, of three shapes, one of them so large
+ * that the partials' workspace grows while others wait, and backwards 31
+ * and 32 adding into backward 30's dgamma and dbeta (which must not race
+ * with it in one launch); every gradient against the CPU's, which adds at
+ * once, and dx before the finish.
+ */
+static void
+compare_layernorm_queue(Both *b)
+{
+	enum {NORM_QUEUE = 53, BIG = 20, SHARED = 30};
+	float	   *host[NORM_QUEUE][2],
+			   *dev[NORM_QUEUE][2],
+			   *keep[NORM_QUEUE][9];	/* device: x, dout, mean, rstd, gamma, dx, dy, mask; host dx */
+	char		what[96];
+	int			i,
+				j;
+
+	for (i = 0; i < NORM_QUEUE; i++)
+	{
+		int			R = i == BIG ? 5000 : i % 2 ? 37 : 301,
+					D = i == BIG ? 512 : i >= SHARED && i <= SHARED + 2 ? 70 : i % 2 ? 8 : 70;
+		bool		residual = i % 3 == 0;
+		size_t		n = (size_t) R * D;
+		float	   *x = randoms(n),
+				   *g = randoms(D),
+				   *beta = randoms(D),
+				   *dout = randoms(n),
+				   *out = malloc(n * 4),
+				   *mean = malloc(R * 4),
+				   *rstd = malloc(R * 4),
+				   *dx = malloc(n * 4),
+				   *dy = malloc(n * 4);
+		uint8_t    *mask = malloc(n);
+
+		for (size_t e = 0; e < n; e++)
+			mask[e] = rnd() > -0.8f;
+		if (i <= SHARED || i > SHARED + 2)
+		{
+			host[i][0] = randoms(D);
+			host[i][1] = randoms(D);
+			dev[i][0] = up(b->gpu, host[i][0], D * 4);
+			dev[i][1] = up(b->gpu, host[i][1], D * 4);
+		}
+		else
+		{
+			host[i][0] = host[i][1] = NULL;
+			dev[i][0] = dev[i][1] = NULL;
+		}
+		j = host[i][0] != NULL ? i : SHARED;
+		b->cpu->layernorm(b->cpu, out, mean, rstd, x, g, beta, R, D, 1e-5f);
+		keep[i][0] = up(b->gpu, x, n * 4);
+		keep[i][1] = up(b->gpu, dout, n * 4);
+		keep[i][2] = up(b->gpu, mean, R * 4);
+		keep[i][3] = up(b->gpu, rstd, R * 4);
+		keep[i][4] = up(b->gpu, g, D * 4);
+		keep[i][5] = b->gpu->alloc(b->gpu, n * 4);
+		keep[i][6] = b->gpu->alloc(b->gpu, n * 4);
+		keep[i][7] = up(b->gpu, mask, n);
+		keep[i][8] = dx;
+		if (residual)
+		{
+			b->cpu->residual_layernorm_backward(b->cpu, dx, dy, host[j][0], host[j][1], dout, x, mean, rstd, g, R,
+												D, 0.2f, mask);
+			b->gpu->residual_layernorm_backward(b->gpu, keep[i][5], keep[i][6], dev[j][0], dev[j][1], keep[i][1],
+												keep[i][0], keep[i][2], keep[i][3], keep[i][4], R, D, 0.2f,
+												(uint8_t *) keep[i][7]);
+			snprintf(what, sizeof(what), "queued backward %d (%d x %d, residual): dy", i, R, D);
+			same(b, what, keep[i][6], dy, n);
+		}
+		else
+		{
+			b->cpu->layernorm_backward(b->cpu, dx, host[j][0], host[j][1], dout, x, mean, rstd, g, R, D);
+			b->gpu->layernorm_backward(b->gpu, keep[i][5], dev[j][0], dev[j][1], keep[i][1], keep[i][0], keep[i][2],
+									   keep[i][3], keep[i][4], R, D);
+		}
+		snprintf(what, sizeof(what), "queued backward %d (%d x %d): dx", i, R, D);
+		same(b, what, keep[i][5], dx, n);
+		free(x), free(g), free(beta), free(dout), free(out), free(mean), free(rstd), free(dy), free(mask);
+	}
+	b->cpu->layernorm_backward_finish(b->cpu);
+	b->gpu->layernorm_backward_finish(b->gpu);
+	for (i = 0; i < NORM_QUEUE; i++)
+	{
+		int			D = i == BIG ? 512 : i >= SHARED && i <= SHARED + 2 ? 70 : i % 2 ? 8 : 70;
+
+		if (host[i][0] != NULL)
+		{
+			snprintf(what, sizeof(what), "queued backward %d: dgamma", i);
+			same(b, what, dev[i][0], host[i][0], D);
+			snprintf(what, sizeof(what), "queued backward %d: dbeta", i);
+			same(b, what, dev[i][1], host[i][1], D);
+			free(host[i][0]), free(host[i][1]);
+			b->gpu->free(b->gpu, dev[i][0]), b->gpu->free(b->gpu, dev[i][1]);
+		}
+		for (j = 0; j < 8; j++)
+			b->gpu->free(b->gpu, keep[i][j]);
+		free(keep[i][8]);
+	}
 }
 
 /*
@@ -521,6 +640,8 @@ compare_residual_layernorm(Both *b, int D, float p, bool with_mask)
 											p, d_mask);
 		same(b, "residual_layernorm_backward dr", d_dr, dr, n);
 		same(b, "residual_layernorm_backward dy", d_dy, dy, n);
+		b->cpu->layernorm_backward_finish(b->cpu);
+		b->gpu->layernorm_backward_finish(b->gpu);
 		same(b, "residual_layernorm_backward dgamma", d_dg, dg, D);
 		same(b, "residual_layernorm_backward dbeta", d_db, db, D);
 	}
@@ -666,8 +787,9 @@ compare_embed_backward_repeats(Both *b)
 	d_second = up(b->gpu, second, (size_t) (R - FIRST) * D * 4);
 	d_ids = up(b->gpu, ids, sizeof(ids));
 	d_groups = up(b->gpu, groups, sizeof(groups));
-	b->cpu->embed_backward(b->cpu, E, dout, FIRST, second, R - FIRST, ids, NULL, 0, D, 0.5f);
-	b->gpu->embed_backward(b->gpu, dE, d_dout, FIRST, d_second, R - FIRST, d_ids, d_groups, unique, D, 0.5f);
+	b->cpu->embed_backward(b->cpu, E, dout, FIRST, second, R - FIRST, ids, NULL, 0, D, 0.5f, 0.0f, NULL);
+	b->gpu->embed_backward(b->gpu, dE, d_dout, FIRST, d_second, R - FIRST, d_ids, d_groups, unique, D, 0.5f, 0.0f,
+						   NULL);
 	CHECK(!isnan(E[1 * D]), "embed_backward read the first part's NaN tail");
 	same(b, "embed_backward, an id on 70 rows, in two parts", dE, E, (size_t) V * D);
 	free(dout), free(second), free(E);
@@ -962,6 +1084,7 @@ test_backend(const char *fixtures)
 		compare_layernorm(&b, 301, 70);
 		compare_layernorm(&b, 33000, 5);
 		compare_layernorm(&b, 40, 300);
+		compare_layernorm_queue(&b);
 		compare_residual_layernorm(&b, 64, 0.3f, true);
 		compare_residual_layernorm(&b, 70, 0.3f, true);
 		compare_residual_layernorm(&b, 64, 0.0f, false);
