@@ -427,14 +427,33 @@ check_determinism(void)
 /*
  * Every thread but the main one (OpenMP's and OpenBLAS's, started by the
  * engine) has SIGINT, SIGTERM, SIGUSR1 and SIGALRM blocked: PostgreSQL's
- * handlers must only run on the backend's own thread.
+ * handlers must only run on the backend's own thread. A training step of a
+ * CPU model on 2 threads first, so that the engine's threads exist whatever
+ * ran before (on cuda alone none would).
  */
 static void
 check_thread_signal_masks(void)
 {
-	DIR		   *dir = opendir("/proc/self/task");
+	DIR		   *dir;
 	struct dirent *e;
 	int			others = 0;
+	TfConfig	c;
+	char		err[TF_ERRLEN];
+	int32_t		src[32],
+				tgt[32],
+				lab[32];
+	TfBatch		b = {0};
+	double		loss;
+	TfModel    *m;
+
+	tf_config_small(&c, 64);
+	fixture_synthetic_batch(src, tgt, lab, &b);
+	m = tf_model_create(&c, 42, "cpu", 2, err, sizeof(err));
+	CHECK(m != NULL, "cpu model: %s", err);
+	if (m != NULL)
+		train(m, &b, 1, &loss);
+	tf_model_free(m);
+	dir = opendir("/proc/self/task");
 
 	CHECK(dir != NULL, "cannot list /proc/self/task");
 	if (dir == NULL)
