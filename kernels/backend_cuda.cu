@@ -857,10 +857,9 @@ cuda_embed(TfBackend *be, float *out, const int32_t *ids, const int32_t *positio
 
 static void
 cuda_embed_backward(TfBackend *be, float *dembedding, const float *dout, int rows, const float *dout2, int rows2,
-					const int32_t *ids, const int32_t *groups, int unique, int d, float scale, float p,
-					const uint8_t *keep_mask)
+					const int32_t *ids, const int32_t *groups, int unique, int d, float scale)
 {
-	k_embed_backward(dembedding, dout, rows, dout2, groups, unique, d, scale, p, keep_mask, state(be)->stream);
+	k_embed_backward(dembedding, dout, rows, dout2, groups, unique, d, scale, state(be)->stream);
 	launched(be, "embed_backward");
 }
 

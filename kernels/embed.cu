@@ -56,14 +56,13 @@ embed_kernel(float *out, __nv_bfloat16 *out16, const int32_t *ids, const int32_t
  * id's rows (groups, tf_group_by_id) in increasing order, so repeated ids
  * add up without atomics and in the CPU backend's order. The row numbers
  * come 32 at a time, one per lane, and go round by shuffles; rows from
- * `rows` on are dout2's; dout's go through dropout_backward's product with
- * keep_mask (NULL: none) first. 4 warps a block.
+ * `rows` on are dout2's. 4 warps a block.
  */
 #define EMBED_WARPS 4
 
 __global__ void
 embed_backward_kernel(float *dembedding, const float *dout, int rows_first, const float *dout2, const int32_t *groups,
-					  int unique, int d, float scale, float keep_scale, const uint8_t *keep_mask)
+					  int unique, int d, float scale)
 {
 	const int32_t *start = groups,
 			   *id = groups + unique + 1,
@@ -89,9 +88,7 @@ embed_backward_kernel(float *dembedding, const float *dout, int rows_first, cons
 				int			r = __shfl_sync(0xffffffffu, mine, t);
 				const float *g = r < rows_first ? dout + (size_t) r * d : dout2 + (size_t) (r - rows_first) * d;
 
-				if (c < d && r < rows_first && keep_mask != NULL)
-					acc += scale * (keep_mask[(size_t) r * d + c] ? g[c] * keep_scale : 0.0f);
-				else if (c < d)
+				if (c < d)
 					acc += scale * g[c];
 			}
 		}
@@ -111,12 +108,11 @@ k_embed(float *out, __nv_bfloat16 *out16, const int32_t *ids, const int32_t *pos
 
 void
 k_embed_backward(float *dembedding, const float *dout, int rows, const float *dout2, const int32_t *groups,
-				 int unique, int d, float scale, float p, const uint8_t *keep_mask, cudaStream_t stream)
+				 int unique, int d, float scale, cudaStream_t stream)
 {
 	size_t		warps = (size_t) unique * ((d + 31) / 32);
 
 	if (warps > 0)
 		LAUNCH(embed_backward_kernel, blocks_for(warps, EMBED_WARPS), EMBED_WARPS * 32, 0, stream)
-			(dembedding, dout, rows, dout2, groups, unique, d, scale, p > 0.0f ? 1.0f / (1.0f - p) : 1.0f,
-			 p > 0.0f ? keep_mask : (const uint8_t *) NULL);
+			(dembedding, dout, rows, dout2, groups, unique, d, scale);
 }

@@ -46,8 +46,7 @@ void		k_embed(float *out, __nv_bfloat16 *out16, const int32_t *ids, const int32_
 					uint64_t stream_id, uint8_t *keep_mask, cudaStream_t stream);
 /* groups: the rows grouped by id (tf_group_by_id), of unique ids */
 void		k_embed_backward(float *dembedding, const float *dout, int rows, const float *dout2,
-							 const int32_t *groups, int unique, int d, float scale, float p,
-							 const uint8_t *keep_mask, cudaStream_t stream);
+							 const int32_t *groups, int unique, int d, float scale, cudaStream_t stream);
 
 /*
  * layernorm.cu. The backwards write their parameter gradients' partial

@@ -219,15 +219,14 @@ struct TfBackend
 	/*
 	 * dE[ids[i], :] += scale * row i, rows in order: row i of dout [rows, d]
 	 * for i < rows, else row i - rows of dout2 [rows2, d] (the source's and
-	 * the target's gradients in one pass; dout2 NULL when rows2 = 0), dout
-	 * first through dropout_backward at p with keep_mask (p 0: as it is;
-	 * dout itself unchanged). ids [rows + rows2]. groups: the same rows
-	 * grouped by id (tf_group_by_id, uploaded), of `unique` ids; the CPU
-	 * backend reads ids, the CUDA backend groups.
+	 * the target's gradients in one pass; dout2 NULL when rows2 = 0).
+	 * ids [rows + rows2]. groups: the same rows grouped by id
+	 * (tf_group_by_id, uploaded), of `unique` ids; the CPU backend reads
+	 * ids, the CUDA backend groups.
 	 */
 	void		(*embed_backward) (TfBackend *be, float *dembedding, const float *dout, int rows,
 								   const float *dout2, int rows2, const int32_t *ids, const int32_t *groups,
-								   int unique, int d, float scale, float p, const uint8_t *keep_mask);
+								   int unique, int d, float scale);
 
 	/*
 	 * out = x * keep / (1 - p), keep = uniform(seed, stream, i) >= p; with

@@ -298,11 +298,8 @@ cpu_embed_int8(TfBackend *be, float *out, const int32_t *ids, const int32_t *pos
 
 static void
 cpu_embed_backward(TfBackend *be, float *dembedding, const float *dout, int rows, const float *dout2, int rows2,
-				   const int32_t *ids, const int32_t *groups, int unique, int d, float scale, float p,
-				   const uint8_t *keep_mask)
+				   const int32_t *ids, const int32_t *groups, int unique, int d, float scale)
 {
-	float		keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-
 	int			blocks = (d + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
 	int			blk;
 
@@ -319,10 +316,9 @@ cpu_embed_backward(TfBackend *be, float *dembedding, const float *dout, int rows
 		{
 			float	   *de = dembedding + (size_t) ids[r] * d;
 			const float *g = r < rows ? dout + (size_t) r * d : dout2 + (size_t) (r - rows) * d;
-			const uint8_t *keep = r < rows && p > 0.0f ? keep_mask + (size_t) r * d : NULL;
 
-			for (c = c0; c < c1; c++)	/* dropout_backward's product, then the sum's */
-				de[c] += scale * (keep == NULL ? g[c] : keep[c] ? g[c] * keep_scale : 0.0f);
+			for (c = c0; c < c1; c++)
+				de[c] += scale * g[c];
 		}
 	}
 }

@@ -1447,8 +1447,9 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 		be->copy(be, m->g_a, m->g_enc, (size_t) Ns * d);
 	for (l = c->num_encoder_layers - 1; l >= 0; l--)
 		reduced_layer_backward(m, l);
+	be->dropout_backward(be, m->g_a, m->g_a, (size_t) Ns * d, m->p_dropout, m->keep_enc_embed);
 	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, Ns, m->dec_x0, Nt, SRC_IDS(m), GROUPS(m),
-					   m->lay.unique, d, emb_scale, m->p_dropout, m->keep_enc_embed);
+					   m->lay.unique, d, emb_scale);
 	if (m->reduce_grads)
 		be->all_reduce(be, m->grads + m->off_embedding, (size_t) c->vocab_size * d, true);
 	/* the LayerNorms' parameter gradients, summed at once (a layer's at a time where they are reduced) */

@@ -100,7 +100,7 @@ main(void)
 	k_dropout(out, c16, x, R * D, 0.3f, 1, 2, mask, s);
 	k_dropout_backward(out, c16, y, R * D, 0.3f, mask, s);
 	k_embed(out, c16, ids, ids, x, y, R, D, 2.0f, 0.3f, 1, 2, mask, s);
-	k_embed_backward(x, y, 4, out, groups, 5, D, 2.0f, 0.3f, mask, s);
+	k_embed_backward(x, y, 4, out, groups, 5, D, 2.0f, s);
 	k_layernorm(out, c16, mean, rstd, x, g, b, R, D, 1e-5f, s);
 	k_layernorm_backward(out, y, x, mean, rstd, g, R, D, work, s);
 	{
