@@ -65,6 +65,22 @@ struct LtPlan
 #define LT_WORKSPACE ((size_t) 0)
 #endif
 
+/*
+ * Columns [lo, hi) of the first `rows` rows of row stride ld of a listed
+ * buffer whose bf16 copies are current: the dq, dk, dv blocks attention's
+ * backward writes with their copies, gathered over calls (the decoder
+ * layers' dk and dv side by side in one [Ns, layers * 2d] gradient); when
+ * they cover whole rows, the buffer's first rows * ld elements are fresh.
+ * Empty: hi <= lo.
+ */
+typedef struct ColumnCover
+{
+	int			ld,
+				rows,
+				lo,
+				hi;
+} ColumnCover;
+
 /* Backend state: the device, its stream and cuBLAS handles, the first error, workspaces. */
 struct CudaState
 {
@@ -98,9 +114,14 @@ struct CudaState
 	__nv_bfloat16 *weights16;
 	__nv_bfloat16 *operand16[2];
 	size_t		operand16_n[2];
-	/* set_operands16's list, and how many leading elements of each x16 are current */
+	/*
+	 * set_operands16's list, how many leading elements of each x16 are
+	 * current, and the column blocks whose copies attention's backward has
+	 * written since (ColumnCover)
+	 */
 	TfOperand16 *operands;
 	size_t	   *fresh;
+	ColumnCover *cover;
 	int			operands_n,
 				operands_cap;
 	/* uploads: two page-locked staging buffers used in turn, each with the event of its last copy */
@@ -197,6 +218,7 @@ written(CudaState *st, const float *x, size_t n)
 		keep = at > start ? (at - start) / sizeof(float) : 0;
 		if (st->fresh[i] > keep)
 			st->fresh[i] = keep;
+		st->cover[i].hi = st->cover[i].lo = 0;
 	}
 }
 
@@ -400,6 +422,7 @@ copy16(TfBackend *be, const float *x, size_t n)
 		if (st->operands[i].x == x && n <= st->operands[i].n)
 		{
 			st->fresh[i] = n;
+			st->cover[i].hi = st->cover[i].lo = 0;
 			return (__nv_bfloat16 *) st->operands[i].x16;
 		}
 	written(st, x, n);
@@ -409,48 +432,49 @@ copy16(TfBackend *be, const float *x, size_t n)
 /*
  * Where attention's backward writes the copies of dq, dk and dv (out[3],
  * row strides ld[3], rows[3], each width columns): out[i]'s place in the
- * copy of the listed buffer holding it, when the outputs inside that buffer
- * tile whole rows of it from its start (one row stride and row count, their
- * columns side by side: self-attention's dq, dk, dv in [rows, 3 d_model],
- * cross-attention's dq in [rows, d_model] and dk, dv in [rows, 2 d_model]);
- * else NULL. tiled[i] (the elements that will be current) is set with it.
+ * copy of the listed buffer holding it (entry[i]), where out[i] is a block
+ * of whole columns of that buffer's first rows[i] rows of stride ld[i];
+ * else NULL (entry[i] -1).
  */
 static void
-gradient_copies(CudaState *st, float *const out[3], const int ld[3], const int rows[3], int width,
-				__nv_bfloat16 *copies[3], size_t tiled[3])
+gradient_copies(const CudaState *st, float *const out[3], const int ld[3], const int rows[3], int width,
+				__nv_bfloat16 *copies[3], int entry[3])
 {
-	int			entry[3];
-
 	for (int i = 0; i < 3; i++)
 	{
+		size_t		at;
+
 		copies[i] = NULL;
-		tiled[i] = 0;
 		entry[i] = st->bf16 && rows[i] > 0 ? operand_entry(st, out[i], (size_t) (rows[i] - 1) * ld[i] + width) : -1;
+		if (entry[i] < 0)
+			continue;
+		at = (size_t) (out[i] - st->operands[entry[i]].x);
+		if (at + width <= (size_t) ld[i])
+			copies[i] = (__nv_bfloat16 *) st->operands[entry[i]].x16 + at;
+		else
+			entry[i] = -1;
 	}
-	for (int i = 0; i < 3; i++)
+}
+
+/*
+ * Columns [lo, hi) of listed buffer `entry` (rows of stride ld) now have
+ * current copies: joined to its cover where they extend it, else a cover
+ * of their own; a cover of whole rows makes them fresh.
+ */
+static void
+cover_columns(CudaState *st, int entry, int ld, int rows, int lo, int hi)
+{
+	ColumnCover *c = &st->cover[entry];
+
+	if (c->hi > c->lo && c->ld == ld && c->rows == rows && lo <= c->hi && hi >= c->lo)
 	{
-		const TfOperand16 *e = &st->operands[entry[i] >= 0 ? entry[i] : 0];
-		bool		seen[3] = {false, false, false};
-		int			count = 0;
-		bool		ok = entry[i] >= 0;
-
-		for (int j = 0; ok && j < 3; j++)
-		{
-			size_t		at = (size_t) (out[j] - e->x);
-
-			if (entry[j] != entry[i])
-				continue;
-			ok = ld[j] == ld[i] && rows[j] == rows[i] && at % width == 0 && at + width <= (size_t) ld[j] &&
-				at / width < 3 && !seen[at / width];
-			if (ok)
-				seen[at / width] = true, count++;
-		}
-		if (ok && count * width == ld[i])
-		{
-			copies[i] = (__nv_bfloat16 *) e->x16 + (out[i] - e->x);
-			tiled[i] = (size_t) rows[i] * ld[i];
-		}
+		c->lo = std::min(c->lo, lo);
+		c->hi = std::max(c->hi, hi);
 	}
+	else
+		*c = {ld, rows, lo, hi};
+	if (c->lo == 0 && c->hi == ld)
+		st->fresh[entry] = std::max(st->fresh[entry], std::min((size_t) rows * ld, st->operands[entry].n));
 }
 
 static void
@@ -463,21 +487,25 @@ cuda_set_operands16(TfBackend *be, const TfOperand16 *list, int count)
 	{
 		TfOperand16 *ops = (TfOperand16 *) realloc(st->operands, count * sizeof(TfOperand16));
 		size_t	   *fresh = ops != NULL ? (size_t *) realloc(st->fresh, count * sizeof(size_t)) : NULL;
+		ColumnCover *cover = fresh != NULL ? (ColumnCover *) realloc(st->cover, count * sizeof(ColumnCover)) : NULL;
 
 		if (ops != NULL)
 			st->operands = ops;
-		if (fresh == NULL)
+		if (fresh != NULL)
+			st->fresh = fresh;
+		if (cover == NULL)
 		{
 			fail(be, "set_operands16", "out of host memory");
 			return;
 		}
-		st->fresh = fresh;
+		st->cover = cover;
 		st->operands_cap = count;
 	}
 	for (int i = 0; i < count; i++)
 	{
 		st->operands[i] = list[i];
 		st->fresh[i] = 0;
+		st->cover[i].hi = st->cover[i].lo = 0;
 	}
 	st->operands_n = count;
 }
@@ -1117,17 +1145,29 @@ cuda_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const fl
 		float	   *const out[3] = {dq, dk, dv};
 		const int	ld[3] = {ldq, ldk, ldk},
 					rows[3] = {sh->q_rows, sh->k_rows, sh->k_rows};
+		int			width = sh->num_heads * sh->head_dim,
+					entry[3];
 		__nv_bfloat16 *copies[3];
-		size_t		tiled[3];
+		bool		wrote;
 
-		gradient_copies(st, out, ld, rows, sh->num_heads * sh->head_dim, copies, tiled);
-		for (int i = 0; i < 3; i++)
-			written(st, out[i], SIZE_MAX);
-		if (k_attention_backward(dq, dk, dv, copies, dctx, lse, q, ldq, k, v, ldk, sh, st->bf16, st->attention_work,
-								 st->stream))
-			for (int i = 0; i < 3; i++)
-				if (copies[i] != NULL)
-					st->fresh[operand_entry(st, out[i], 1)] = tiled[i];
+		gradient_copies(st, out, ld, rows, width, copies, entry);
+		wrote = k_attention_backward(dq, dk, dv, copies, dctx, lse, q, ldq, k, v, ldk, sh, st->bf16,
+									 st->attention_work, st->stream);
+		/*
+		 * The outputs with copies keep their buffers' copies current where
+		 * they were; the others stale them. Joined from dv to dq: the
+		 * decoder layers' backward runs from the last, whose dk and dv
+		 * columns are the last of their buffer.
+		 */
+		for (int i = 2; i >= 0; i--)
+			if (wrote && copies[i] != NULL)
+			{
+				int			lo = (int) (out[i] - st->operands[entry[i]].x);
+
+				cover_columns(st, entry[i], ld[i], rows[i], lo, lo + width);
+			}
+			else
+				written(st, out[i], SIZE_MAX);
 	}
 	launched(be, "attention_backward");
 }
@@ -1355,6 +1395,7 @@ cuda_destroy(TfBackend *be)
 		cublasLtDestroy(st->lt);
 	free(st->operands);
 	free(st->fresh);
+	free(st->cover);
 	if (st->blas != NULL)
 		cublasDestroy(st->blas);
 	if (st->stream != NULL)

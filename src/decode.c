@@ -925,9 +925,10 @@ tf_stream_add(TfStream *s, const int32_t *src, int batch, int src_len, const int
 		s->finished_n[slot] = 0;
 		s->tag[slot] = tags != NULL ? tags[i] : i;
 		s->joining[s->n_joining++] = slot;
-		for (l = 0; l < s->Ld; l++)
-			be->copy(be, s->cross[l] + (size_t) slot * s->max_src * 2 * d,
-					 m->acts[Le + l].kv_cross + (size_t) m->lay.ints[i] * 2 * d, (size_t) n * 2 * d);
+		for (l = 0; l < s->Ld; l++)		/* rows of kv_all's layer-l columns */
+			be->gather(be, s->cross[l] + (size_t) slot * s->max_src * 2 * d, (size_t) 2 * d,
+					   m->acts[Le + l].kv_cross + (size_t) m->lay.ints[i] * m->ld_kv, (size_t) m->ld_kv, NULL, n,
+					   (size_t) 2 * d);
 	}
 	tf_restore_signals(&old);
 	s->occupied += batch;

@@ -41,9 +41,9 @@ enum
 	INIT_EMBEDDING				/* N(0, d_model^-0.5) */
 };
 
-/* Adds a parameter entry; returns its offset (floats). */
-static size_t
-add_param(TfModel *m, const char *prefix, const char *name, int rows, int cols, int init)
+/* A new parameter entry, its place not yet set. */
+static ParamEntry *
+new_entry(TfModel *m, const char *prefix, const char *name, int rows, int cols, int init)
 {
 	ParamEntry *e = &m->entries[m->num_entries++];
 
@@ -54,6 +54,36 @@ add_param(TfModel *m, const char *prefix, const char *name, int rows, int cols, 
 	e->count = (size_t) rows * (cols > 0 ? cols : 1);
 	e->init = init;
 	e->matrix = init == INIT_XAVIER || init == INIT_EMBEDDING;
+	return e;
+}
+
+/*
+ * Adds a parameter entry at `row` rows into the cross-attention key/value
+ * block (layout_parameters), whose space is reserved.
+ */
+static void
+add_cross_kv(TfModel *m, const char *prefix, const char *name, int cols, int init, size_t row)
+{
+	int			d = m->config.d_model;
+	ParamEntry *e = new_entry(m, prefix, name, d, cols, init);
+
+	if (cols == 0)
+		e->offset = m->off_cross_kv_b + row;
+	else if (m->quantized)
+	{
+		e->offset = m->off_cross_kv_w + row * d;
+		e->qrow = m->cross_kv_qrow + row;
+	}
+	else
+		e->offset = m->off_cross_kv_w + row * d;
+}
+
+/* Adds a parameter entry at the next free place; returns its offset (floats; bytes into q8). */
+static size_t
+add_param(TfModel *m, const char *prefix, const char *name, int rows, int cols, int init)
+{
+	ParamEntry *e = new_entry(m, prefix, name, rows, cols, init);
+
 	if (m->quantized && e->matrix)
 	{
 		e->offset = m->num_q8;
@@ -69,19 +99,41 @@ add_param(TfModel *m, const char *prefix, const char *name, int rows, int cols, 
 
 /*
  * Attention block: q, k, v weights contiguous ([3d, d], so self-attention is
- * one GEMM and k, v of cross-attention another), then their biases.
+ * one GEMM), then their biases. Decoder layer `cross` >= 0's
+ * encoder-decoder attention keeps only q there: its k and v (weights and
+ * biases) go to rows 2 cross d and (2 cross + 1) d of the cross key/value
+ * block, so that every decoder layer's keys and values of the encoder
+ * output are one GEMM. The entries' order, which seeds their
+ * initialisation, is the same either way.
  */
 static void
-layout_attention(TfModel *m, const char *prefix, AttnOffsets *a)
+layout_attention(TfModel *m, const char *prefix, AttnOffsets *a, int cross)
 {
 	int			d = m->config.d_model;
+	size_t		row = (size_t) 2 * cross * d;
 
 	a->w_qkv = add_param(m, prefix, "q_proj.weight", d, d, INIT_XAVIER);
-	add_param(m, prefix, "k_proj.weight", d, d, INIT_XAVIER);
-	add_param(m, prefix, "v_proj.weight", d, d, INIT_XAVIER);
+	if (cross < 0)
+	{
+		add_param(m, prefix, "k_proj.weight", d, d, INIT_XAVIER);
+		add_param(m, prefix, "v_proj.weight", d, d, INIT_XAVIER);
+	}
+	else
+	{
+		add_cross_kv(m, prefix, "k_proj.weight", d, INIT_XAVIER, row);
+		add_cross_kv(m, prefix, "v_proj.weight", d, INIT_XAVIER, row + d);
+	}
 	a->b_qkv = add_param(m, prefix, "q_proj.bias", d, 0, INIT_ZERO);
-	add_param(m, prefix, "k_proj.bias", d, 0, INIT_ZERO);
-	add_param(m, prefix, "v_proj.bias", d, 0, INIT_ZERO);
+	if (cross < 0)
+	{
+		add_param(m, prefix, "k_proj.bias", d, 0, INIT_ZERO);
+		add_param(m, prefix, "v_proj.bias", d, 0, INIT_ZERO);
+	}
+	else
+	{
+		add_cross_kv(m, prefix, "k_proj.bias", 0, INIT_ZERO, row);
+		add_cross_kv(m, prefix, "v_proj.bias", 0, INIT_ZERO, row + d);
+	}
 	a->w_out = add_param(m, prefix, "out_proj.weight", d, d, INIT_XAVIER);
 	a->b_out = add_param(m, prefix, "out_proj.bias", d, 0, INIT_ZERO);
 }
@@ -107,6 +159,21 @@ layout_parameters(TfModel *m)
 	char		prefix[40];
 
 	m->off_embedding = add_param(m, "", "model.shared.weight", c->vocab_size, c->d_model, INIT_EMBEDDING);
+	/* the cross key/value block: weights [num_decoder_layers * 2d, d], then biases, contiguous in params */
+	if (m->quantized)
+	{
+		m->off_cross_kv_w = m->num_q8;
+		m->cross_kv_qrow = m->num_qrows;
+		m->num_q8 += (size_t) 2 * c->num_decoder_layers * c->d_model * c->d_model;
+		m->num_qrows += (size_t) 2 * c->num_decoder_layers * c->d_model;
+	}
+	else
+	{
+		m->off_cross_kv_w = m->num_params;
+		m->num_params += (size_t) 2 * c->num_decoder_layers * c->d_model * c->d_model;
+	}
+	m->off_cross_kv_b = m->num_params;
+	m->num_params += (size_t) 2 * c->num_decoder_layers * c->d_model;
 	for (l = 0; l < c->num_encoder_layers + c->num_decoder_layers; l++)
 	{
 		bool		dec = l >= c->num_encoder_layers;
@@ -117,12 +184,12 @@ layout_parameters(TfModel *m)
 				 dec ? l - c->num_encoder_layers : l);
 		o->begin = m->num_params;
 		snprintf(sub, sizeof(sub), "%sself_attn.", prefix);
-		layout_attention(m, sub, &o->self);
+		layout_attention(m, sub, &o->self, -1);
 		layout_norm(m, prefix, "self_attn_layer_norm", &o->ln_self_g, &o->ln_self_b);
 		if (dec)
 		{
 			snprintf(sub, sizeof(sub), "%sencoder_attn.", prefix);
-			layout_attention(m, sub, &o->cross);
+			layout_attention(m, sub, &o->cross, l - c->num_encoder_layers);
 			layout_norm(m, prefix, "encoder_attn_layer_norm", &o->ln_cross_g, &o->ln_cross_b);
 		}
 		o->w1 = add_param(m, prefix, "fc1.weight", c->d_ff, c->d_model, INIT_XAVIER);
@@ -545,6 +612,8 @@ layout_activations(TfModel *m, float *base)
 		m->num_operands16 = 0;
 	x = take_operand(m, base, &used, Ns * d, post);
 	m->enc_x0 = x;
+	m->ld_kv = 2 * c->num_decoder_layers * (int) d;
+	m->kv_all = take(base, &used, Ns * m->ld_kv);
 	for (l = 0; l < c->num_encoder_layers + c->num_decoder_layers; l++)
 	{
 		LayerActs  *a = &m->acts[l];
@@ -568,7 +637,7 @@ layout_activations(TfModel *m, float *base)
 		if (dec)
 		{
 			a->q_cross = take(base, &used, rows * d);
-			a->kv_cross = take(base, &used, Ns * 2 * d);
+			a->kv_cross = base != NULL ? m->kv_all + (size_t) (l - c->num_encoder_layers) * 2 * d : NULL;
 			a->lse_cross = m->training ? take(base, &used, rows * c->num_heads) : NULL;
 			a->probs_cross = m->keep_probs ? take(base, &used, (size_t) P[3 * (lay->B + 1) - 1]) : NULL;
 			a->ctx_cross = take_operand(m, base, &used, rows * d, true);
@@ -600,7 +669,7 @@ layout_activations(TfModel *m, float *base)
 	m->g_qkv = take_operand(m, base, &used, N * 3 * d, m->training);
 	m->g_ctx = take(base, &used, N * d);
 	m->g_h = take_operand(m, base, &used, N * F, m->training);
-	m->g_kv = take_operand(m, base, &used, Ns * 2 * d, m->training);
+	m->g_kv = take_operand(m, base, &used, Ns * m->ld_kv, m->training);
 	m->g_enc = take(base, &used, Ns * d);
 	return used;
 }
@@ -926,15 +995,16 @@ residual_norm(TfModel *m, float *out, float *mean, float *rstd, float *r, const 
 							  tf_dropout_stream(m->step, m->lay.index, site), keep);
 }
 
-/* Decoder layer l's keys and values of the encoder output enc_out [Ns, d]: kv_cross [Ns, 2d]. */
+/*
+ * Every decoder layer's keys and values of the encoder output enc_out
+ * [Ns, d]: kv_all [Ns, ld_kv] in one product with the cross key/value block.
+ */
 static void
-cross_keys_values(TfModel *m, int l, const float *enc_out)
+cross_keys_values(TfModel *m, const float *enc_out)
 {
-	const LayerOffsets *o = &m->layer_off[l];
-	int			d = m->config.d_model;
-
-	tf_linear(m, m->acts[l].kv_cross, enc_out, o->cross.w_qkv + (size_t) d * d, o->cross.b_qkv + d, m->lay.Ns,
-			  d, 2 * d);
+	if (m->ld_kv > 0)
+		tf_linear(m, m->kv_all, enc_out, m->off_cross_kv_w, m->off_cross_kv_b, m->lay.Ns, m->config.d_model,
+				  m->ld_kv);
 }
 
 /*
@@ -981,10 +1051,9 @@ layer_forward(TfModel *m, int l)
 			layer_norm(m, a->ln_cross, a->mean_cross, a->rstd_cross, x, o->ln_cross_g, o->ln_cross_b, rows);
 		in = pre ? a->ln_cross : x;
 		tf_linear(m, a->q_cross, in, o->cross.w_qkv, o->cross.b_qkv, rows, d, d);
-		cross_keys_values(m, l, tf_encoder_output(m));
 		sh = attn_shape(m, ATTN_CROSS, site + SITE_CROSS_PROBS);
 		be->attention(be, a->ctx_cross, a->lse_cross, a->probs_cross, a->q_cross, d, a->kv_cross, a->kv_cross + d,
-					  2 * d, &sh);
+					  m->ld_kv, &sh);
 		tf_linear(m, m->tmp, a->ctx_cross, o->cross.w_out, o->cross.b_out, rows, d, d);
 		if (pre)
 			residual(m, a->r_cross, x, m->tmp, rows, site + SITE_CROSS_OUT, a->keep_cross);
@@ -1102,19 +1171,15 @@ forward_start(TfModel *m, const TfBatch *b, bool training, bool keep_probs, char
 int
 tf_model_encode(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 {
-	const TfConfig *c = &m->config;
-	int			Le = c->num_encoder_layers;
 	sigset_t	old;
-	int			l,
-				rc;
+	int			rc;
 
 	tf_block_signals(&old);
 	rc = forward_start(m, b, false, false, err, errlen);
 	if (rc == TF_OK)
 	{
 		encoder_forward(m);
-		for (l = Le; l < Le + c->num_decoder_layers; l++)
-			cross_keys_values(m, l, tf_encoder_output(m));
+		cross_keys_values(m, tf_encoder_output(m));
 		rc = m->be->status(m->be, err, errlen);
 	}
 	tf_restore_signals(&old);
@@ -1140,6 +1205,7 @@ forward(TfModel *m, const TfBatch *b, bool training, double *loss_sum, int64_t *
 		m->forwards++;
 	embed_dropout(m, m->dec_x0, TGT_IDS(m), TGT_POS(m), m->lay.Nt, SITE_DEC_EMBED, m->keep_dec_embed);
 	encoder_forward(m);
+	cross_keys_values(m, tf_encoder_output(m));
 	for (l = c->num_encoder_layers; l < layers; l++)
 		layer_forward(m, l);
 	if (c->normalize_before)
@@ -1236,7 +1302,7 @@ ffn_backward(TfModel *m, int l, float *dx, float dx_beta, const float *x)
 /*
  * Backward of decoder layer l's encoder-decoder attention from d(out_proj
  * output) in m->tmp: d(the queries' input x) into dx (dx_beta as
- * ffn_backward), and d(the encoder output) added to m->g_enc.
+ * ffn_backward), and d(its keys and values) into its columns of m->g_kv.
  */
 static void
 cross_backward(TfModel *m, int l, float *dx, float dx_beta, const float *x)
@@ -1249,15 +1315,36 @@ cross_backward(TfModel *m, int l, float *dx, float dx_beta, const float *x)
 	int			d = m->config.d_model,
 				rows = LAYER_ROWS(m, l);
 	TfAttentionShape sh = attn_shape(m, ATTN_CROSS, LAYER_SITE(m, l) + SITE_CROSS_PROBS);
+	float	   *g_kv = m->g_kv + (size_t) (l - m->config.num_encoder_layers) * 2 * d;
 
 	linear_backward(m, m->g_ctx, 0.0f, G + o->cross.w_out, G + o->cross.b_out, m->tmp, a->ctx_cross,
 					P + o->cross.w_out, rows, d, d);
-	be->attention_backward(be, m->g_qkv, m->g_kv, m->g_kv + d, m->g_ctx, a->lse_cross, a->q_cross, d, a->kv_cross,
-						   a->kv_cross + d, 2 * d, &sh);
+	be->attention_backward(be, m->g_qkv, g_kv, g_kv + d, m->g_ctx, a->lse_cross, a->q_cross, d, a->kv_cross,
+						   a->kv_cross + d, m->ld_kv, &sh);
 	linear_backward(m, dx, dx_beta, G + o->cross.w_qkv, G + o->cross.b_qkv, m->g_qkv, x, P + o->cross.w_qkv,
 					rows, d, d);
-	linear_backward(m, m->g_enc, 1.0f, G + o->cross.w_qkv + (size_t) d * d, G + o->cross.b_qkv + d, m->g_kv,
-					tf_encoder_output(m), P + o->cross.w_qkv + (size_t) d * d, m->lay.Ns, d, 2 * d);
+}
+
+/*
+ * Backward of cross_keys_values from every decoder layer's d(keys, values)
+ * in g_kv: the cross key/value block's gradients (summed over the ranks
+ * at once when the backward reduces), and d(the encoder output) written
+ * into m->g_enc, all in one pair of products.
+ */
+static void
+cross_keys_values_backward(TfModel *m)
+{
+	int			d = m->config.d_model;
+
+	if (m->ld_kv == 0)
+	{
+		m->be->zero(m->be, m->g_enc, (size_t) m->lay.Ns * d);
+		return;
+	}
+	linear_backward(m, m->g_enc, 0.0f, m->grads + m->off_cross_kv_w, m->grads + m->off_cross_kv_b, m->g_kv,
+					tf_encoder_output(m), m->params + m->off_cross_kv_w, m->lay.Ns, d, m->ld_kv);
+	if (m->reduce_grads)		/* weights, then biases: one range */
+		m->be->all_reduce(m->be, m->grads + m->off_cross_kv_w, (size_t) m->ld_kv * (d + 1), false);
 }
 
 /* Backward of layer l's self-attention from d(out_proj output) in m->tmp: d(its input x) into dx (as ffn_backward). */
@@ -1435,9 +1522,9 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	if (c->normalize_before)
 		final_norm_backward(m, true, m->g_a, m->g_b);
 
-	be->zero(be, m->g_enc, (size_t) Ns * d);
 	for (l = layers - 1; l >= c->num_encoder_layers; l--)
 		reduced_layer_backward(m, l);
+	cross_keys_values_backward(m);
 	/* the target's embedding gradient waits in dec_x0, which no backward reads any more */
 	be->dropout_backward(be, m->dec_x0, m->g_a, (size_t) Nt * d, m->p_dropout, m->keep_dec_embed);
 

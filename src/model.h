@@ -21,7 +21,11 @@ typedef struct ParamEntry
 	size_t		qrow;			/* quantized matrix: its first row's scale in qscale */
 } ParamEntry;
 
-/* Offsets of one attention block: W_q, W_k, W_v contiguous ([3d, d]), biases contiguous. */
+/*
+ * Offsets of one attention block: W_q, W_k, W_v contiguous ([3d, d]),
+ * biases contiguous; encoder-decoder attention's W_q and b_q alone (its k
+ * and v are in TfModel's cross key/value block).
+ */
 typedef struct AttnOffsets
 {
 	size_t		w_qkv,
@@ -63,7 +67,7 @@ typedef struct LayerActs
 			   *rstd_self,
 			   *ln_self;		/* residual sum, LayerNorm stats and output */
 	float	   *q_cross;		/* [rows, d] (decoder) */
-	float	   *kv_cross;		/* [Ns, 2d] (decoder) */
+	float	   *kv_cross;		/* [Ns, 2d] of row stride ld_kv (decoder): columns of kv_all */
 	float	   *lse_cross;		/* training: [rows, H] (decoder) */
 	float	   *probs_cross;	/* inspection: per sentence [H, tgt len, src len] (decoder) */
 	float	   *ctx_cross;
@@ -181,7 +185,7 @@ void		tf_model_reset_stats(TfModel *m);
  * The encoder half of an inference forward pass (decoding, decode.c): b's
  * sources through the encoder, and every decoder layer's keys and values
  * of the encoder output into acts[num_encoder_layers + l].kv_cross
- * [lay.Ns, 2 d_model]; b's target is only laid out. Errors as
+ * [lay.Ns, 2 d_model] of row stride ld_kv; b's target is only laid out. Errors as
  * tf_model_forward.
  */
 int			tf_model_encode(TfModel *m, const TfBatch *b, char *err, size_t errlen);
@@ -227,6 +231,15 @@ struct TfModel
 	size_t		num_q8,
 				num_qrows;
 	size_t		off_embedding;
+	/*
+	 * The decoder layers' encoder-decoder k_proj and v_proj: weights
+	 * [num_decoder_layers * 2d, d] (layer l's k at rows 2 l d, its v at
+	 * (2 l + 1) d; a quantized model's in q8, row scales from qscale +
+	 * cross_kv_qrow), biases [num_decoder_layers * 2d] in params.
+	 */
+	size_t		off_cross_kv_w,
+				off_cross_kv_b,
+				cross_kv_qrow;
 	size_t		off_logits_bias;	/* final_logits_bias [1, vocab] when config.logits_bias */
 	int			ldv;			/* the logits' row stride: vocab_size rounded up to the backend's
 								 * vocab_multiple (TfBackend) */
@@ -273,13 +286,16 @@ struct TfModel
 			   *final_mean,
 			   *final_rstd,		/* their LayerNorm statistics [Ns + Nt] */
 			   *logits,			/* [Nt, vocab], row stride ldv; after a training forward the loss's gradient (unscaled) */
+			   *kv_all,			/* every decoder layer's keys and values of the encoder output
+								 * [Ns, ld_kv], ld_kv = num_decoder_layers * 2d: one product */
 			   *tmp;
+	int			ld_kv;
 	float	   *g_a,
 			   *g_b,
 			   *g_qkv,
 			   *g_ctx,
 			   *g_h,
-			   *g_kv,
+			   *g_kv,			/* [Ns, ld_kv]: d(kv_all) */
 			   *g_enc;			/* backward scratch */
 	/* beam search state (decode.c), grown as needed */
 	float	   *dec_arena;

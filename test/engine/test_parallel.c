@@ -312,8 +312,9 @@ test_ranks(void)
 
 			CHECK(syncs == single_syncs, "rank %d: %ld host synchronisations per step of 2 batches; one device: %ld", r,
 				  syncs, single_syncs);
-			CHECK(calls == c.num_encoder_layers + c.num_decoder_layers + 1,
-				  "rank %d: %ld all-reduce calls per step, expected one per layer and one for the embedding", r, calls);
+			CHECK(calls == c.num_encoder_layers + c.num_decoder_layers + 2,
+				  "rank %d: %ld all-reduce calls per step, expected one per layer, one for the cross keys and values, "
+				  "one for the embedding", r, calls);
 			CHECK(bytes == (long) (params * sizeof(float)), "rank %d: %ld bytes all-reduced per step, expected %zu", r,
 				  bytes, params * sizeof(float));
 			if (r == 0)

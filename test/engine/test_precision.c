@@ -823,6 +823,108 @@ check_operands16(const char *fixtures)
 	fixture_free(&fx);
 }
 
+/*
+ * attention_backward's bf16 copies of dk and dv gathered over calls, as the
+ * decoder layers' cross-attention writes them into one [keys, 4D] gradient
+ * of 2 layers (the last layer's columns first): a bf16 product reading the
+ * whole gradient after the last layer's call alone must round the first
+ * layer's columns itself (their copy is stale), and after both reads the
+ * copies. Each product bitwise the same over an unlisted copy of the
+ * gradient, which gemm rounds whole.
+ */
+/* n random floats in [-1, 1) (malloc'd). */
+static float *
+randoms(size_t n)
+{
+	float	   *x = malloc(n * sizeof(float));
+
+	for (size_t i = 0; i < n; i++)
+		x[i] = rnd();
+	return x;
+}
+
+/* A new device copy of `bytes` of host memory. */
+static void *
+up(TfBackend *be, const void *host, size_t bytes)
+{
+	void	   *d = be->alloc(be, bytes);
+
+	be->upload(be, d, host, bytes);
+	return d;
+}
+
+static void
+check_joined_copies(void)
+{
+	enum {B = 2, H = 2, DK = 32, D = H * DK, LD = 4 * D, E = 24};
+	static const int lq[B] = {5, 9},
+				lk[B] = {6, 3};
+	char		err[TF_ERRLEN];
+	TfBackend  *gpu = tf_backend_create("cuda", 0, 1, err, sizeof(err));
+	int32_t		q_start[B + 1],
+				k_start[B + 1];
+	int64_t		p_start[B + 1];
+	int			max_q,
+				max_k;
+	size_t		nq,
+				nk;
+	TfAttentionShape sh = {0};
+
+	CHECK(gpu != NULL, "cuda backend: %s", err);
+	if (gpu == NULL)
+		return;
+	fixture_attention_layout(B, H, lq, lk, q_start, k_start, p_start, &max_q, &max_k);
+	nq = (size_t) q_start[B], nk = (size_t) k_start[B];
+	{
+		float	   *q = randoms(nq * D),
+				   *kv = randoms(nk * LD),
+				   *dctx = randoms(nq * D),
+				   *w = randoms((size_t) E * LD),
+				   *got = malloc(nk * E * 4),
+				   *want = malloc(nk * E * 4);
+		float	   *d_q = up(gpu, q, nq * D * 4),
+				   *d_kv = up(gpu, kv, nk * LD * 4),
+				   *d_dctx = up(gpu, dctx, nq * D * 4),
+				   *d_w = up(gpu, w, (size_t) E * LD * 4),
+				   *d_g = up(gpu, kv, nk * LD * 4),	/* the gradient, its copy stale */
+				   *d_plain = gpu->alloc(gpu, nk * LD * 4),
+				   *d_dq = gpu->alloc(gpu, nq * D * 4),
+				   *d_lse = gpu->alloc(gpu, nq * H * 4),
+				   *d_ctx = gpu->alloc(gpu, nq * D * 4),
+				   *d_out = gpu->alloc(gpu, nk * E * 4),
+				   *d_ref = gpu->alloc(gpu, nk * E * 4);
+		void	   *d_g16 = gpu->alloc(gpu, nk * LD * 2);
+		TfOperand16 listed = {d_g, d_g16, nk * LD};
+
+		sh.batch = B, sh.num_heads = H, sh.head_dim = DK, sh.max_q = max_q, sh.max_k = max_k;
+		sh.q_rows = (int) nq, sh.k_rows = (int) nk;
+		sh.q_start = up(gpu, q_start, sizeof(q_start)), sh.k_start = up(gpu, k_start, sizeof(k_start));
+		sh.p_start = up(gpu, p_start, sizeof(p_start)), sh.p_total = p_start[B];
+		CHECK(gpu->set_precision(gpu, TF_BF16, d_w, (size_t) E * LD), "set_precision bf16");
+		gpu->reserve(gpu, 0, (size_t) B * max_q * H, nk * LD);
+		gpu->set_operands16(gpu, &listed, 1);
+		for (int layer = 1; layer >= 0; layer--)
+		{
+			float	   *k = d_kv + 2 * D * layer;
+
+			gpu->attention(gpu, d_ctx, d_lse, NULL, d_q, D, k, k + D, LD, &sh);
+			gpu->attention_backward(gpu, d_dq, d_g + 2 * D * layer, d_g + 2 * D * layer + D, d_dctx, d_lse, d_q, D,
+									k, k + D, LD, &sh);
+			gpu->copy(gpu, d_plain, d_g, nk * LD);
+			gpu->gemm(gpu, false, true, (int) nk, E, LD, 1.0f, d_g, LD, d_w, LD, 0.0f, d_out, E);
+			gpu->gemm(gpu, false, true, (int) nk, E, LD, 1.0f, d_plain, LD, d_w, LD, 0.0f, d_ref, E);
+			gpu->download(gpu, got, d_out, nk * E * 4);
+			gpu->download(gpu, want, d_ref, nk * E * 4);
+			CHECK(gpu->status(gpu, err, sizeof(err)) == TF_OK, "%s", err);
+			CHECK(memcmp(got, want, nk * E * 4) == 0,
+				  "a product over the gradient after layer %d's dk and dv differs from rounding it whole", layer);
+		}
+		gpu->set_operands16(gpu, NULL, 0);
+		free(q), free(kv), free(dctx), free(w), free(got), free(want);
+	}
+	gpu->destroy(gpu);
+}
+
 void
 test_precision(const char *fixtures)
 {
@@ -832,6 +934,7 @@ test_precision(const char *fixtures)
 		return;
 	check_gemm();
 	check_attention_rules();
+	check_joined_copies();
 	check_model(fixtures);
 	check_operands16(fixtures);
 }
