@@ -358,25 +358,33 @@ cuda_copy(TfBackend *be, float *dst, const float *src, size_t n)
 }
 
 /*
- * Grows the attention backward's workspace (k_attention_workspace) to at
- * least `floats`, with a quarter of headroom; false when out of memory.
+ * Grows device buffer *p of *have elements of `size` bytes to hold `need`,
+ * with a quarter of headroom (batch shapes vary from step to step; the
+ * arena grows the same way); false when out of memory, *p unchanged.
  */
+static bool
+grow_buffer(TfBackend *be, void **p, size_t *have, size_t need, size_t size)
+{
+	void	   *q;
+
+	if (need <= *have)
+		return true;
+	need += need / 4;
+	if ((q = cuda_alloc(be, need * size)) == NULL)
+		return false;
+	cuda_free(be, *p);
+	*p = q;
+	*have = need;
+	return true;
+}
+
+/* Grows the attention backward's workspace (k_attention_workspace) to at least `floats`. */
 static bool
 attention_workspace(TfBackend *be, size_t floats)
 {
 	CudaState  *st = state(be);
-	float	   *p;
 
-	if (floats <= st->attention_work_floats)
-		return true;
-	floats += floats / 4;
-	p = (float *) cuda_alloc(be, floats * sizeof(float));
-	if (p == NULL)
-		return false;
-	cuda_free(be, st->attention_work);
-	st->attention_work = p;
-	st->attention_work_floats = floats;
-	return true;
+	return grow_buffer(be, (void **) &st->attention_work, &st->attention_work_floats, floats, sizeof(float));
 }
 
 /*
@@ -394,17 +402,8 @@ cuda_reserve(TfBackend *be, size_t plane, size_t row_stats, size_t operand)
 	if (!attention_workspace(be, row_stats))
 		return false;
 	for (int i = 0; st->bf16 && i < 2; i++)
-		if (operand > st->operand16_n[i])
-		{
-			size_t		n = operand + operand / 4;
-			__nv_bfloat16 *p = (__nv_bfloat16 *) cuda_alloc(be, n * sizeof(__nv_bfloat16));
-
-			if (p == NULL)
-				return false;
-			cuda_free(be, st->operand16[i]);
-			st->operand16[i] = p;
-			st->operand16_n[i] = n;
-		}
+		if (!grow_buffer(be, (void **) &st->operand16[i], &st->operand16_n[i], operand, sizeof(__nv_bfloat16)))
+			return false;
 	return true;
 }
 
@@ -543,18 +542,10 @@ bf16_operand(TfBackend *be, int which, const float *x, int rows, int cols, int l
 		}
 		return (const __nv_bfloat16 *) e->x16 + (x - e->x);
 	}
-	if (n > st->operand16_n[which])
+	if (!grow_buffer(be, (void **) &st->operand16[which], &st->operand16_n[which], n, sizeof(__nv_bfloat16)))
 	{
-		__nv_bfloat16 *p = (__nv_bfloat16 *) cuda_alloc(be, n * sizeof(__nv_bfloat16));
-
-		if (p == NULL)
-		{
-			fail(be, "bf16 gemm", "out of device memory for a rounded operand");
-			return NULL;
-		}
-		cuda_free(be, st->operand16[which]);
-		st->operand16[which] = p;
-		st->operand16_n[which] = n;
+		fail(be, "bf16 gemm", "out of device memory for a rounded operand");
+		return NULL;
 	}
 	k_round_bf16(st->operand16[which], x, n, st->stream);
 	launched(be, "bf16 rounding");
@@ -640,30 +631,16 @@ cuda_set_precision(TfBackend *be, TfPrecision precision, const float *weights, s
 	return true;
 }
 
-/*
- * bias_backward's workspace for `cols` columns in `chunks` chunks, grown
- * with a quarter of headroom where it is too small (the rows vary from
- * step to step; the arena grows the same way); NULL after recording out of
- * memory. *floats: its size.
- */
+/* bias_backward's workspace for `cols` columns in `chunks` chunks; NULL after recording out of memory. *floats: its size. */
 static float *
 columns_workspace(TfBackend *be, int chunks, int cols, size_t *floats)
 {
 	CudaState  *st = state(be);
-	size_t		need = (size_t) chunks * cols;
 
-	if (need > st->columns_floats)
+	if (!grow_buffer(be, (void **) &st->columns, &st->columns_floats, (size_t) chunks * cols, sizeof(float)))
 	{
-		float	   *p = (float *) cuda_alloc(be, (need += need / 4) * sizeof(float));
-
-		if (p == NULL)
-		{
-			fail(be, "column sums", "out of device memory for the workspace");
-			return NULL;
-		}
-		cuda_free(be, st->columns);
-		st->columns = p;
-		st->columns_floats = need;
+		fail(be, "column sums", "out of device memory for the workspace");
+		return NULL;
 	}
 	*floats = st->columns_floats;
 	return st->columns;
@@ -837,18 +814,10 @@ cuda_gemm_bias(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, f
 			cuda_bias_backward(be, dbias, a, k, m, lda, 1.0f);
 		return;
 	}
-	if (dbias != NULL && !direct && (size_t) m > st->bgrad_n)
+	if (dbias != NULL && !direct && !grow_buffer(be, (void **) &st->bgrad, &st->bgrad_n, (size_t) m, sizeof(float)))
 	{
-		float	   *grown = (float *) cuda_alloc(be, (size_t) m * sizeof(float));
-
-		if (grown == NULL)
-		{
-			fail(be, "gemm_bias", "out of device memory for a bias gradient");
-			return;
-		}
-		cuda_free(be, st->bgrad);
-		st->bgrad = grown;
-		st->bgrad_n = (size_t) m;
+		fail(be, "gemm_bias", "out of device memory for a bias gradient");
+		return;
 	}
 	written(st, c, (size_t) (m - 1) * ldc + n);
 	vector = bias != NULL ? (const void *) bias : direct ? (const void *) dbias : (const void *) st->bgrad;
@@ -967,25 +936,16 @@ norm_totals(TfBackend *be)
 	st->norm_partials_used = 0;
 }
 
-/*
- * Grows the partials' workspace to `floats` with a quarter of headroom;
- * false after recording out of memory. Nothing may be queued.
- */
+/* Grows the partials' workspace to `floats`; false after recording out of memory. Nothing may be queued. */
 static bool
 grow_norm_partials(TfBackend *be, size_t floats)
 {
 	CudaState  *st = state(be);
-	float	   *p = (float *) cuda_alloc(be, (floats += floats / 4) * sizeof(float));
 
-	if (p == NULL)
-	{
-		fail(be, "LayerNorm backward", "out of device memory for the parameter gradients' partial sums");
-		return false;
-	}
-	cuda_free(be, st->norm_partials);
-	st->norm_partials = p;
-	st->norm_partials_floats = floats;
-	return true;
+	if (grow_buffer(be, (void **) &st->norm_partials, &st->norm_partials_floats, floats, sizeof(float)))
+		return true;
+	fail(be, "LayerNorm backward", "out of device memory for the parameter gradients' partial sums");
+	return false;
 }
 
 /*
