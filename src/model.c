@@ -669,7 +669,7 @@ layout_activations(TfModel *m, float *base)
 	m->g_qkv = take_operand(m, base, &used, N * 3 * d, m->training);
 	m->g_ctx = take(base, &used, N * d);
 	m->g_h = take_operand(m, base, &used, N * F, m->training);
-	m->g_kv = take_operand(m, base, &used, Ns * m->ld_kv, m->training);
+	m->g_kv = m->training ? take_operand(m, base, &used, Ns * m->ld_kv, true) : NULL;	/* backward only */
 	m->g_enc = take(base, &used, Ns * d);
 	return used;
 }
@@ -1372,7 +1372,8 @@ self_backward(TfModel *m, int l, float *dx, float dx_beta, const float *x)
 /*
  * Backward of one post-norm layer: dout (gradient of the layer output) in
  * m->g_a; leaves the gradient of the layer input in m->g_a. Decoder layers
- * add the gradient of the encoder output to m->g_enc.
+ * write the gradient of their keys and values into their columns of
+ * m->g_kv (cross_keys_values_backward turns them into m->g_enc's).
  */
 static void
 post_norm_layer_backward(TfModel *m, int l)

@@ -112,6 +112,7 @@ check_layernorm(TfBackend *be)
 	fill(w, R * D);
 	ln_loss(&c);
 	be->layernorm_backward(be, dx, dg, db, w, x, mean, rstd, gamma, R, D);
+	be->layernorm_backward_finish(be);
 	fd_check("layernorm dx", x, dx, R * D, ln_loss, &c);
 	fd_check("layernorm dgamma", gamma, dg, D, ln_loss, &c);
 	fd_check("layernorm dbeta", beta, db, D, ln_loss, &c);
