@@ -103,6 +103,7 @@ def extrapolate(recs1, recs2, size1, size2, size):
         n["name"] = f1.get("name", kind)
         n["threads"] = n1.get("block", 0)   # threads per block do not scale
         n["type"] = f1.get("type")
+        n["out"] = f1.get("out")
         if "aligned" in n1:                 # a flag, not a count: misaligned at either size
             n["aligned"] = min(n1["aligned"], n2["aligned"])
         out.append((kind, n))
@@ -126,9 +127,10 @@ def kernel_time(n):
 
 def gemm_cost(n):
     es = 2 if n["type"] == "bf16" else 4
+    cs = 2 if n.get("out") == "bf16" else 4     # C's element (records before "out" wrote fp32)
     m, nn, k, b = n["m"], n["n"], n["k"], n["batch"]
     flops = 2 * m * nn * k * b
-    byts = ((m * k + k * nn) * es + m * nn * 4 * (1 + n["beta"])) * b
+    byts = ((m * k + k * nn) * es + m * nn * cs * (1 + n["beta"])) * b
     peak = BF16_DENSE if n["type"] == "bf16" else FP32
     slow = MISALIGNED_GEMM if not n.get("aligned", 1) else 1.0
     return max(slow * flops / peak, slow * byts / HBM_BW, MIN_KERNEL), flops, byts
@@ -268,7 +270,8 @@ def counts(path):
     for name, recs in sections.items():
         kinds = [k for k, _ in recs]
         misaligned = sum(1 for k, f in recs if k == "gemm" and f.get("aligned") == "0")
-        print(f"{name} launches={kinds.count('launch')} gemms={kinds.count('gemm')} misaligned={misaligned} "
+        out16 = sum(1 for k, f in recs if k == "gemm" and f.get("out") == "bf16")
+        print(f"{name} launches={kinds.count('launch')} gemms={kinds.count('gemm')} out16={out16} misaligned={misaligned} "
               f"syncs={kinds.count('sync')} mallocs={kinds.count('malloc')} frees={kinds.count('free')}")
     return 0
 

@@ -429,6 +429,25 @@ copy16(TfBackend *be, const float *x, size_t n)
 }
 
 /*
+ * Where a gemm writing c [n floats] from the start of a listed only16
+ * buffer writes its result instead: that buffer's x16, rounded (its first
+ * n elements current from then on, the fp32 ones left undefined); NULL
+ * where c is no such buffer.
+ */
+static __nv_bfloat16 *
+rounded_output(CudaState *st, const float *c, size_t n)
+{
+	for (int i = 0; i < st->operands_n; i++)
+		if (st->operands[i].only16 && st->operands[i].x == c && n <= st->operands[i].n)
+		{
+			st->fresh[i] = n;
+			st->cover[i].hi = st->cover[i].lo = 0;
+			return (__nv_bfloat16 *) st->operands[i].x16;
+		}
+	return NULL;
+}
+
+/*
  * Where attention's backward writes the copies of dq, dk and dv (out[3],
  * row strides ld[3], rows[3], each width columns): out[i]'s place in the
  * copy of the listed buffer holding it (entry[i]), where out[i] is a block
@@ -556,7 +575,8 @@ bf16_operand(TfBackend *be, int which, const float *x, int rows, int cols, int l
  * Row-major C = alpha op(A) op(B) + beta C is column-major
  * C^T = alpha op(B)^T op(A)^T + beta C^T: cuBLAS with the operands swapped.
  * In bf16, both operands rounded (bf16_operand) and fp32 accumulation
- * (cublasGemmEx, CUBLAS_COMPUTE_32F) into fp32 C.
+ * (cublasGemmEx, CUBLAS_COMPUTE_32F) into fp32 C, or into C's bf16 copy
+ * alone where C is only16 (rounded_output).
  */
 static void
 cuda_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
@@ -566,10 +586,15 @@ cuda_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float 
 	cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
 				op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
 	cublasStatus_t rc;
+	size_t		extent = (size_t) (m - 1) * ldc + n;
+	__nv_bfloat16 *c16 = NULL;
 
 	if (m == 0 || n == 0)
 		return;
-	written(st, c, (size_t) (m - 1) * ldc + n);
+	if (st->bf16 && k > 0 && beta == 0.0f)
+		c16 = rounded_output(st, c, extent);
+	if (c16 == NULL)
+		written(st, c, extent);
 	if (st->bf16 && k > 0)
 	{
 		const __nv_bfloat16 *a16 = bf16_operand(be, 0, a, trans_a ? k : m, trans_a ? m : k, lda),
@@ -578,7 +603,8 @@ cuda_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float 
 		if (a16 == NULL || b16 == NULL)
 			return;
 		rc = cublasGemmEx(st->blas, op_b, op_a, n, m, k, &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda,
-						  &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+						  &beta, c16 != NULL ? (void *) c16 : (void *) c, c16 != NULL ? CUDA_R_16BF : CUDA_R_32F,
+						  ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 	}
 	else
 		rc = cublasSgemm(st->blas, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc);
@@ -1132,14 +1158,25 @@ cuda_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const fl
 	launched(be, "attention_backward");
 }
 
+/*
+ * Logits that a product wrote into an only16 buffer's copy alone are read
+ * there (any gradient written there alone); otherwise from fp32, in bf16
+ * with gradient rounded as they are read (the same bits).
+ */
 static void
 cuda_cross_entropy(TfBackend *be, float *logits, bool gradient, const int32_t *labels, int rows, int vocab,
 				   int ld, int pad_id, float label_smoothing, double *row_loss)
 {
-	__nv_bfloat16 *logits16 = gradient && rows > 0 ? copy16(be, logits, (size_t) (rows - 1) * ld + vocab) : NULL;
+	CudaState  *st = state(be);
+	size_t		n = rows > 0 ? (size_t) (rows - 1) * ld + vocab : 0;
+	int			e = st->bf16 && rows > 0 ? operand_entry(st, logits, n) : -1;
 
-	k_cross_entropy(logits, logits16, gradient, labels, rows, vocab, ld, pad_id, label_smoothing, row_loss,
-					state(be)->stream);
+	if (e >= 0 && st->operands[e].only16 && st->operands[e].x == logits && st->fresh[e] >= n)
+		k_cross_entropy16((__nv_bfloat16 *) st->operands[e].x16, gradient, labels, rows, vocab, ld, pad_id,
+						  label_smoothing, row_loss, st->stream);
+	else
+		k_cross_entropy(logits, gradient && rows > 0 ? copy16(be, logits, n) : NULL, st->bf16 && gradient, gradient,
+						labels, rows, vocab, ld, pad_id, label_smoothing, row_loss, st->stream);
 	launched(be, "cross_entropy");
 }
 

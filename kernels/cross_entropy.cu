@@ -8,21 +8,50 @@
 
 #include "kernels.h"
 
+/* A logit as the loss reads it: fp32 (rounded to bf16 and back with `round`), or a bf16 one widened. */
+__device__ __forceinline__ float
+logit(const float *x, int j, bool round)
+{
+	return round ? __bfloat162float(__float2bfloat16_rn(x[j])) : x[j];
+}
+__device__ __forceinline__ float
+logit(const __nv_bfloat16 *x, int j, bool)
+{
+	return __bfloat162float(x[j]);
+}
+
+/* The logits' gradient g at j: into fp32 x and its bf16 copy x16 (NULL: none), or into bf16 x. */
+__device__ __forceinline__ void
+put_gradient(float *x, __nv_bfloat16 *x16, int j, float g)
+{
+	x[j] = g;
+	if (x16 != NULL)
+		x16[j] = __float2bfloat16_rn(g);
+}
+__device__ __forceinline__ void
+put_gradient(__nv_bfloat16 *x, __nv_bfloat16 *, int j, float g)
+{
+	x[j] = __float2bfloat16_rn(g);
+}
+
 /*
- * One block per row. One read of the row gives each thread an online max
- * and sum of exp(x - max) over its logits (the sum rescaled when the max
- * grows; FlashAttention's softmax) and the sum of the logits; the block
- * combines them (the max first, then each thread's sum rescaled to it, in
- * a fixed tree). With gradient a second pass writes softmax - q in place,
- * and its bf16 copy into logits16 (NULL: none; row stride ld as well).
+ * One block per row of logits (T float, read rounded to bf16 with
+ * `round`; or T bf16: a product's rounded output). One read of the row
+ * gives each thread an online max and sum of exp(x - max) over its logits
+ * (the sum rescaled when the max grows; FlashAttention's softmax) and the
+ * sum of the logits; the block combines them (the max first, then each
+ * thread's sum rescaled to it, in a fixed tree). With gradient a second
+ * pass writes softmax - q in place (for float logits its bf16 copy into
+ * logits16 as well; NULL: none; row stride ld as well).
  */
+template <typename T>
 __global__ void
-cross_entropy_kernel(float *logits, __nv_bfloat16 *logits16, bool gradient, const int32_t *labels, int vocab,
-					 int ld, int pad_id, float label_smoothing, double *row_loss)
+cross_entropy_kernel(T *logits, __nv_bfloat16 *logits16, bool round, bool gradient, const int32_t *labels,
+					 int vocab, int ld, int pad_id, float label_smoothing, double *row_loss)
 {
 	__shared__ float part[33];
 	size_t		r = blockIdx.x;
-	float	   *x = logits + r * ld;
+	T		   *x = logits + r * ld;
 	__nv_bfloat16 *x16 = logits16 != NULL ? logits16 + r * ld : NULL;
 	int			label = labels[r];
 	float		mx = -INFINITY,
@@ -35,19 +64,15 @@ cross_entropy_kernel(float *logits, __nv_bfloat16 *logits16, bool gradient, cons
 	{
 		if (gradient)
 			for (int j = threadIdx.x; j < vocab; j += blockDim.x)
-			{
-				x[j] = 0.0f;
-				if (x16 != NULL)
-					x16[j] = __float2bfloat16_rn(0.0f);
-			}
+				put_gradient(x, x16, j, 0.0f);
 		if (threadIdx.x == 0)
 			row_loss[r] = 0.0;
 		return;
 	}
-	label_logit = x[label];		/* read by every thread before any write (barriers follow) */
+	label_logit = logit(x, label, round);	/* read by every thread before any write (barriers follow) */
 	for (int j = threadIdx.x; j < vocab; j += blockDim.x)
 	{
-		float		v = x[j];
+		float		v = logit(x, j, round);
 
 		if (v > mx)
 		{
@@ -72,13 +97,11 @@ cross_entropy_kernel(float *logits, __nv_bfloat16 *logits16, bool gradient, cons
 
 	for (int j = threadIdx.x; j < vocab; j += blockDim.x)
 	{
-		float		g = expf(x[j] - row_max) * inv - smooth;
+		float		g = expf(logit(x, j, round) - row_max) * inv - smooth;
 
 		if (j == label)
 			g -= 1.0f - label_smoothing;
-		x[j] = g;
-		if (x16 != NULL)
-			x16[j] = __float2bfloat16_rn(g);
+		put_gradient(x, x16, j, g);
 	}
 }
 
@@ -182,12 +205,22 @@ log_softmax_topk_kernel(const float *logits, int vocab, int ld, int k, float *to
 }
 
 void
-k_cross_entropy(float *logits, __nv_bfloat16 *logits16, bool gradient, const int32_t *labels, int rows, int vocab,
-				int ld, int pad_id, float label_smoothing, double *row_loss, cudaStream_t stream)
+k_cross_entropy(float *logits, __nv_bfloat16 *logits16, bool round, bool gradient, const int32_t *labels, int rows,
+				int vocab, int ld, int pad_id, float label_smoothing, double *row_loss, cudaStream_t stream)
 {
 	if (rows > 0)
-		LAUNCH(cross_entropy_kernel, rows, BLOCK, 0, stream)(logits, logits16, gradient, labels, vocab, ld, pad_id,
-															   label_smoothing, row_loss);
+		LAUNCH(cross_entropy_kernel<float>, rows, BLOCK, 0, stream)(logits, logits16, round, gradient, labels, vocab,
+																	  ld, pad_id, label_smoothing, row_loss);
+}
+
+void
+k_cross_entropy16(__nv_bfloat16 *logits, bool gradient, const int32_t *labels, int rows, int vocab, int ld,
+				  int pad_id, float label_smoothing, double *row_loss, cudaStream_t stream)
+{
+	if (rows > 0)
+		LAUNCH(cross_entropy_kernel<__nv_bfloat16>, rows, BLOCK, 0, stream)(logits, (__nv_bfloat16 *) NULL, false,
+																			  gradient, labels, vocab, ld, pad_id,
+																			  label_smoothing, row_loss);
 }
 
 void

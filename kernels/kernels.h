@@ -112,9 +112,12 @@ bool		k_attention_backward(float *dq, float *dk, float *dv, __nv_bfloat16 *const
 								 const TfAttentionShape *sh, bool bf16_kv, float *work, cudaStream_t stream);
 
 /* cross_entropy.cu (logits [rows, vocab] with row stride ld) */
-void		k_cross_entropy(float *logits, __nv_bfloat16 *logits16, bool gradient, const int32_t *labels, int rows,
-							int vocab, int ld, int pad_id, float label_smoothing, double *row_loss,
+void		k_cross_entropy(float *logits, __nv_bfloat16 *logits16, bool round, bool gradient, const int32_t *labels,
+							int rows, int vocab, int ld, int pad_id, float label_smoothing, double *row_loss,
 							cudaStream_t stream);
+/* the same over bf16 logits (a product's rounded output), its gradient written over them in bf16 */
+void		k_cross_entropy16(__nv_bfloat16 *logits, bool gradient, const int32_t *labels, int rows, int vocab,
+							  int ld, int pad_id, float label_smoothing, double *row_loss, cudaStream_t stream);
 void		k_accumulate(double *out, const double *x, size_t n, cudaStream_t stream);
 void		k_log_softmax_topk(const float *logits, int rows, int vocab, int ld, int k, float *top_logp,
 							   int32_t *top_id, int skip_id, int eos_id, float *eos_logp, cudaStream_t stream);

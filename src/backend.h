@@ -71,12 +71,18 @@ typedef struct TfBackend TfBackend;
 /*
  * A buffer with a bf16 copy kept beside it (set_operands16): x [n floats]
  * and x16 [n bf16, 2 bytes each], both device memory, x16 8-byte aligned.
+ * only16: every reader of x reads it rounded to bf16 (the training step's
+ * logits, which only cross_entropy with gradient reads), so a gemm that
+ * writes x from its start with beta 0 may write its result rounded into
+ * x16 alone, leaving x undefined, and cross_entropy then reads x16 and
+ * writes its gradient there alone.
  */
 typedef struct TfOperand16
 {
 	const float *x;
 	void	   *x16;
 	size_t		n;
+	bool		only16;
 } TfOperand16;
 
 /* How the weight of a `linear` product is held. */
@@ -320,7 +326,10 @@ struct TfBackend
 	 * (training) each row is replaced by the gradient of its loss, softmax -
 	 * q, unscaled (the consumers apply the step's scale: the logits'
 	 * backward products take it as alpha), 0 on ignored rows; otherwise the
-	 * logits are kept.
+	 * logits are kept. In bf16 (set_precision) with gradient, the logits
+	 * are read rounded to bf16 first (the training step's numerics: the
+	 * logits are the output of a bf16 product, as under torch.autocast);
+	 * scoring and decoding read them in fp32.
 	 */
 	void		(*cross_entropy) (TfBackend *be, float *logits, bool gradient, const int32_t *labels,
 								  int rows, int vocab, int ld, int pad_id, float label_smoothing,

@@ -263,7 +263,7 @@ arena_layout(TfStream *s, float *arena)
 		if (copies) \
 		{ \
 			if (arena != NULL) \
-				s->operands16[s->num_operands16++] = (TfOperand16) {s->field, arena + off, (size_t) (count)}; \
+				s->operands16[s->num_operands16++] = (TfOperand16) {s->field, arena + off, (size_t) (count), false}; \
 			off += tf_carve_count(((size_t) (count) + 1) / 2, sizeof(float)); \
 		} \
 	} while (0)

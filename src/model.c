@@ -571,10 +571,11 @@ take_elements(void *base, size_t *used, size_t n, size_t elem_size)
  * take() for a buffer that gemms read when gemm_input is true (an
  * activation, or a gradient that linear_backward's products read): in bf16
  * on a backend with set_operands16, its bf16 copy is carved right after it
- * and, on the assigning pass, listed in m->operands16.
+ * and, on the assigning pass, listed in m->operands16 (with only16: every
+ * reader reads it rounded, TfOperand16).
  */
 static float *
-take_operand(TfModel *m, float *base, size_t *used, size_t n, bool gemm_input)
+take_operand16(TfModel *m, float *base, size_t *used, size_t n, bool gemm_input, bool only16)
 {
 	float	   *x = take(base, used, n);
 
@@ -583,9 +584,15 @@ take_operand(TfModel *m, float *base, size_t *used, size_t n, bool gemm_input)
 		void	   *x16 = take(base, used, (n + 1) / 2);
 
 		if (base != NULL)
-			m->operands16[m->num_operands16++] = (TfOperand16) {x, x16, n};
+			m->operands16[m->num_operands16++] = (TfOperand16) {x, x16, n, only16};
 	}
 	return x;
+}
+
+static float *
+take_operand(TfModel *m, float *base, size_t *used, size_t n, bool gemm_input)
+{
+	return take_operand16(m, base, used, n, gemm_input, false);
 }
 
 /*
@@ -662,7 +669,8 @@ layout_activations(TfModel *m, float *base)
 		m->final_mean = take(base, &used, Ns + Nt);
 		m->final_rstd = take(base, &used, Ns + Nt);
 	}
-	m->logits = take_operand(m, base, &used, Nt * (size_t) m->ldv, m->training);
+	/* in training only cross_entropy's gradient pass reads the logits, rounded (TfBackend.cross_entropy) */
+	m->logits = take_operand16(m, base, &used, Nt * (size_t) m->ldv, m->training, m->training);
 	m->tmp = take_operand(m, base, &used, N * d, m->training);
 	m->g_a = take(base, &used, N * d);
 	m->g_b = take(base, &used, N * d);

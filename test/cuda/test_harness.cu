@@ -272,6 +272,61 @@ gemm_goldens(void)
 	cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, A2, 3, 9, B2, 3, 6, &zero, C2, 2, 4, 2);
 	expect("strided batch of 2", C2, w5, 8);
 
+	/*
+	 * bf16 in, bf16 out (cublasGemmEx, CUDA_R_16BF C, fp32 compute): A = [256 1; 256 1],
+	 * B = [1 1; 1 3], ldc 3 with a padding row. A B = [257 259; 257 259] rounds to nearest
+	 * even: 256 and 260; with beta 1 on a bf16 C of ones, 258 and 260 exactly.
+	 */
+	{
+		float		fa[] = {256, 256, 1, 1},
+					fb[] = {1, 1, 1, 3},
+					fc[] = {X, X, X, X, X, X},
+					want0[] = {256, 256, X, 260, 260, X},
+					want1[] = {258, 258, X, 260, 260, X};
+		__nv_bfloat16 ha[4],
+					hb[4],
+					hc[6],
+				   *a16,
+				   *b16,
+				   *c16;
+		int			bad = 0;
+
+		for (int i = 0; i < 4; i++)
+			ha[i] = __float2bfloat16_rn(fa[i]), hb[i] = __float2bfloat16_rn(fb[i]);
+		for (int i = 0; i < 6; i++)
+			hc[i] = __float2bfloat16_rn(fc[i]);
+		cudaMalloc((void **) &a16, sizeof(ha));
+		cudaMalloc((void **) &b16, sizeof(hb));
+		cudaMalloc((void **) &c16, sizeof(hc));
+		cudaMemcpy(a16, ha, sizeof(ha), cudaMemcpyHostToDevice);
+		cudaMemcpy(b16, hb, sizeof(hb), cudaMemcpyHostToDevice);
+		cudaMemcpy(c16, hc, sizeof(hc), cudaMemcpyHostToDevice);
+		for (int pass = 0; pass < 2; pass++)
+		{
+			const float *want = pass == 0 ? want0 : want1;
+
+			if (pass == 1)
+				for (int i = 0; i < 6; i++)
+					hc[i] = __float2bfloat16_rn(i % 3 == 2 ? X : 1.0f);
+			cudaMemcpy(c16, hc, sizeof(hc), cudaMemcpyHostToDevice);
+			bad |= cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a16, CUDA_R_16BF, 2, b16, CUDA_R_16BF, 2,
+								pass == 0 ? &zero : &one, c16, CUDA_R_16BF, 3, CUBLAS_COMPUTE_32F,
+								CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS;
+			cudaMemcpy(hc, c16, sizeof(hc), cudaMemcpyDeviceToHost);
+			for (int i = 0; i < 6; i++)
+				bad |= i % 3 == 2 ? !isnan(__bfloat162float(hc[i])) : __bfloat162float(hc[i]) != want[i];
+		}
+		/* fp32 operands with a bf16 C: not a combination cuBLAS offers */
+		bad |= cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, A, CUDA_R_32F, 3, B, CUDA_R_32F, 3, &zero,
+							c16, CUDA_R_16BF, 3, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_NOT_SUPPORTED;
+		printf("%s bf16 C: rounded to nearest even, widened for beta, padding untouched; fp32 A/B refused\n",
+			   bad ? "FAIL" : "ok  ");
+		failures += bad;
+		cudaFree(a16);
+		cudaFree(b16);
+		cudaFree(c16);
+	}
+
 	/* a documented argument check: lda < max(1, m) with op N */
 	{
 		cublasStatus_t st = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, A, 1, B, 3, &zero, C, 2);

@@ -612,6 +612,7 @@ check_model(const char *fixtures)
 			   *want32,
 			   *logits32;
 	float		ref16,
+				ref_train,
 				ref32;
 	TfTensor   *tensors;
 	int			n;
@@ -625,6 +626,7 @@ check_model(const char *fixtures)
 	if (fx.n == 0 || bf.n == 0 || (m = fixture_model(&fx, 0.0f)) == NULL)
 		return;
 	ref16 = *(float *) fixture_get(&bf, "loss")->data;
+	ref_train = *(float *) fixture_get(&bf, "loss_train")->data;
 	ref32 = *(float *) fixture_get(&fx, "loss")->data;
 	want16 = reference_logits(&fx, &bf);
 	want32 = reference_logits(&fx, &fx);
@@ -667,6 +669,12 @@ check_model(const char *fixtures)
 		{
 			allocs = m->be->allocations;
 			first = loss / tokens;
+			printf("  bf16 training loss (logits rounded): %.6f, PyTorch's rules %.6f (scoring's %.6f)\n", first,
+				   ref_train, ref16);
+			CHECK(fabs(first - ref_train) < 1e-5 * fabs(ref_train) &&
+				  fabs(ref_train - ref16) > 10 * fabs(first - ref_train),
+				  "bf16 training loss %.6f: PyTorch's rules with rounded logits %.6f, without %.6f", first, ref_train,
+				  ref16);
 		}
 		last = loss / tokens;
 	}
@@ -925,6 +933,125 @@ check_joined_copies(void)
 	gpu->destroy(gpu);
 }
 
+/* A bf16 value (its bits) widened. */
+static float
+widen16(uint16_t b)
+{
+	return from_bits((uint32_t) b << 16);
+}
+
+/*
+ * The training step's logits in bf16 (TfOperand16.only16). A product into
+ * a listed only16 buffer writes its copy alone: the product of the
+ * rounded operands, rounded once (a host model in double within one bf16
+ * step, where fp32's sums land beside a tie). cross_entropy with gradient
+ * reads that copy and writes the gradient there: the host model's loss
+ * and gradient on the same rounded logits. With nothing listed (fp32
+ * logits, rounded as cross_entropy reads them) the losses and the
+ * gradient's rounding are bitwise the same.
+ */
+static void
+check_rounded_logits(void)
+{
+	enum {R = 5, D = 48, V = 200, LD = 256, PAD = 0};
+	static const int32_t labels[R] = {7, PAD, 199, 1, 64};
+	const float eps = 0.1f;
+	char		err[TF_ERRLEN];
+	TfBackend  *gpu = tf_backend_create("cuda", 0, 1, err, sizeof(err));
+	float	   *h = randoms((size_t) R * D),
+			   *w = randoms((size_t) V * D),
+			   *grad32 = malloc((size_t) R * LD * 4);
+	uint16_t	logits16[R * LD],
+				grad16[R * LD];
+	double		loss[R],
+				loss32[R],
+				worst_loss = 0.0;
+	int			off_product = 0,
+				inexact = 0,
+				off_gradient = 0,
+				unequal = 0;
+
+	CHECK(gpu != NULL, "cuda backend: %s", err);
+	if (gpu == NULL)
+		return;
+	for (size_t i = 0; i < (size_t) R * D; i++)
+		h[i] *= 3.0f;			/* logits of a few units, where one bf16 step is 2^-7 .. 2^-5 */
+	{
+		float	   *d_h = up(gpu, h, (size_t) R * D * 4),
+				   *d_w = up(gpu, w, (size_t) V * D * 4),
+				   *d_l = gpu->alloc(gpu, (size_t) R * LD * 4);
+		void	   *d_l16 = gpu->alloc(gpu, (size_t) R * LD * 2);
+		int32_t    *d_lab = up(gpu, labels, sizeof(labels));
+		double	   *d_loss = gpu->alloc(gpu, R * sizeof(double));
+		TfOperand16 listed = {d_l, d_l16, (size_t) R * LD, true};
+
+		CHECK(gpu->set_precision(gpu, TF_BF16, d_w, (size_t) V * D), "set_precision bf16");
+		gpu->reserve(gpu, 0, 0, (size_t) R * D);
+		gpu->set_operands16(gpu, &listed, 1);
+		gpu->gemm(gpu, false, true, R, V, D, 1.0f, d_h, D, d_w, D, 0.0f, d_l, LD);
+		gpu->download(gpu, logits16, d_l16, sizeof(logits16));
+		gpu->cross_entropy(gpu, d_l, true, d_lab, R, V, LD, PAD, eps, d_loss);
+		gpu->download(gpu, grad16, d_l16, sizeof(grad16));
+		gpu->download(gpu, loss, d_loss, sizeof(loss));
+
+		/* nothing listed: fp32 logits, read rounded */
+		gpu->set_operands16(gpu, NULL, 0);
+		gpu->gemm(gpu, false, true, R, V, D, 1.0f, d_h, D, d_w, D, 0.0f, d_l, LD);
+		gpu->cross_entropy(gpu, d_l, true, d_lab, R, V, LD, PAD, eps, d_loss);
+		gpu->download(gpu, grad32, d_l, (size_t) R * LD * 4);
+		gpu->download(gpu, loss32, d_loss, sizeof(loss32));
+		CHECK(gpu->status(gpu, err, sizeof(err)) == TF_OK, "%s", err);
+	}
+	for (int r = 0; r < R; r++)
+	{
+		const uint16_t *x = logits16 + r * LD;
+		double		mx = -INFINITY,
+					sum = 0.0,
+					sum_x = 0.0,
+					want;
+
+		for (int j = 0; j < V; j++)
+		{
+			double		p = 0.0;
+			float		ref;
+
+			for (int k = 0; k < D; k++)
+				p += (double) bf16_round(h[r * D + k]) * bf16_round(w[j * D + k]);
+			ref = bf16_round((float) p);
+			off_product += fabsf(widen16(x[j]) - ref) > 0x1p-7f * fabsf(ref);
+			inexact += widen16(x[j]) != ref;
+			mx = fmax(mx, widen16(x[j]));
+		}
+		for (int j = 0; j < V; j++)
+		{
+			sum += exp(widen16(x[j]) - mx);
+			sum_x += widen16(x[j]);
+		}
+		want = labels[r] == PAD ? 0.0 : mx + log(sum) - (1.0 - eps) * widen16(x[labels[r]]) - eps * sum_x / V;
+		worst_loss = fmax(worst_loss, fabs(loss[r] - want) / fmax(1.0, fabs(want)));
+		for (int j = 0; j < V; j++)
+		{
+			double		g = labels[r] == PAD ? 0.0 : exp(widen16(x[j]) - mx) / sum - eps / V -
+				(j == labels[r] ? 1.0 - eps : 0.0);
+			float		ref = bf16_round((float) g);
+
+			off_gradient += fabsf(widen16(grad16[r * LD + j]) - ref) > 0x1p-7f * fabsf(ref);
+			unequal += bf16_round(grad32[r * LD + j]) != widen16(grad16[r * LD + j]);
+		}
+	}
+	printf("  bf16 logits: product rounded once (%d of %d not the host model's, %d beyond a bf16 step), loss %.2g off "
+		   "the host model, gradient %d beyond a step, %d unlike the unlisted path's\n", inexact, R * V, off_product,
+		   worst_loss, off_gradient, unequal);
+	CHECK(off_product == 0 && inexact <= R * V / 100, "bf16 logits: %d of %d not the rounded product, %d beyond a step",
+		  inexact, R * V, off_product);
+	CHECK(unequal == 0, "bf16 cross-entropy: %d gradients of the unlisted path round otherwise", unequal);
+	CHECK(worst_loss < 1e-6 && off_gradient == 0, "bf16 cross-entropy: loss %.3g off, %d gradients beyond a step",
+		  worst_loss, off_gradient);
+	CHECK(memcmp(loss, loss32, sizeof(loss)) == 0, "bf16 cross-entropy: the only16 and unlisted losses differ");
+	free(h), free(w), free(grad32);
+	gpu->destroy(gpu);
+}
+
 void
 test_precision(const char *fixtures)
 {
@@ -935,6 +1062,7 @@ test_precision(const char *fixtures)
 	check_gemm();
 	check_attention_rules();
 	check_joined_copies();
+	check_rounded_logits();
 	check_model(fixtures);
 	check_operands16(fixtures);
 }
