@@ -20,17 +20,36 @@
  * A planted failure: CUEMU_JOIN_FAULT_DEVICE=D makes the join of the rank on
  * device D fail at once while the others wait for it.
  * Collectives are synchronous here. A reduction is computed once, by the
- * last rank to arrive, in rank order, so it is deterministic. Cross-process
- * cliques are not emulated (no shared-memory transport): ncclCommInitRank
- * with an id another process made fails with ncclSystemError, and
- * ncclGetLastError names that process.
+ * last rank to arrive, in rank order, so it is deterministic.
+ *
+ * Ranks in other processes (other machines: the engine's multi-node
+ * training) reach the clique over TCP. ncclGetUniqueId opens a listener on
+ * CUEMU_NCCL_ADDRESS (default 127.0.0.1), port chosen by the system, and
+ * writes its address into the id; the clique lives in the id's process. A
+ * rank of another process connects there and a proxy thread of the id's
+ * process stands in for it: it arrives at the clique with the data the
+ * rank sent and sends back the result, so the reduction is the same one,
+ * in the same rank order, bitwise what one process computes. A closed
+ * connection either way (a process that died, ncclCommAbort in the other
+ * process) aborts the clique: every rank's pending and later collectives
+ * fail with ncclRemoteError. Not emulated: a peer that stays connected but
+ * silent (stopped, or cut off without a reset) is waited for, as NCCL
+ * would; the caller's abort ends that wait. Both ends are one build on one
+ * architecture: the wire format is the host's.
  */
 #include "cuda_emu.h"
 
+#include <arpa/inet.h>
 #include <condition_variable>
+#include <fcntl.h>
 #include <map>
 #include <nccl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <string>
+#include <sys/socket.h>
+#include <thread>
 #include <tuple>
 #include <unistd.h>
 #include <vector>
@@ -50,15 +69,41 @@ struct Clique
 	std::vector<void *> recv;
 	std::vector<std::tuple<size_t, int, int, bool>> signature;	/* count, op, root, broadcast */
 	std::vector<char> pending;	/* the rank has arrived at the current collective */
+	/*
+	 * ranks of other processes (proxy threads), how many were told that
+	 * every rank joined, and how many have yet to send the last
+	 * collective's result: this process's ranks return from a join or a
+	 * collective only once the others have theirs (so this process may
+	 * exit when they return, as with NCCL, whose collectives end once
+	 * every rank has its data)
+	 */
+	int			remotes = 0;
+	int			told = 0;
+	int			sending = 0;
+};
+
+}								/* namespace ncclemu */
+
+namespace ncclemu {
+
+/* A rank's connection to the clique of another process (the id's). */
+struct Remote
+{
+	int			fd = -1;
+	std::atomic<int> state{ncclInProgress};	/* ncclSuccess once every rank joined, else an error */
+	std::atomic<bool> aborted{false};
+	int			ready_got = 0;	/* bytes of the join's reply read so far */
+	int32_t		ready = 0;
 };
 
 }								/* namespace ncclemu */
 
 struct ncclComm
 {
-	ncclemu::Clique *clique;
+	ncclemu::Clique *clique;	/* NULL for a rank whose clique is in another process */
 	int			rank;
 	int			device;
+	ncclemu::Remote *remote;
 };
 
 namespace ncclemu {
@@ -127,22 +172,371 @@ arrive(const Collective &o)
 		for (int r = 0; r < c->ranks; r++)
 			memcpy(c->recv[r], result.data(), o.count * sizeof(float));
 	}
+	c->sending = c->remotes;
 	c->arrived = 0;
 	std::fill(c->pending.begin(), c->pending.end(), 0);
 	c->cv.notify_all();
 	return c->generation++;
 }
 
-/* Waits until generation g is done; ncclRemoteError if the clique was aborted first. */
+/*
+ * Waits until generation g is done (for this process's own ranks, and its
+ * result sent to the ranks of other processes); ncclRemoteError if the
+ * clique was aborted first.
+ */
 ncclResult_t
-wait_for(Clique *c, long g)
+wait_for(Clique *c, long g, bool own = true)
 {
 	std::unique_lock<std::mutex> lock(c->mu);
 
 	if (g < 0)
 		return ncclRemoteError;
-	c->cv.wait(lock, [&] { return c->generation > g || c->aborted; });
+	c->cv.wait(lock, [&] { return (c->generation > g && (!own || c->sending == 0)) || c->aborted; });
 	return c->generation > g ? ncclSuccess : ncclRemoteError;
+}
+
+/* The clique has every rank, and the ranks of other processes know it. */
+bool
+complete(const Clique *c)
+{
+	return c->joined >= c->ranks && c->told >= c->remotes;
+}
+
+/* ---- ranks in other processes: TCP ---- */
+
+const uint32_t MAGIC = 0x4e43454du;	/* "NCEM" */
+
+struct Hello
+{
+	uint32_t	magic;
+	int32_t		nranks;
+	int32_t		rank;
+};
+
+struct OpHeader
+{
+	uint64_t	count;
+	int32_t		op;
+	int32_t		root;
+	int32_t		broadcast;
+	int32_t		has_data;
+};
+
+/* This process in ids: its pid and a random nonce (pids repeat across machines). */
+unsigned long long
+process_nonce()
+{
+	static const unsigned long long nonce = [] {
+		unsigned long long n = 0;
+		FILE	   *f = fopen("/dev/urandom", "rb");
+
+		if (f == nullptr || fread(&n, sizeof(n), 1, f) != 1)
+			n = (unsigned long long) time(nullptr) ^ ((unsigned long long) getpid() << 32);
+		if (f != nullptr)
+			fclose(f);
+		return n;
+	}();
+	return nonce;
+}
+
+struct IdParts
+{
+	int			pid = 0;
+	unsigned long long nonce = 0;
+	char		host[64] = "";
+	int			port = 0;
+};
+
+/* The parts of an id of ncclGetUniqueId; false if it is none. */
+bool
+parse_id(const ncclUniqueId &id, IdParts *p)
+{
+	long		seq;
+
+	return strnlen(id.internal, sizeof(id.internal)) < sizeof(id.internal) &&
+		sscanf(id.internal, "nccl_emu:%d:%ld:%llx:%63[^:]:%d", &p->pid, &seq, &p->nonce, p->host, &p->port) == 5;
+}
+
+/*
+ * n bytes to or from fd, waiting in polls of 100 ms that end early once
+ * *stop is set (NULL: never). false on EOF, an error or a stop.
+ */
+bool
+transfer(int fd, void *buf, size_t n, bool sending, const std::atomic<bool> *stop)
+{
+	char	   *b = (char *) buf;
+
+	while (n > 0)
+	{
+		struct pollfd pfd = {fd, (short) (sending ? POLLOUT : POLLIN), 0};
+		ssize_t		got;
+
+		if (stop != nullptr && stop->load())
+			return false;
+		if (poll(&pfd, 1, 100) <= 0)
+			continue;
+		got = sending ? send(fd, b, n, MSG_NOSIGNAL) : recv(fd, b, n, 0);
+		if (got <= 0)
+		{
+			if (got < 0 && (errno == EINTR || errno == EAGAIN))
+				continue;
+			return false;
+		}
+		b += got;
+		n -= (size_t) got;
+	}
+	return true;
+}
+
+/* The clique named key, made for nranks if new; NULL if it exists with another size. */
+Clique *
+clique_for(const std::string &key, int nranks)
+{
+	std::lock_guard<std::mutex> lock(cliques_mu);
+	Clique	  *&slot = cliques[key];
+
+	if (slot == nullptr)
+	{
+		slot = new Clique;
+		slot->ranks = nranks;
+		slot->send.resize(nranks);
+		slot->recv.resize(nranks);
+		slot->signature.resize(nranks);
+		slot->pending.resize(nranks);
+	}
+	return slot->ranks == nranks ? slot : nullptr;
+}
+
+void
+abort_clique(Clique *c)
+{
+	std::lock_guard<std::mutex> lock(c->mu);
+
+	c->aborted = true;
+	c->cv.notify_all();
+}
+
+/*
+ * The id's process's stand-in for a rank of another process connected on
+ * fd: joins the clique for it, then arrives with each collective it sends
+ * and sends back the result, until the connection ends (which aborts the
+ * clique: the peer died or gave up) or the clique is aborted.
+ */
+void
+proxy(std::string key, int fd)
+{
+	Hello		h;
+	Clique	   *c = nullptr;
+	int32_t		status = ncclInvalidArgument;
+
+	if (!transfer(fd, &h, sizeof(h), false, nullptr) || h.magic != MAGIC || h.nranks < 1 || h.rank < 0 ||
+		h.rank >= h.nranks || (c = clique_for(key, h.nranks)) == nullptr)
+	{
+		transfer(fd, &status, sizeof(status), true, nullptr);
+		close(fd);
+		return;
+	}
+	{
+		std::unique_lock<std::mutex> lock(c->mu);
+
+		c->joined++;
+		c->remotes++;
+		c->cv.notify_all();
+		c->cv.wait(lock, [&] { return c->joined >= c->ranks || c->aborted; });
+		status = c->aborted ? ncclRemoteError : ncclSuccess;
+	}
+	ncclComm	stand_in{c, h.rank, -1, nullptr};
+	bool		ok = transfer(fd, &status, sizeof(status), true, nullptr) && status == ncclSuccess;
+
+	{
+		std::lock_guard<std::mutex> lock(c->mu);
+
+		c->told++;
+		c->cv.notify_all();
+	}
+
+	while (ok)
+	{
+		OpHeader	op;
+		std::vector<float> in, out;
+
+		if (!(ok = transfer(fd, &op, sizeof(op), false, nullptr)))
+			break;
+		in.resize(op.has_data ? op.count : 0);
+		out.resize(op.count);
+		if (!(ok = transfer(fd, in.data(), in.size() * sizeof(float), false, nullptr)))
+			break;
+		status = wait_for(c, arrive(Collective{&stand_in, op.has_data ? in.data() : nullptr, out.data(),
+											   (size_t) op.count, (ncclRedOp_t) op.op, op.root, op.broadcast != 0}),
+						  false);
+		ok = transfer(fd, &status, sizeof(status), true, nullptr) && status == ncclSuccess &&
+			transfer(fd, out.data(), out.size() * sizeof(float), true, nullptr);
+		if (status == ncclSuccess)	/* computed: this process's ranks wait for the result to be sent */
+		{
+			std::lock_guard<std::mutex> lock(c->mu);
+
+			c->sending--;
+			c->cv.notify_all();
+		}
+	}
+	abort_clique(c);			/* a rank is gone: no collective can complete */
+	close(fd);
+}
+
+/*
+ * The listener of an id: accepts ranks of other processes (a proxy thread
+ * each) until the id's clique has every rank or is aborted.
+ */
+void
+listen_for_ranks(std::string key, int fd)
+{
+	for (;;)
+	{
+		struct pollfd pfd = {fd, POLLIN, 0};
+
+		if (poll(&pfd, 1, 200) > 0)
+		{
+			int			conn = accept(fd, nullptr, nullptr);
+
+			if (conn >= 0)
+				std::thread(proxy, key, conn).detach();
+		}
+		{
+			std::lock_guard<std::mutex> lock(cliques_mu);
+			auto		it = cliques.find(key);
+
+			if (it != cliques.end())
+			{
+				std::lock_guard<std::mutex> clock(it->second->mu);
+
+				if (complete(it->second) || it->second->aborted)
+					break;
+			}
+		}
+	}
+	close(fd);
+}
+
+/*
+ * A listening socket on CUEMU_NCCL_ADDRESS (default 127.0.0.1) at a port
+ * the system picks: its fd and address, or -1 with last_error set.
+ */
+int
+open_listener(char host[64], int *port)
+{
+	const char *addr = getenv("CUEMU_NCCL_ADDRESS");
+	struct sockaddr_in sa = {};
+	socklen_t	len = sizeof(sa);
+	int			fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	snprintf(host, 64, "%s", addr != nullptr && addr[0] != '\0' ? addr : "127.0.0.1");
+	sa.sin_family = AF_INET;
+	if (fd < 0 || inet_pton(AF_INET, host, &sa.sin_addr) != 1 || bind(fd, (struct sockaddr *) &sa, sizeof(sa)) != 0 ||
+		listen(fd, 64) != 0 || getsockname(fd, (struct sockaddr *) &sa, &len) != 0)
+	{
+		snprintf(last_error, sizeof(last_error), "cannot listen on %s (CUEMU_NCCL_ADDRESS): %s", host,
+				 strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+/*
+ * Joins, as `rank`, the clique that lives in the process at p's address:
+ * connects, says which rank it is, and (blocking) waits for every rank to
+ * have joined; non-blocking, ncclCommGetAsyncError reads that reply.
+ */
+ncclResult_t
+join_remote(ncclComm_t *comm, const IdParts &p, int nranks, int rank, int device, bool blocking)
+{
+	struct sockaddr_in sa = {};
+	int			fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0),
+				one = 1;
+	Hello		h = {MAGIC, nranks, rank};
+
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t) p.port);
+	if (fd < 0 || inet_pton(AF_INET, p.host, &sa.sin_addr) != 1 ||
+		connect(fd, (struct sockaddr *) &sa, sizeof(sa)) != 0 || !transfer(fd, &h, sizeof(h), true, nullptr))
+	{
+		snprintf(last_error, sizeof(last_error), "cannot reach the communicator's process at %s:%d: %s", p.host,
+				 p.port, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return ncclSystemError;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	*comm = new ncclComm{nullptr, rank, device, new Remote};
+	(*comm)->remote->fd = fd;
+	if (!blocking)
+		return ncclInProgress;
+	if (!transfer(fd, &(*comm)->remote->ready, sizeof(int32_t), false, &(*comm)->remote->aborted))
+		(*comm)->remote->ready = ncclRemoteError;
+	(*comm)->remote->state = (*comm)->remote->ready;
+	return (ncclResult_t) (*comm)->remote->ready;
+}
+
+/* A remote rank's join state, reading the join's reply if it has come (without waiting). */
+ncclResult_t
+remote_state(Remote *r)
+{
+	while (r->state == ncclInProgress && !r->aborted)
+	{
+		struct pollfd pfd = {r->fd, POLLIN, 0};
+		ssize_t		got;
+
+		if (poll(&pfd, 1, 0) <= 0)
+			break;
+		got = recv(r->fd, (char *) &r->ready + r->ready_got, sizeof(int32_t) - r->ready_got, 0);
+		if (got <= 0)
+			r->state = ncclRemoteError;
+		else if ((r->ready_got += (int) got) == sizeof(int32_t))
+			r->state = r->ready;
+	}
+	return r->aborted ? ncclRemoteError : (ncclResult_t) r->state.load();
+}
+
+/*
+ * A collective of a rank whose clique is in another process: sends its
+ * data, waits for the result (an abort of this communicator ends the
+ * wait) and writes it to recv. A broken connection aborts the communicator.
+ */
+ncclResult_t
+remote_collective(const Collective &o)
+{
+	Remote	   *r = o.comm->remote;
+	OpHeader	op = {o.count, o.op, o.root, o.broadcast, o.send != nullptr};
+	std::vector<float> buf(o.count);
+	int32_t		status = ncclRemoteError;
+
+	if (remote_state(r) != ncclSuccess)
+		return ncclRemoteError;
+	if (o.send != nullptr)
+	{
+		cuemu::Open open;
+
+		memcpy(buf.data(), o.send, o.count * sizeof(float));
+	}
+	if (!transfer(r->fd, &op, sizeof(op), true, &r->aborted) ||
+		(o.send != nullptr && !transfer(r->fd, buf.data(), o.count * sizeof(float), true, &r->aborted)) ||
+		!transfer(r->fd, &status, sizeof(status), false, &r->aborted) || status != ncclSuccess ||
+		!transfer(r->fd, buf.data(), o.count * sizeof(float), false, &r->aborted))
+	{
+		snprintf(last_error, sizeof(last_error), "rank %d: the communicator's process %s", o.comm->rank,
+				 status != ncclSuccess && status != ncclRemoteError ? "refused the collective" :
+				 "ended the connection (a rank failed or exited)");
+		r->aborted = true;
+		return ncclRemoteError;
+	}
+	{
+		cuemu::Open open;
+
+		memcpy(o.recv, buf.data(), o.count * sizeof(float));
+	}
+	return ncclSuccess;
 }
 
 ncclResult_t
@@ -170,7 +564,7 @@ submit(const Collective &o, ncclDataType_t type)
 		group_queue.push_back(o);
 		return ncclSuccess;
 	}
-	return wait_for(o.comm->clique, arrive(o));
+	return o.comm->remote != nullptr ? remote_collective(o) : wait_for(o.comm->clique, arrive(o));
 }
 
 }								/* namespace ncclemu */
@@ -179,26 +573,38 @@ using namespace ncclemu;
 
 extern "C" {
 
+/* An id naming a new clique of this process, with the address its listener for other processes' ranks took. */
 ncclResult_t
 ncclGetUniqueId(ncclUniqueId *id)
 {
 	static std::atomic<long> next{1};
+	char		host[64];
+	int			port = 0,
+				fd = open_listener(host, &port);
 
+	if (fd < 0)
+		return ncclSystemError;
 	memset(id, 0, sizeof(*id));
-	snprintf(id->internal, sizeof(id->internal), "nccl_emu:%d:%ld", (int) getpid(), next++);
+	snprintf(id->internal, sizeof(id->internal), "nccl_emu:%d:%ld:%016llx:%s:%d", (int) getpid(), next++,
+			 process_nonce(), host, port);
+	std::thread(listen_for_ranks, std::string(id->internal), fd).detach();
 	return ncclSuccess;
 }
 
-/* Joins the clique of id as `rank`; waits for the other ranks unless non-blocking. */
+/*
+ * Joins the clique of id as `rank`: in this process, or over TCP where id
+ * was made by another; waits for the other ranks unless non-blocking.
+ */
 static ncclResult_t
 join(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, bool blocking)
 {
 	Clique	   *c;
 	int			device = 0;
+	IdParts		parts;
 
 	static const long fail_device = cuemu::env("CUEMU_JOIN_FAULT_DEVICE", -1);
 
-	if (nranks < 1 || rank < 0 || rank >= nranks || strncmp(id.internal, "nccl_emu:", 9) != 0)
+	if (nranks < 1 || rank < 0 || rank >= nranks || !parse_id(id, &parts))
 		return ncclInvalidArgument;
 	cudaGetDevice(&device);
 	if (device == fail_device)
@@ -206,38 +612,19 @@ join(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, bool blocking)
 		snprintf(last_error, sizeof(last_error), "planted join failure on device %d (CUEMU_JOIN_FAULT_DEVICE)", device);
 		return ncclSystemError;
 	}
-	if (atol(id.internal + 9) != (long) getpid())
-	{
-		snprintf(last_error, sizeof(last_error), "communicator id %.40s was made by process %ld; communicators "
-				 "across processes are not emulated (no shared-memory transport)", id.internal, atol(id.internal + 9));
-		return ncclSystemError;
-	}
-	{
-		std::lock_guard<std::mutex> lock(cliques_mu);
-		Clique	  *&slot = cliques[std::string(id.internal, strnlen(id.internal, sizeof(id.internal)))];
-
-		if (slot == nullptr)
-		{
-			slot = new Clique;
-			slot->ranks = nranks;
-			slot->send.resize(nranks);
-			slot->recv.resize(nranks);
-			slot->signature.resize(nranks);
-			slot->pending.resize(nranks);
-		}
-		c = slot;
-	}
-	if (c->ranks != nranks)
+	if (parts.pid != (int) getpid() || parts.nonce != process_nonce())
+		return join_remote(comm, parts, nranks, rank, device, blocking);
+	if ((c = clique_for(std::string(id.internal), nranks)) == nullptr)
 		return ncclInvalidArgument;
-	*comm = new ncclComm{c, rank, device};
+	*comm = new ncclComm{c, rank, device, nullptr};
 	{
 		std::unique_lock<std::mutex> lock(c->mu);
 
 		c->joined++;
 		c->cv.notify_all();
 		if (!blocking)
-			return c->aborted ? ncclRemoteError : c->joined >= c->ranks ? ncclSuccess : ncclInProgress;
-		c->cv.wait(lock, [&] { return c->joined >= c->ranks || c->aborted; });
+			return c->aborted ? ncclRemoteError : complete(c) ? ncclSuccess : ncclInProgress;
+		c->cv.wait(lock, [&] { return complete(c) || c->aborted; });
 		return c->aborted ? ncclRemoteError : ncclSuccess;
 	}
 }
@@ -258,29 +645,42 @@ ncclResult_t
 ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state)
 {
 	Clique	   *c = comm->clique;
+
+	if (comm->remote != nullptr)
+	{
+		*state = remote_state(comm->remote);
+		return ncclSuccess;
+	}
 	std::lock_guard<std::mutex> lock(c->mu);
 
-	*state = c->aborted ? ncclRemoteError : c->joined >= c->ranks ? ncclSuccess : ncclInProgress;
+	*state = c->aborted ? ncclRemoteError : complete(c) ? ncclSuccess : ncclInProgress;
 	return ncclSuccess;
 }
 
+/* Ends the clique: here, or over TCP by closing the connection (its process then aborts it). */
 ncclResult_t
 ncclCommAbort(ncclComm_t comm)
 {
 	if (comm == nullptr)
 		return ncclSuccess;
+	if (comm->remote != nullptr)
 	{
-		std::lock_guard<std::mutex> lock(comm->clique->mu);
-
-		comm->clique->aborted = true;
-		comm->clique->cv.notify_all();
+		comm->remote->aborted = true;
+		shutdown(comm->remote->fd, SHUT_RDWR);
 	}
+	else
+		abort_clique(comm->clique);
 	return ncclSuccess;
 }
 
 ncclResult_t
 ncclCommDestroy(ncclComm_t comm)
 {
+	if (comm != nullptr && comm->remote != nullptr)
+	{
+		close(comm->remote->fd);
+		delete comm->remote;
+	}
 	delete comm;				/* the clique stays: its id may not be reused */
 	return ncclSuccess;
 }
@@ -316,8 +716,11 @@ ncclGroupEnd(void)
 		return ncclInvalidUsage;
 	if (--group_depth > 0)
 		return ncclSuccess;
-	for (const Collective &o : group_queue)
-		pending.push_back({o.comm->clique, arrive(o)});
+	for (const Collective &o : group_queue)	/* a remote rank's one at a time: its process computes them in order */
+		if (o.comm->remote != nullptr)
+			rc = remote_collective(o) != ncclSuccess ? ncclRemoteError : rc;
+		else
+			pending.push_back({o.comm->clique, arrive(o)});
 	group_queue.clear();
 	for (auto &p : pending)
 		if (wait_for(p.first, p.second) != ncclSuccess)
@@ -335,7 +738,7 @@ ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type, n
 ncclResult_t
 ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm, cudaStream_t)
 {
-	if (comm == nullptr || root < 0 || root >= comm->clique->ranks)
+	if (comm == nullptr || root < 0 || (comm->clique != nullptr && root >= comm->clique->ranks))
 		return ncclInvalidArgument;
 	return submit(Collective{comm, comm->rank == root ? send : nullptr, recv, count, ncclSum, root, true}, type);
 }

@@ -13,8 +13,9 @@ extern int	check_count;
 /* The device the model and decode suites run on: "cpu" or "cuda" (main.c). */
 extern const char *test_device;
 
-/* The CUDA library given on the command line, or NULL. */
+/* The CUDA library given on the command line, or NULL; the fixtures directory. */
 extern const char *test_cuda_library;
+extern const char *test_fixtures;
 
 #define CHECK(cond, ...) \
 	do { \
@@ -40,5 +41,8 @@ void		test_parallel(const char *fixtures);
 void		test_safetensors(const char *fixtures);
 void		test_marian(const char *fixtures);
 void		test_quantize(const char *fixtures);
+
+/* test_parallel's second node, run in a process of its own (ATTENTION_TEST_NODE): its exit status. */
+int			test_parallel_node(void);
 
 #endif

@@ -6,6 +6,8 @@
  * CUDA_LIBRARY (attention_cuda.so on a GPU, attention_cuda_emu.so under
  * emulation) and the backend suite compares every op of it with the CPU's.
  * ATTENTION_TEST_SUITES=backend,model runs only the suites named.
+ * ATTENTION_TEST_NODE (set by test_parallel for a process it starts): runs
+ * that suite's second node only.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,7 @@ int			check_failures = 0;
 int			check_count = 0;
 const char *test_device = "cpu";
 const char *test_cuda_library = NULL;
+const char *test_fixtures = "test/fixtures";
 
 /* One suite: its name and entry point. */
 typedef struct Suite
@@ -46,6 +49,9 @@ main(int argc, char **argv)
 		fprintf(stderr, "usage: %s FIXTURES_DIR [cuda CUDA_LIBRARY]\n", argv[0]);
 		return 2;
 	}
+	test_fixtures = fixtures;
+	if (getenv("ATTENTION_TEST_NODE") != NULL)
+		return test_parallel_node();	/* test_parallel's second node, in this process */
 
 	for (i = 0; i < sizeof(suites) / sizeof(suites[0]); i++)
 	{

@@ -4,15 +4,23 @@
  * library of at least 4 devices (the emulated one: CUEMU_DEVICES=4), 1, 2
  * and 4 ranks on the same 20 steps (dropout on), a run stopped at step 10
  * and resumed on 3 and on 2 ranks, a rank that fails, and the collectives
- * and host synchronisations of a step, counted by the emulator. With
+ * and host synchronisations of a step, counted by the emulator; ranks in
+ * two processes (this binary again as the second node, ATTENTION_TEST_NODE)
+ * against one process, and that node dying mid-run. With
  * CUEMU_JOIN_FAULT_DEVICE set, only a rank that fails to join.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "fixture.h"
@@ -206,6 +214,11 @@ counters(int device, long out[4])
 		dlclose(lib);
 }
 
+/* The 4-rank run of test_ranks: its losses and final tensors, for test_processes. */
+static double four_loss[STEPS];
+static TfTensor *four_tensors;
+static int	four_count;
+
 static void
 test_ranks(void)
 {
@@ -233,8 +246,12 @@ test_ranks(void)
 			return;
 		CHECK(tf_parallel_ranks(p) == (1 << k), "%s: %d ranks", devices[k], tf_parallel_ranks(p));
 		CHECK(train(p, 0, STEPS, loss[k], err, sizeof(err)) == TF_OK, "%s: %s", devices[k], err);
+		if (k == 2)
+			CHECK(tf_model_tensors(tf_parallel_model(p), &four_tensors, &four_count, err, sizeof(err)) == TF_OK,
+				  "tensors: %s", err);
 		tf_parallel_free(p);
 	}
+	memcpy(four_loss, four, sizeof(four));
 	CHECK(worst(two, one, 0, STEPS) <= 1e-5, "2 ranks against 1: worst relative loss difference %.3g",
 		  worst(two, one, 0, STEPS));
 	CHECK(worst(four, one, 0, STEPS) <= 1e-5, "4 ranks against 1: worst relative loss difference %.3g",
@@ -426,6 +443,274 @@ test_join_abandoned(void)
 	CHECK(t1.tv_sec - t0.tv_sec < 60, "the abandoned join took %ld s", (long) (t1.tv_sec - t0.tv_sec));
 }
 
+/* The id as hex (2 characters a byte) into out [2 * TF_UNIQUE_ID_BYTES + 1], and back; false on bad hex. */
+static void
+id_hex(const uint8_t *id, char *out)
+{
+	for (int i = 0; i < TF_UNIQUE_ID_BYTES; i++)
+		sprintf(out + 2 * i, "%02x", id[i]);
+}
+
+static bool
+id_unhex(const char *hex, uint8_t *id)
+{
+	if (strlen(hex) != 2 * TF_UNIQUE_ID_BYTES)
+		return false;
+	for (int i = 0; i < TF_UNIQUE_ID_BYTES; i++)
+	{
+		unsigned	b;
+
+		if (sscanf(hex + 2 * i, "%2x", &b) != 1)
+			return false;
+		id[i] = (uint8_t) b;
+	}
+	return true;
+}
+
+/*
+ * The second node of test_processes, in its own process. With
+ * ATTENTION_TEST_NODE a hex id: ranks 2 .. 3 of 4 on cuda:2,3 joining that
+ * id; with "first": it makes the id, writes "id HEX" to
+ * ATTENTION_TEST_NODE_FD and holds ranks 0 .. 1 on cuda:0,1. Each step's
+ * loss sum and tokens as "step loss_sum tokens" (%a: exact) to that fd;
+ * with ATTENTION_TEST_NODE_DIE=K it exits abruptly (_exit, no cleanup, as
+ * a killed process) after step K. Returns the exit status.
+ */
+int
+test_parallel_node(void)
+{
+	const char *role = getenv("ATTENTION_TEST_NODE");
+	bool		first = strcmp(role, "first") == 0;
+	TfWorld		world = {.first_rank = first ? 0 : 2, .ranks = 4};
+	TfConfig	c;
+	TfOptimizer opt;
+	char		err[TF_ERRLEN],
+				hex[2 * TF_UNIQUE_ID_BYTES + 1];
+	int			fd = atoi(getenv("ATTENTION_TEST_NODE_FD") ? getenv("ATTENTION_TEST_NODE_FD") : "-1");
+	int			die = getenv("ATTENTION_TEST_NODE_DIE") ? atoi(getenv("ATTENTION_TEST_NODE_DIE")) : -1;
+	FILE	   *out = fd >= 0 ? fdopen(fd, "w") : NULL;
+	TfParallel *p;
+
+	if (out == NULL || (first ? tf_cuda_unique_id(world.id, err, sizeof(err)) != TF_OK : !id_unhex(role, world.id)))
+		return 2;
+	if (first)
+	{
+		id_hex(world.id, hex);
+		fprintf(out, "id %s\n", hex);
+		fflush(out);
+	}
+	make_batches();
+	tiny_config(&c);
+	tf_optimizer_default(&opt);
+	opt.warmup_steps = 100;
+	if ((p = tf_parallel_create(&c, 7, first ? "cuda:0,1" : "cuda:2,3", 1, &world, err, sizeof(err))) == NULL)
+	{
+		fprintf(out, "error %s\n", err);
+		return 1;
+	}
+	for (int s = 0; s < STEPS; s++)
+	{
+		TfBatch		b[STEP_BATCHES];
+		TfStepStats st;
+
+		for (int a = 0; a < STEP_BATCHES; a++)
+			b[a] = batch(s * STEP_BATCHES + a);
+		if (tf_parallel_step(p, b, STEP_BATCHES, step_scale(s), &opt, &st, err, sizeof(err)) != TF_OK)
+		{
+			fprintf(out, "error %s\n", err);
+			return 1;
+		}
+		fprintf(out, "%d %a %lld\n", s, st.loss_sum, (long long) st.tokens);
+		fflush(out);
+		if (s + 1 == die)
+			_exit(3);
+	}
+	tf_parallel_free(p);
+	fclose(out);
+	return 0;
+}
+
+/* TfWorld.abandon: the second node's process has exited (it cannot join any more). */
+static bool
+node_exited(void *arg)
+{
+	int			status;
+
+	return waitpid(*(pid_t *) arg, &status, WNOHANG) == *(pid_t *) arg && (*(pid_t *) arg = -1);
+}
+
+/*
+ * Starts this binary as the second node (test_parallel_node) with role
+ * (a hex id, or "first"), its lines to *read_fd; the pid, or -1.
+ */
+static pid_t
+start_node(const char *role, int die, int *read_fd)
+{
+	extern char **environ;
+	char		exe[4096],
+				node[64 + 2 * TF_UNIQUE_ID_BYTES],
+				fdvar[64],
+				dievar[64];
+	char	   *argv[] = {exe, (char *) test_fixtures, "cuda", (char *) test_cuda_library, NULL};
+	int			n = 0,
+				pipefd[2];
+	ssize_t		len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	pid_t		pid;
+	char	  **env;
+
+	if (len <= 0 || pipe(pipefd) != 0)
+		return -1;
+	exe[len] = '\0';
+	fcntl(pipefd[0], F_SETFD, FD_CLOEXEC);
+	snprintf(node, sizeof(node), "ATTENTION_TEST_NODE=%s", role);
+	snprintf(fdvar, sizeof(fdvar), "ATTENTION_TEST_NODE_FD=%d", pipefd[1]);
+	snprintf(dievar, sizeof(dievar), "ATTENTION_TEST_NODE_DIE=%d", die);
+	while (environ[n] != NULL)
+		n++;
+	env = calloc(n + 4, sizeof(char *));
+	memcpy(env, environ, n * sizeof(char *));
+	env[n] = node, env[n + 1] = fdvar, env[n + 2] = dievar;
+	if (posix_spawn(&pid, exe, NULL, NULL, argv, env) != 0)
+		pid = -1;
+	free(env);
+	close(pipefd[1]);
+	*read_fd = pipefd[0];
+	return pid;
+}
+
+/*
+ * Ranks in two processes: one node holds ranks 0 .. 1 of 4 (cuda:0,1) and
+ * makes the id, the other ranks 2 .. 3 (cuda:2,3); the second node is
+ * this binary again (test_parallel_node), the emulated NCCL connects them
+ * over TCP. Case 0: this process makes the id; over the 20 steps of
+ * test_ranks the two nodes' loss sums add up to the one-process 4-rank
+ * run's, and the replicas end bitwise equal to its. Case 1: the second
+ * node exits abruptly after step 5; case 2: so does the id's maker, the
+ * second node there, with this process joining it. Either way this node's
+ * step 6 fails at once (the connection closed), never waits.
+ */
+static void
+test_processes(void)
+{
+	TfConfig	c;
+	TfOptimizer opt;
+	char		err[TF_ERRLEN],
+				line[512],
+				failures[2][TF_ERRLEN] = {"", ""};
+	double		worst_loss = 0.0,
+				fail_seconds[2] = {0.0, 0.0};
+
+	tiny_config(&c);
+	tf_optimizer_default(&opt);
+	opt.warmup_steps = 100;
+	for (int kind = 0; kind < 3; kind++)
+	{
+		bool		here = kind < 2;	/* this process makes the id */
+		int			die = kind == 0 ? -1 : 5;
+		TfWorld		world = {.first_rank = here ? 0 : 2, .ranks = 4, .abandon = node_exited};
+		char		hex[2 * TF_UNIQUE_ID_BYTES + 1];
+		double		sums[STEPS][2] = {{0}};
+		int			rfd = -1,
+					status = 0,
+					done = 0,
+					failed_step = -1;
+		pid_t		pid;
+		TfParallel *p = NULL;
+		FILE	   *in;
+
+		if (here)
+		{
+			CHECK(tf_cuda_unique_id(world.id, err, sizeof(err)) == TF_OK, "unique id: %s", err);
+			id_hex(world.id, hex);
+		}
+		pid = start_node(here ? hex : "first", die, &rfd);
+		CHECK(pid > 0, "could not start the second node");
+		if (pid <= 0)
+			return;
+		in = fdopen(rfd, "r");
+		if (!here)				/* the id the second node made */
+			CHECK(in != NULL && fgets(line, sizeof(line), in) != NULL && sscanf(line, "id %256s", hex) == 1 &&
+				  id_unhex(hex, world.id), "the second node's id: %s", line);
+		world.abandon_arg = &pid;
+		p = tf_parallel_create(&c, 7, here ? "cuda:0,1" : "cuda:2,3", 1, &world, err, sizeof(err));
+		CHECK(p != NULL, "two processes: create: %s", err);
+		for (int s = 0; p != NULL && s < STEPS; s++, done++)
+		{
+			TfBatch		b[STEP_BATCHES];
+			TfStepStats st;
+			struct timespec t0,
+						t1;
+			int			rc;
+
+			for (int a = 0; a < STEP_BATCHES; a++)
+				b[a] = batch(s * STEP_BATCHES + a);
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			rc = tf_parallel_step(p, b, STEP_BATCHES, step_scale(s), &opt, &st, err, sizeof(err));
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			if (rc != TF_OK)
+			{
+				failed_step = s;
+				fail_seconds[kind - 1 < 0 ? 0 : kind - 1] =
+					(double) (t1.tv_sec - t0.tv_sec) + 1e-9 * (double) (t1.tv_nsec - t0.tv_nsec);
+				snprintf(failures[kind - 1 < 0 ? 0 : kind - 1], TF_ERRLEN, "%s", err);
+				break;
+			}
+			sums[s][0] += st.loss_sum;
+			sums[s][1] += (double) st.tokens;
+		}
+		while (in != NULL && fgets(line, sizeof(line), in) != NULL)
+		{
+			int			s;
+			double		loss;
+			long long	tokens;
+
+			if (sscanf(line, "%d %la %lld", &s, &loss, &tokens) == 3 && s >= 0 && s < STEPS)
+				sums[s][0] += loss, sums[s][1] += (double) tokens;
+			else
+				CHECK(false, "second node: %s", line);
+		}
+		if (in != NULL)
+			fclose(in);
+		if (pid > 0)
+			waitpid(pid, &status, 0);
+		if (kind == 0)
+		{
+			CHECK(done == STEPS && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+				  "two processes: %d steps here, the second node's exit status %d", done, status);
+			for (int s = 0; s < done; s++)
+				worst_loss = fmax(worst_loss, fabs(sums[s][0] / sums[s][1] - four_loss[s]) / fabs(four_loss[s]));
+			CHECK(worst_loss <= 1e-12, "two processes x two ranks against one process x four: worst relative "
+				  "loss difference %.3g", worst_loss);
+			if (p != NULL && four_tensors != NULL)
+			{
+				TfTensor   *t = NULL;
+				int			n = 0,
+							differ = 0;
+
+				CHECK(tf_model_tensors(tf_parallel_model(p), &t, &n, err, sizeof(err)) == TF_OK && n == four_count,
+					  "tensors: %s", err);
+				for (int i = 0; t != NULL && i < n && i < four_count; i++)
+					differ += memcmp(t[i].data, four_tensors[i].data, t[i].bytes) != 0;
+				CHECK(differ == 0, "two processes: %d of %d tensors differ from one process's after %d steps",
+					  differ, n, STEPS);
+				tf_tensors_free(t);
+			}
+		}
+		else
+		{
+			CHECK(failed_step == die && fail_seconds[kind - 1] < 30 && strstr(err, "rank") != NULL,
+				  "%s dead after step %d: this node failed at step %d in %.2f s: %s",
+				  here ? "the second node" : "the id's maker", die, failed_step + 1, fail_seconds[kind - 1],
+				  failed_step >= 0 ? err : "no failure");
+			CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 3, "the second node's exit status %d", status);
+		}
+		tf_parallel_free(p);
+	}
+	printf("  2 processes x 2 ranks over %d steps: losses %.2g from 1 process x 4, tensors bitwise; the other node "
+		   "dead after step 5: step 6 failed in %.2f s (%s), the id's maker dead: in %.2f s (%s)\n", STEPS,
+		   worst_loss, fail_seconds[0], failures[0], fail_seconds[1], failures[1]);
+}
+
 void
 test_parallel(const char *fixtures)
 {
@@ -448,4 +733,6 @@ test_parallel(const char *fixtures)
 	test_one_rank("cuda:0");
 	test_ranks();
 	test_join_abandoned();
+	test_processes();
+	tf_tensors_free(four_tensors);
 }
