@@ -586,11 +586,12 @@ cuda_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float 
 	cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
 				op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
 	cublasStatus_t rc;
-	size_t		extent = (size_t) (m - 1) * ldc + n;
+	size_t		extent;
 	__nv_bfloat16 *c16 = NULL;
 
 	if (m == 0 || n == 0)
 		return;
+	extent = (size_t) (m - 1) * ldc + n;
 	if (st->bf16 && k > 0 && beta == 0.0f)
 		c16 = rounded_output(st, c, extent);
 	if (c16 == NULL)

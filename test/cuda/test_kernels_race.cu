@@ -170,9 +170,10 @@ main(void)
 								 bf16, work, s);
 		}
 	}
-	k_cross_entropy(logits, NULL, false, labels, R, V, V, 0, 0.1f, rows, s);
+	k_cross_entropy(logits, NULL, false, false, labels, R, V, V, 0, 0.1f, rows, s);
 	k_accumulate(acc, rows, R, s);
-	k_cross_entropy(logits, l16, true, labels, R, V, V, 0, 0.1f, rows, s);
+	k_cross_entropy(logits, l16, true, true, labels, R, V, V, 0, 0.1f, rows, s);
+	k_cross_entropy16(l16, true, labels, R, V, V, 0, 0.1f, rows, s);	/* bf16 logits, the gradient over them */
 	k_log_softmax_topk(logits, R, V, V, 4, top, top_id, 0, 3, inv, s);
 	k_sum_squares(x, R * D, acc, partials, s);
 	k_adam(x, c16, y, out, work, R * D, 0.5f, 1e-3f, 0.9f, 0.98f, 1e-9f, 0.1f, 0.02f, s);
