@@ -474,7 +474,8 @@ id_unhex(const char *hex, uint8_t *id)
  * ATTENTION_TEST_NODE_FD and holds ranks 0 .. 1 on cuda:0,1. Each step's
  * loss sum and tokens as "step loss_sum tokens" (%a: exact) to that fd;
  * with ATTENTION_TEST_NODE_DIE=K it exits abruptly (_exit, no cleanup, as
- * a killed process) after step K. Returns the exit status.
+ * a killed process) after step K (0 with "first": once it wrote the id).
+ * Returns the exit status.
  */
 int
 test_parallel_node(void)
@@ -498,6 +499,8 @@ test_parallel_node(void)
 		id_hex(world.id, hex);
 		fprintf(out, "id %s\n", hex);
 		fflush(out);
+		if (die == 0)
+			_exit(3);			/* gone before anyone joined */
 	}
 	make_batches();
 	tiny_config(&c);
@@ -534,9 +537,10 @@ test_parallel_node(void)
 static bool
 node_exited(void *arg)
 {
+	pid_t	   *pid = arg;
 	int			status;
 
-	return waitpid(*(pid_t *) arg, &status, WNOHANG) == *(pid_t *) arg && (*(pid_t *) arg = -1);
+	return *pid <= 0 || (waitpid(*pid, &status, WNOHANG) == *pid && (*pid = -1));
 }
 
 /*
@@ -587,7 +591,9 @@ start_node(const char *role, int die, int *read_fd)
  * run's, and the replicas end bitwise equal to its. Case 1: the second
  * node exits abruptly after step 5; case 2: so does the id's maker, the
  * second node there, with this process joining it. Either way this node's
- * step 6 fails at once (the connection closed), never waits.
+ * step 6 fails at once (the connection closed), never waits. Last, an id
+ * whose maker exited before anyone joined: the join fails at once, naming
+ * the address it could not reach.
  */
 static void
 test_processes(void)
@@ -704,6 +710,33 @@ test_processes(void)
 				  failed_step >= 0 ? err : "no failure");
 			CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 3, "the second node's exit status %d", status);
 		}
+		tf_parallel_free(p);
+	}
+	/* the id's maker gone before anyone joined: a clear error at once, not the join's timeout */
+	{
+		TfWorld		world = {.first_rank = 2, .ranks = 4};
+		char		hex[2 * TF_UNIQUE_ID_BYTES + 1] = "";
+		int			rfd = -1,
+					status = 0;
+		pid_t		pid = start_node("first", 0, &rfd);
+		FILE	   *in = rfd >= 0 ? fdopen(rfd, "r") : NULL;
+		struct timespec t0,
+					t1;
+		TfParallel *p;
+
+		CHECK(pid > 0 && in != NULL && fgets(line, sizeof(line), in) != NULL &&
+			  sscanf(line, "id %256s", hex) == 1 && id_unhex(hex, world.id), "the second node's id");
+		if (in != NULL)
+			fclose(in);
+		if (pid > 0)
+			waitpid(pid, &status, 0);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		p = tf_parallel_create(&c, 7, "cuda:2,3", 1, &world, err, sizeof(err));
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		CHECK(p == NULL && strstr(err, "cannot reach the communicator's process at 127.0.0.1:") != NULL &&
+			  t1.tv_sec - t0.tv_sec < 10, "joining an id whose process is gone: %s",
+			  p == NULL ? err : "created");
+		printf("  joining an id whose process is gone: %s\n", err);
 		tf_parallel_free(p);
 	}
 	printf("  2 processes x 2 ranks over %d steps: losses %.2g from 1 process x 4, tensors bitwise; the other node "
