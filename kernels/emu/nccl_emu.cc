@@ -41,7 +41,6 @@
 
 #include <arpa/inet.h>
 #include <condition_variable>
-#include <fcntl.h>
 #include <map>
 #include <nccl.h>
 #include <netinet/in.h>
@@ -81,10 +80,6 @@ struct Clique
 	int			told = 0;
 	int			sending = 0;
 };
-
-}								/* namespace ncclemu */
-
-namespace ncclemu {
 
 /* A rank's connection to the clique of another process (the id's). */
 struct Remote
