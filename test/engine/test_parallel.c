@@ -95,21 +95,28 @@ step_scale(int s)
  * Steps [from, to) on p, the mean loss of each into loss[step]; the first
  * failure's message into err. Returns TF_OK or TF_ERROR.
  */
+/* Step s of the schedule every run here follows (its batches, scale and optimizer) on p: tf_parallel_step's result. */
 static int
-train(TfParallel *p, int from, int to, double *loss, char *err, size_t errlen)
+train_step(TfParallel *p, int s, TfStepStats *st, char *err, size_t errlen)
 {
 	TfOptimizer opt;
+	TfBatch		b[STEP_BATCHES];
 
 	tf_optimizer_default(&opt);
 	opt.warmup_steps = 100;
+	for (int a = 0; a < STEP_BATCHES; a++)
+		b[a] = batch(s * STEP_BATCHES + a);
+	return tf_parallel_step(p, b, STEP_BATCHES, step_scale(s), &opt, st, err, errlen);
+}
+
+static int
+train(TfParallel *p, int from, int to, double *loss, char *err, size_t errlen)
+{
 	for (int s = from; s < to; s++)
 	{
-		TfBatch		b[STEP_BATCHES];
 		TfStepStats st;
 
-		for (int a = 0; a < STEP_BATCHES; a++)
-			b[a] = batch(s * STEP_BATCHES + a);
-		if (tf_parallel_step(p, b, STEP_BATCHES, step_scale(s), &opt, &st, err, errlen) != TF_OK)
+		if (train_step(p, s, &st, err, errlen) != TF_OK)
 			return TF_ERROR;
 		loss[s] = st.loss_sum / (double) st.tokens;
 	}
@@ -484,7 +491,6 @@ test_parallel_node(void)
 	bool		first = strcmp(role, "first") == 0;
 	TfWorld		world = {.first_rank = first ? 0 : 2, .ranks = 4};
 	TfConfig	c;
-	TfOptimizer opt;
 	char		err[TF_ERRLEN],
 				hex[2 * TF_UNIQUE_ID_BYTES + 1];
 	int			fd = atoi(getenv("ATTENTION_TEST_NODE_FD") ? getenv("ATTENTION_TEST_NODE_FD") : "-1");
@@ -504,8 +510,6 @@ test_parallel_node(void)
 	}
 	make_batches();
 	tiny_config(&c);
-	tf_optimizer_default(&opt);
-	opt.warmup_steps = 100;
 	if ((p = tf_parallel_create(&c, 7, first ? "cuda:0,1" : "cuda:2,3", 1, &world, err, sizeof(err))) == NULL)
 	{
 		fprintf(out, "error %s\n", err);
@@ -513,12 +517,9 @@ test_parallel_node(void)
 	}
 	for (int s = 0; s < STEPS; s++)
 	{
-		TfBatch		b[STEP_BATCHES];
 		TfStepStats st;
 
-		for (int a = 0; a < STEP_BATCHES; a++)
-			b[a] = batch(s * STEP_BATCHES + a);
-		if (tf_parallel_step(p, b, STEP_BATCHES, step_scale(s), &opt, &st, err, sizeof(err)) != TF_OK)
+		if (train_step(p, s, &st, err, sizeof(err)) != TF_OK)
 		{
 			fprintf(out, "error %s\n", err);
 			return 1;
@@ -599,16 +600,13 @@ static void
 test_processes(void)
 {
 	TfConfig	c;
-	TfOptimizer opt;
 	char		err[TF_ERRLEN],
 				line[512],
-				failures[2][TF_ERRLEN] = {"", ""};
+				failures[3][TF_ERRLEN] = {"", "", ""};
 	double		worst_loss = 0.0,
-				fail_seconds[2] = {0.0, 0.0};
+				fail_seconds[3] = {0.0, 0.0, 0.0};
 
 	tiny_config(&c);
-	tf_optimizer_default(&opt);
-	opt.warmup_steps = 100;
 	for (int kind = 0; kind < 3; kind++)
 	{
 		bool		here = kind < 2;	/* this process makes the id */
@@ -642,23 +640,19 @@ test_processes(void)
 		CHECK(p != NULL, "two processes: create: %s", err);
 		for (int s = 0; p != NULL && s < STEPS; s++, done++)
 		{
-			TfBatch		b[STEP_BATCHES];
 			TfStepStats st;
 			struct timespec t0,
 						t1;
 			int			rc;
 
-			for (int a = 0; a < STEP_BATCHES; a++)
-				b[a] = batch(s * STEP_BATCHES + a);
 			clock_gettime(CLOCK_MONOTONIC, &t0);
-			rc = tf_parallel_step(p, b, STEP_BATCHES, step_scale(s), &opt, &st, err, sizeof(err));
+			rc = train_step(p, s, &st, err, sizeof(err));
 			clock_gettime(CLOCK_MONOTONIC, &t1);
 			if (rc != TF_OK)
 			{
 				failed_step = s;
-				fail_seconds[kind - 1 < 0 ? 0 : kind - 1] =
-					(double) (t1.tv_sec - t0.tv_sec) + 1e-9 * (double) (t1.tv_nsec - t0.tv_nsec);
-				snprintf(failures[kind - 1 < 0 ? 0 : kind - 1], TF_ERRLEN, "%s", err);
+				fail_seconds[kind] = (double) (t1.tv_sec - t0.tv_sec) + 1e-9 * (double) (t1.tv_nsec - t0.tv_nsec);
+				snprintf(failures[kind], TF_ERRLEN, "%s", err);
 				break;
 			}
 			sums[s][0] += st.loss_sum;
@@ -704,9 +698,9 @@ test_processes(void)
 		}
 		else
 		{
-			CHECK(failed_step == die && fail_seconds[kind - 1] < 30 && strstr(err, "rank") != NULL,
+			CHECK(failed_step == die && fail_seconds[kind] < 30 && strstr(err, "rank") != NULL,
 				  "%s dead after step %d: this node failed at step %d in %.2f s: %s",
-				  here ? "the second node" : "the id's maker", die, failed_step + 1, fail_seconds[kind - 1],
+				  here ? "the second node" : "the id's maker", die, failed_step + 1, fail_seconds[kind],
 				  failed_step >= 0 ? err : "no failure");
 			CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 3, "the second node's exit status %d", status);
 		}
@@ -741,7 +735,7 @@ test_processes(void)
 	}
 	printf("  2 processes x 2 ranks over %d steps: losses %.2g from 1 process x 4, tensors bitwise; the other node "
 		   "dead after step 5: step 6 failed in %.2f s (%s), the id's maker dead: in %.2f s (%s)\n", STEPS,
-		   worst_loss, fail_seconds[0], failures[0], fail_seconds[1], failures[1]);
+		   worst_loss, fail_seconds[1], failures[1], fail_seconds[2], failures[2]);
 }
 
 void
