@@ -25,6 +25,7 @@ typedef enum Work
 	WORK_LOAD,
 	WORK_PRECISION,
 	WORK_STEP,
+	WORK_AGREE,
 	WORK_QUIT
 } Work;
 
@@ -39,6 +40,8 @@ typedef struct Rank
 	int			rc;
 	char		err[TF_ERRLEN];
 	TfStepStats stats;
+	float	   *vote;			/* one float of backend memory for tf_parallel_agree; NULL before the first */
+	float		total;			/* the sum it read back */
 } Rank;
 
 struct TfParallel
@@ -75,6 +78,7 @@ struct TfParallel
 	int			count;
 	float		grad_scale;
 	const TfOptimizer *opt;
+	int			vote;
 };
 
 int
@@ -194,6 +198,31 @@ rank_step(Rank *r)
 	r->rc = r->stats.skipped ? TF_ERROR : TF_OK;
 }
 
+/*
+ * Rank r's part of tf_parallel_agree: the node's vote on its first local
+ * rank, 0 on the others, summed over every rank of every node.
+ */
+static void
+rank_agree(Rank *r)
+{
+	TfParallel *p = r->p;
+	TfBackend  *be = r->model->be;
+	float		mine = r == &p->ranks[0] ? (float) p->vote : 0.0f;
+
+	if (be->bind != NULL)
+		be->bind(be);
+	if (r->vote == NULL && (r->vote = be->alloc(be, sizeof(float))) == NULL)
+	{
+		snprintf(r->err, sizeof(r->err), "out of memory");
+		return rank_failed(r);
+	}
+	be->upload(be, r->vote, &mine, sizeof(float));
+	be->all_reduce(be, r->vote, 1, true);
+	be->download(be, &r->total, r->vote, sizeof(float));
+	if (be->status(be, r->err, sizeof(r->err)) != TF_OK)
+		rank_failed(r);
+}
+
 /* Runs the current work on rank r (its own thread, or the caller's when not threaded). */
 static void
 run(Rank *r, Work work)
@@ -230,6 +259,9 @@ run(Rank *r, Work work)
 			break;
 		case WORK_STEP:
 			rank_step(r);
+			break;
+		case WORK_AGREE:
+			rank_agree(r);
 			break;
 		case WORK_QUIT:			/* rank_main returns instead */
 			break;
@@ -492,6 +524,32 @@ tf_parallel_step(TfParallel *p, const TfBatch *batches, int count, float grad_sc
 	return rc;
 }
 
+int
+tf_parallel_agree(TfParallel *p, int vote, int *total, char *err, size_t errlen)
+{
+	*total = vote;
+	if (p->broken)
+	{
+		snprintf(err, errlen, "a rank failed earlier: the replicas are unusable");
+		return TF_ERROR;
+	}
+	if (vote < 0 || vote > TF_MAX_VOTE)
+	{
+		snprintf(err, errlen, "vote %d is out of range 0 .. %d", vote, TF_MAX_VOTE);
+		return TF_ERROR;
+	}
+	if (!p->threaded)
+		return TF_OK;
+	p->vote = vote;
+	if (run_all(p, WORK_AGREE, err, errlen) != TF_OK)
+	{
+		p->broken = true;
+		return TF_ERROR;
+	}
+	*total = (int) p->ranks[0].total;
+	return TF_OK;
+}
+
 void
 tf_parallel_free(TfParallel *p)
 {
@@ -509,7 +567,11 @@ tf_parallel_free(TfParallel *p)
 				pthread_join(p->ranks[i].thread, NULL);
 	}
 	for (int i = 0; i < p->local; i++)
+	{
+		if (p->ranks[i].vote != NULL)
+			p->ranks[i].model->be->free(p->ranks[i].model->be, p->ranks[i].vote);
 		tf_model_free(p->ranks[i].model);
+	}
 	pthread_mutex_destroy(&p->mu);
 	pthread_cond_destroy(&p->go);
 	pthread_cond_destroy(&p->done);

@@ -105,6 +105,21 @@ int			tf_parallel_set_precision(TfParallel *p, TfPrecision precision, char *err,
 int			tf_parallel_step(TfParallel *p, const TfBatch *batches, int count, float grad_scale,
 							 const TfOptimizer *opt, TfStepStats *stats, char *err, size_t errlen);
 
+/* Largest vote of tf_parallel_agree: totals stay exact in a float sum over 2^24 / TF_MAX_VOTE nodes. */
+#define TF_MAX_VOTE 1023
+
+/*
+ * Every node's vote summed over all nodes: this machine's vote (0 ..
+ * TF_MAX_VOTE) enters the all-reduce on its first rank, 0 on its others;
+ * every node calls it at the same point (between steps) and gets the same
+ * *total. With no other rank it is the vote itself. It is how the nodes
+ * of a job across machines decide together, after each step, whether to
+ * stop: one small reduction on the gradients' communicator. TF_ERROR with
+ * a message: a vote out of range, or a rank's failure as tf_parallel_step
+ * (a node that died or aborted: the replicas are unusable then).
+ */
+int			tf_parallel_agree(TfParallel *p, int vote, int *total, char *err, size_t errlen);
+
 /* Stops the engine threads and frees every replica and device resource. NULL is a no-op. */
 void		tf_parallel_free(TfParallel *p);
 

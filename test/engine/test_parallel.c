@@ -237,7 +237,8 @@ test_ranks(void)
 				resumed[STEPS];
 	const char *devices[] = {"cuda:0", "cuda:0,1", "cuda:0,1,2,3"};
 	double	   *loss[] = {one, two, four};
-	int			count = tf_cuda_device_count(err, sizeof(err));
+	int			count = tf_cuda_device_count(err, sizeof(err)),
+				total = -1;
 
 	CHECK(count >= 4, "the data-parallel tests need 4 CUDA devices (CUEMU_DEVICES=4 when emulated); %d: %s", count,
 		  err);
@@ -256,6 +257,11 @@ test_ranks(void)
 		if (k == 2)
 			CHECK(tf_model_tensors(tf_parallel_model(p), &four_tensors, &four_count, err, sizeof(err)) == TF_OK,
 				  "tensors: %s", err);
+		/* one machine's vote counts once, however many ranks it has */
+		CHECK(tf_parallel_agree(p, 7, &total, err, sizeof(err)) == TF_OK && total == 7, "%s: a vote of 7 sums to "
+			  "%d: %s", devices[k], total, err);
+		CHECK(tf_parallel_agree(p, TF_MAX_VOTE + 1, &total, err, sizeof(err)) == TF_ERROR &&
+			  strstr(err, "out of range") != NULL, "%s: a vote out of range: %s", devices[k], err);
 		tf_parallel_free(p);
 	}
 	memcpy(four_loss, four, sizeof(four));
@@ -497,6 +503,7 @@ test_parallel_node(void)
 	int			die = getenv("ATTENTION_TEST_NODE_DIE") ? atoi(getenv("ATTENTION_TEST_NODE_DIE")) : -1;
 	FILE	   *out = fd >= 0 ? fdopen(fd, "w") : NULL;
 	TfParallel *p;
+	int			total;
 
 	if (out == NULL || (first ? tf_cuda_unique_id(world.id, err, sizeof(err)) != TF_OK : !id_unhex(role, world.id)))
 		return 2;
@@ -529,6 +536,10 @@ test_parallel_node(void)
 		if (s + 1 == die)
 			_exit(3);
 	}
+	if (tf_parallel_agree(p, world.first_rank + 1, &total, err, sizeof(err)) != TF_OK)
+		fprintf(out, "error %s\n", err);
+	else
+		fprintf(out, "agree %d\n", total);
 	tf_parallel_free(p);
 	fclose(out);
 	return 0;
@@ -616,6 +627,8 @@ test_processes(void)
 		double		sums[STEPS][2] = {{0}};
 		int			rfd = -1,
 					status = 0,
+					total = -1,
+					agreed = -1,
 					done = 0,
 					failed_step = -1;
 		pid_t		pid;
@@ -658,6 +671,10 @@ test_processes(void)
 			sums[s][0] += st.loss_sum;
 			sums[s][1] += (double) st.tokens;
 		}
+		/* after the steps, a vote: this node's 1 and the other's 3 */
+		if (p != NULL && done == STEPS)
+			CHECK(tf_parallel_agree(p, world.first_rank + 1, &total, err, sizeof(err)) == TF_OK && total == 4,
+				  "two processes: the votes 1 and 3 summed to %d: %s", total, err);
 		while (in != NULL && fgets(line, sizeof(line), in) != NULL)
 		{
 			int			s;
@@ -666,6 +683,8 @@ test_processes(void)
 
 			if (sscanf(line, "%d %la %lld", &s, &loss, &tokens) == 3 && s >= 0 && s < STEPS)
 				sums[s][0] += loss, sums[s][1] += (double) tokens;
+			else if (sscanf(line, "agree %d", &s) == 1)
+				agreed = s;
 			else
 				CHECK(false, "second node: %s", line);
 		}
@@ -677,6 +696,7 @@ test_processes(void)
 		{
 			CHECK(done == STEPS && WIFEXITED(status) && WEXITSTATUS(status) == 0,
 				  "two processes: %d steps here, the second node's exit status %d", done, status);
+			CHECK(agreed == 4, "two processes: the second node's total of the votes is %d", agreed);
 			for (int s = 0; s < done; s++)
 				worst_loss = fmax(worst_loss, fabs(sums[s][0] / sums[s][1] - four_loss[s]) / fabs(four_loss[s]));
 			CHECK(worst_loss <= 1e-12, "two processes x two ranks against one process x four: worst relative "
