@@ -230,16 +230,101 @@ ranks_claim(int64 job_id, int local, TfWorld *world)
 }
 
 void
-ranks_set_state(int64 job_id, int node, const char *state, const char *error)
+ranks_set_state(int64 job_id, int node, const char *state, int64 step, const char *error)
 {
 	worker_begin();
 	/* only this worker's claim: rows published again since belong to others */
-	if (SPI_execute_with_args("UPDATE attention.job_ranks SET state = $3, error = $4 "
-							  "WHERE job_id = $1 AND node = $2 AND worker_pid = $5", 5,
-							  (Oid[]) {INT8OID, INT4OID, TEXTOID, TEXTOID, INT4OID},
+	if (SPI_execute_with_args("UPDATE attention.job_ranks SET state = $3, error = $4, step = coalesce($6, step), "
+							  "heartbeat_at = CASE WHEN $6 IS NULL THEN heartbeat_at ELSE now() END "
+							  "WHERE job_id = $1 AND node = $2 AND worker_pid = $5", 6,
+							  (Oid[]) {INT8OID, INT4OID, TEXTOID, TEXTOID, INT4OID, INT8OID},
 							  (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(node), CStringGetTextDatum(state),
-								  error != NULL ? CStringGetTextDatum(error) : (Datum) 0, Int32GetDatum(MyProcPid)},
-							  error != NULL ? NULL : "   n ", false, 0) != SPI_OK_UPDATE)
+								  error != NULL ? CStringGetTextDatum(error) : (Datum) 0, Int32GetDatum(MyProcPid),
+								  Int64GetDatum(step)},
+							  (char[]) {' ', ' ', ' ', error != NULL ? ' ' : 'n', ' ', step >= 0 ? ' ' : 'n'},
+							  false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update node %d of training job %lld", node, (long long) job_id);
 	worker_commit();
+}
+
+int64
+ranks_step(int64 job_id, int node)
+{
+	int64		step = -1;
+	bool		isnull = true;
+
+	worker_begin();
+	if (SPI_execute_with_args("SELECT step FROM attention.job_ranks WHERE job_id = $1 AND node = $2", 2,
+							  (Oid[]) {INT8OID, INT4OID}, (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(node)},
+							  NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read node %d of training job %lld", node, (long long) job_id);
+	if (SPI_processed == 1)
+		step = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	worker_commit();
+	return isnull ? -1 : step;
+}
+
+int
+ranks_failure(int64 job_id, char **error)
+{
+	instr_time	start;
+	MemoryContext outer = CurrentMemoryContext;
+
+	INSTR_TIME_SET_CURRENT(start);
+	for (;;)
+	{
+		instr_time	now;
+		int			node = -1;
+		bool		isnull;
+
+		worker_begin();
+		/* a failed node first; else the one heard from longest ago */
+		if (SPI_execute_with_args("SELECT node, state = 'failed', error, "
+								  "extract(epoch FROM now() - heartbeat_at)::float8 FROM attention.job_ranks "
+								  "WHERE job_id = $1 AND node > 0 "
+								  "ORDER BY state = 'failed' DESC, heartbeat_at NULLS FIRST, node LIMIT 1", 1,
+								  (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(job_id)}, NULL, true,
+								  1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the ranks of training job %lld", (long long) job_id);
+		INSTR_TIME_SET_CURRENT(now);
+		INSTR_TIME_SUBTRACT(now, start);
+		if (SPI_processed == 1)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[0];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		failed = DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull));
+			double		age;
+
+			if (failed || INSTR_TIME_GET_DOUBLE(now) >= RANKS_REPORT_SECONDS)
+			{
+				node = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+				if (failed)
+					*error = MemoryContextStrdup(outer, SPI_getvalue(tup, desc, 3) != NULL ?
+												 SPI_getvalue(tup, desc, 3) : "no message");
+				else
+				{
+					age = DatumGetFloat8(SPI_getbinval(tup, desc, 4, &isnull));
+					*error = isnull ? MemoryContextStrdup(outer, psprintf("no node recorded a failure within %d s; "
+																		  "node %d never sent a heartbeat",
+																		  RANKS_REPORT_SECONDS, node)) :
+						MemoryContextStrdup(outer, psprintf("no node recorded a failure within %d s; node %d's last "
+															"heartbeat was %.1f s ago", RANKS_REPORT_SECONDS,
+															node, age));
+					node = -1;
+				}
+				worker_commit();
+				return node;
+			}
+		}
+		else if (INSTR_TIME_GET_DOUBLE(now) >= RANKS_REPORT_SECONDS)
+		{
+			worker_commit();
+			*error = MemoryContextStrdup(outer, "the job has no other node");
+			return -1;
+		}
+		worker_commit();
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, RANKS_POLL_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
 }

@@ -65,7 +65,27 @@ bool		ranks_abandon(void *arg);
 /* ERROR naming the node of a job that could not join, with its error. */
 pg_noreturn void ranks_node_failed(int64 job_id, const char *node, const char *error);
 
-/* Sets the state of a node this worker claimed ("joined", "failed" with its error). Its own transaction. */
-void		ranks_set_state(int64 job_id, int node, const char *state, const char *error);
+/*
+ * Sets the state of a node this worker claimed ("joined", "training",
+ * "finished", "failed" with its error), and with step >= 0 its step and
+ * heartbeat (now). Its own transaction.
+ */
+void		ranks_set_state(int64 job_id, int node, const char *state, int64 step, const char *error);
+
+/* The step node `node` of the job last wrote (-1: none, or no such row). Its own transaction. */
+int64		ranks_step(int64 job_id, int node);
+
+/*
+ * Coordinator, after a step or vote of a job across machines failed: waits
+ * up to RANKS_REPORT_SECONDS for another node to record its failure (a node
+ * writes its row before its connections close, but the coordinator may see
+ * the closed connection first). Returns that node's number and its error
+ * (palloc'd), or -1 with *error describing the node whose heartbeat is the
+ * oldest. Honours interrupts; its own transactions.
+ */
+int			ranks_failure(int64 job_id, char **error);
+
+/* How long ranks_failure waits for a failed node's row, seconds. */
+#define RANKS_REPORT_SECONDS 5
 
 #endif

@@ -53,6 +53,11 @@
 #define PROGRESS_SECONDS 2.0
 /* How often the loop reads whether the job was cancelled (seconds). */
 #define CANCEL_POLL_SECONDS 1.0
+/* Seconds between a node worker's heartbeats in attention.job_ranks. */
+#define HEARTBEAT_SECONDS 1.0
+/* Votes of agree_stop: the coordinator's stop, and a node that leaves. */
+#define VOTE_STOP 1
+#define VOTE_LEAVE 2
 /* Consecutive skipped steps (non-finite gradients) after which the job fails. */
 #define MAX_SKIPPED_STEPS 10
 
@@ -263,6 +268,69 @@ mark_running(Job *j)
 						  NULL, false, 0);
 }
 
+/* The engine in the job's precision on every replica. */
+static void
+set_precision(Job *j)
+{
+	char		err[TF_ERRLEN];
+
+	if (tf_parallel_set_precision(j->engine, train_options_precision(&j->o), err, sizeof(err)) != TF_OK)
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
+						errmsg("training job %lld: could not compute in %s: %s", (long long) j->job_id,
+							   j->o.precision, err)));
+}
+
+/*
+ * Loads the job's newest trained checkpoint (parameters, optimizer state,
+ * data position) into every replica, or init_checkpoint's parameters for a
+ * fresh job that names one. Inside SPI. Every node of a job across
+ * machines calls it after joining: none has written a checkpoint since.
+ */
+static void
+resume_engine(Job *j)
+{
+	bool		isnull;
+	char		err[TF_ERRLEN];
+
+	/* continue from the job's newest checkpoint */
+	j->resumed_pairs = -1;
+	if (SPI_execute_with_args("SELECT checkpoint_id FROM attention.checkpoints WHERE job_id = $1 AND kind = 'trained' "
+							  "ORDER BY step DESC, checkpoint_id DESC LIMIT 1", 1, (Oid[]) {INT8OID},
+							  (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the checkpoints of job %lld", (long long) j->job_id);
+	if (SPI_processed == 1)
+	{
+		int64		checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		int			count,
+					i,
+					k,
+					kept = 0;
+		TfTensor   *t = read_tensors(checkpoint_id, TENSORS_ALL, &count);
+
+		for (i = 0; i < count; i++)
+		{
+			for (k = 0; k < (int) NUM_DATA_TENSORS; k++)
+				if (strcmp(t[i].name, data_tensor_names[k]) == 0 && t[i].dtype == TF_INT64 && t[i].bytes == 8)
+					break;
+			if (k < (int) NUM_DATA_TENSORS)
+				memcpy(&j->data[k], t[i].data, sizeof(int64));
+			else
+				t[kept++] = t[i];
+		}
+		if (kept != count - (int) NUM_DATA_TENSORS)
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+							errmsg("checkpoint %lld of job %lld lacks its data position (data.* tensors)",
+								   (long long) checkpoint_id, (long long) j->job_id)));
+		if (tf_parallel_load(j->engine, t, kept, err, sizeof(err)) != TF_OK)
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+							errmsg("could not resume job %lld from checkpoint %lld: %s", (long long) j->job_id,
+								   (long long) checkpoint_id, err)));
+		j->resumed_pairs = j->data[4];
+	}
+	else if (j->o.init_checkpoint > 0)
+		start_from_checkpoint(j);
+}
+
 /*
  * Reads the job and claims it (status running); loads the model, the
  * vocabulary and, when the job has a checkpoint, its state. Returns false
@@ -305,7 +373,7 @@ claim_job(Job *j, MemoryContext ctx)
 	read_job_row(j, tup, desc);
 	if (j->o.nodes > 1)
 	{
-		/* its engine joins the other machines' ranks (run_across_nodes) */
+		/* its engine joins the other machines' ranks (join_as_coordinator) */
 		mark_running(j);
 		worker_commit();
 		MemoryContextSwitchTo(ctx);
@@ -316,48 +384,8 @@ claim_job(Job *j, MemoryContext ctx)
 	j->engine = tf_parallel_create(&j->config, (uint64) j->o.seed, j->o.device, 1, NULL, err, sizeof(err));
 	if (j->engine == NULL)
 		engine_error(j, "could not create the model", err);
-	if (tf_parallel_set_precision(j->engine, train_options_precision(&j->o), err, sizeof(err)) != TF_OK)
-		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
-						errmsg("training job %lld: could not compute in %s: %s", (long long) j->job_id,
-							   j->o.precision, err)));
-
-	/* continue from the job's newest checkpoint */
-	j->resumed_pairs = -1;
-	if (SPI_execute_with_args("SELECT checkpoint_id FROM attention.checkpoints WHERE job_id = $1 AND kind = 'trained' "
-							  "ORDER BY step DESC, checkpoint_id DESC LIMIT 1", 1, (Oid[]) {INT8OID},
-							  (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the checkpoints of job %lld", (long long) j->job_id);
-	if (SPI_processed == 1)
-	{
-		int64		checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		int			count,
-					i,
-					k,
-					kept = 0;
-		TfTensor   *t = read_tensors(checkpoint_id, TENSORS_ALL, &count);
-
-		for (i = 0; i < count; i++)
-		{
-			for (k = 0; k < (int) NUM_DATA_TENSORS; k++)
-				if (strcmp(t[i].name, data_tensor_names[k]) == 0 && t[i].dtype == TF_INT64 && t[i].bytes == 8)
-					break;
-			if (k < (int) NUM_DATA_TENSORS)
-				memcpy(&j->data[k], t[i].data, sizeof(int64));
-			else
-				t[kept++] = t[i];
-		}
-		if (kept != count - (int) NUM_DATA_TENSORS)
-			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
-							errmsg("checkpoint %lld of job %lld lacks its data position (data.* tensors)",
-								   (long long) checkpoint_id, (long long) j->job_id)));
-		if (tf_parallel_load(j->engine, t, kept, err, sizeof(err)) != TF_OK)
-			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
-							errmsg("could not resume job %lld from checkpoint %lld: %s", (long long) j->job_id,
-								   (long long) checkpoint_id, err)));
-		j->resumed_pairs = j->data[4];
-	}
-	else if (j->o.init_checkpoint > 0)
-		start_from_checkpoint(j);
+	set_precision(j);
+	resume_engine(j);
 	mark_running(j);
 	worker_commit();
 	MemoryContextSwitchTo(ctx);
@@ -618,6 +646,30 @@ next_batch(Job *j)
 }
 
 /*
+ * A step or vote that failed on this node's ranks. On the coordinator of a
+ * job across machines the cause is usually another node (its process
+ * exited, its device failed, it was cut off), which reports it in its row
+ * of attention.job_ranks: the job fails naming that node.
+ */
+static void
+step_failed(Job *j, const char *what, const char *err)
+{
+	char	   *cause;
+	int			node;
+
+	if (j->o.nodes == 1 || j->node >= 0)
+		engine_error(j, what, err);
+	node = ranks_failure(j->job_id, &cause);
+	if (node < 0)
+		ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+						errmsg("training job %lld: %s: %s", (long long) j->job_id, what, err),
+						errdetail("%s", cause)));
+	ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+					errmsg("training job %lld: %s: node %d failed: %s", (long long) j->job_id, what, node, cause),
+					errdetail("This node's ranks: %s", err)));
+}
+
+/*
  * One optimizer step over the next batches_per_step batches of the data
  * order, spread over the ranks by the engine; the gradient is of the mean
  * loss over all their labels.
@@ -662,7 +714,7 @@ train_step(Job *j, int *skipped)
 	rc = tf_parallel_step(j->engine, batches, n, (float) (1.0 / labels), &j->opt, &stats, err, sizeof(err));
 	cpu_budget_give(threads);
 	if (rc != TF_OK && !stats.skipped)
-		engine_error(j, psprintf("step %lld", (long long) steps(j) + 1), err);
+		step_failed(j, psprintf("step %lld", (long long) steps(j) + 1), err);
 	j->loss_sum += stats.loss_sum;
 	j->loss_tokens += stats.tokens;
 	if (!stats.skipped)
@@ -681,13 +733,12 @@ train_step(Job *j, int *skipped)
 
 /*
  * This node's ranks of a job across machines join the communicator of all
- * nodes' ranks (world, from attention.job_ranks). The hand-over and the
- * communicator are built; the training loop across machines is not (docs/gpus.md,
- * "Many machines"), so once the communicator has formed the job ends with
- * feature_not_supported rather than run a loop the other nodes do not.
+ * nodes' ranks (world, from attention.job_ranks), in the job's precision,
+ * and load its newest checkpoint (every node the same one: none is written
+ * before all have joined).
  */
 static void
-join_nodes(Job *j, TfWorld *world)
+join_nodes(Job *j, TfWorld *world, MemoryContext ctx)
 {
 	char		err[TF_ERRLEN];
 	int			threads = j->o.threads > 0 ? j->o.threads : cpu_budget_server_cores();
@@ -701,26 +752,25 @@ join_nodes(Job *j, TfWorld *world)
 	CHECK_FOR_INTERRUPTS();
 	if (j->engine == NULL && watch.failed_node != NULL)
 		ranks_node_failed(j->job_id, watch.failed_node, watch.failed_error);
-	if (j->engine != NULL && tf_parallel_set_precision(j->engine, train_options_precision(&j->o), err,
-													   sizeof(err)) != TF_OK)
-		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
-						errmsg("training job %lld: could not compute in %s: %s", (long long) j->job_id,
-							   j->o.precision, err)));
 	if (j->engine == NULL)
 		ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
 						errmsg("training job %lld: ranks %d .. %d could not join the communicator of %d ranks: %s",
 							   (long long) j->job_id, world->first_rank, world->first_rank + j->o.ranks - 1,
 							   world->ranks, err)));
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("training job %lld: the %d ranks of %d nodes formed their communicator, but the training "
-						   "loop across machines is not built in this version", (long long) j->job_id, world->ranks,
-						   j->o.nodes),
-					errhint("Train on one machine's GPUs (\"device\": \"cuda:all\" and \"nodes\": 1).")));
+	set_precision(j);
+	worker_begin();
+	resume_engine(j);
+	worker_commit();
+	MemoryContextSwitchTo(ctx);
 }
 
-/* The coordinator of a job across machines: publishes the nodes' ranks, waits for them, joins. */
-static void
-run_across_nodes(Job *j)
+/*
+ * The coordinator of a job across machines: publishes the nodes' ranks,
+ * waits for them and joins. false when the job was cancelled meanwhile
+ * (then it is marked so).
+ */
+static bool
+join_as_coordinator(Job *j, MemoryContext ctx)
 {
 	TfWorld		world = {0};
 
@@ -731,16 +781,83 @@ run_across_nodes(Job *j)
 		worker_begin();
 		write_progress(j, "cancelled");
 		worker_commit();
-		return;
+		return false;
 	}
-	join_nodes(j, &world);
+	join_nodes(j, &world, ctx);
+	return true;
 }
 
-/* A node worker (attention.join_training): claims a node of the job and joins its communicator. */
+/*
+ * Whether every node stops now: the nodes' votes summed (tf_parallel_agree)
+ * after each step, so all stop after the same one. The coordinator votes
+ * VOTE_STOP for its limits, a cancel or a validation-based stop; a node
+ * whose worker is asked to exit votes VOTE_LEAVE (its row says why); one
+ * node alone decides by itself.
+ */
+static bool
+agree_stop(Job *j, int vote)
+{
+	char		err[TF_ERRLEN];
+	int			total;
+
+	if (j->o.nodes == 1)
+		return vote != 0;
+	if (tf_parallel_agree(j->engine, vote, &total, err, sizeof(err)) != TF_OK)
+		step_failed(j, psprintf("the vote after step %lld", (long long) steps(j)), err);
+	if (j->node < 0 && total - vote >= VOTE_LEAVE)
+	{
+		char	   *cause;
+		int			node = ranks_failure(j->job_id, &cause);
+
+		/* the others stop after this step too: keep it, then fail naming the node */
+		if (steps(j) != j->checkpoint_step)
+			checkpoint(j, NULL);
+		ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+						errmsg("training job %lld: node %d left after step %lld: %s", (long long) j->job_id, node,
+							   (long long) steps(j), cause)));
+	}
+	return total > 0;
+}
+
+/*
+ * Whether this node worker is asked to stop (SIGTERM: pg_terminate_backend
+ * or a shutdown; SIGINT: pg_cancel_backend; or its postmaster died); if so,
+ * its row says why first, so the coordinator can name it whichever way the
+ * others learn that it left. Called with interrupts held (run_node).
+ */
+static bool
+node_leaving(Job *j)
+{
+	const char *why;
+
+	if (ProcDiePending)
+		why = "SIGTERM: pg_terminate_backend or a server shutdown";
+	else if (QueryCancelPending)
+		why = "SIGINT: pg_cancel_backend";
+	else if (!PostmasterIsAlive())
+		why = "its server stopped";
+	else
+		return false;
+	ranks_set_state(j->job_id, j->node, "failed", steps(j),
+					psprintf("its worker was stopped after step %lld (%s)", (long long) steps(j), why));
+	return true;
+}
+
+/*
+ * A node worker (attention.join_training): claims a node of the job, joins
+ * its communicator, loads what the coordinator loaded (the newest
+ * checkpoint, the corpus in the same order), then runs every step the
+ * others run until they all agree to stop. The coordinator alone validates
+ * and writes checkpoints and progress; this node writes only its row of
+ * attention.job_ranks (state, step, a heartbeat about every second).
+ */
 static void
 run_node(Job *j, MemoryContext ctx)
 {
 	TfWorld		world = {0};
+	int			skipped = 0;
+	int64		coordinator_step;
+	double		heartbeat;
 
 	pgstat_report_activity(STATE_RUNNING, "attention training node: claiming a node");
 	worker_begin();
@@ -751,8 +868,43 @@ run_node(Job *j, MemoryContext ctx)
 	worker_commit();
 	MemoryContextSwitchTo(ctx);
 	j->node = ranks_claim(j->job_id, j->o.ranks, &world);
-	ranks_set_state(j->job_id, j->node, "joined", NULL);
-	join_nodes(j, &world);
+	ranks_set_state(j->job_id, j->node, "joined", -1, NULL);
+	join_nodes(j, &world, ctx);
+	load_data(j, ctx);
+	ranks_set_state(j->job_id, j->node, "training", steps(j), NULL);
+	heartbeat = now_seconds();
+	report(j, "training");
+	/* interrupts wait for the points between steps where the node says why it leaves */
+	HOLD_INTERRUPTS();
+	for (bool first = true;; first = false)
+	{
+		bool		leave = node_leaving(j);
+
+		/* leaving: after the vote, so the others stop after this step too */
+		if (agree_stop(j, leave ? VOTE_LEAVE : 0) || leave)
+			break;
+		/* the first vote is also where every node has loaded: the coordinator's row has its step by then */
+		if (first && (coordinator_step = ranks_step(j->job_id, 0)) != steps(j))
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+							errmsg("training job %lld: node %d resumed at step %lld, but the coordinator at step %lld",
+								   (long long) j->job_id, j->node, (long long) steps(j),
+								   (long long) coordinator_step)));
+		/* asked while waiting in the vote: the others' step fails without this node's ranks */
+		if (node_leaving(j))
+			break;
+		train_step(j, &skipped);
+		if (now_seconds() - heartbeat >= HEARTBEAT_SECONDS)
+		{
+			ranks_set_state(j->job_id, j->node, "training", steps(j), NULL);
+			heartbeat = now_seconds();
+		}
+	}
+	RESUME_INTERRUPTS();
+	/* a node that left ends here (SIGTERM as die, SIGINT as a cancel) */
+	CHECK_FOR_INTERRUPTS();
+	if (!PostmasterIsAlive())
+		proc_exit(1);
+	ranks_set_state(j->job_id, j->node, "finished", steps(j), NULL);
 }
 
 /* Runs job `job_id` to its end. */
@@ -765,11 +917,8 @@ run_job(Job *j, MemoryContext ctx)
 
 	if (!claim_job(j, ctx))
 		return;
-	if (j->o.nodes > 1)
-	{
-		run_across_nodes(j);
+	if (j->o.nodes > 1 && !join_as_coordinator(j, ctx))
 		return;
-	}
 	j->valid_loss = NAN;
 	j->valid_bleu = NAN;
 	j->learning_rate = NAN;
@@ -780,8 +929,11 @@ run_job(Job *j, MemoryContext ctx)
 	j->checkpoint_time = last_progress = j->cancel_polled = now_seconds();
 	j->feed.stop = validation_stop;
 	j->feed.stop_arg = j;
+	if (j->o.nodes > 1)
+		ranks_set_state(j->job_id, 0, "training", steps(j), NULL);
 	report(j, "training");
-	while (!limit_reached(j))
+	/* every node votes after each step (agree_stop); a stop below goes through the vote */
+	while (!agree_stop(j, cancelled || j->cancelled || limit_reached(j) ? VOTE_STOP : 0))
 	{
 		int64		step;
 
@@ -791,7 +943,7 @@ run_job(Job *j, MemoryContext ctx)
 		train_step(j, &skipped);
 		step = steps(j);
 		if (cancel_requested(j))
-			break;
+			continue;
 		if (j->o.validate_every_steps > 0 && step % j->o.validate_every_steps == 0)
 			validate(j);
 		if ((j->o.checkpoint_every_steps > 0 && step - j->checkpoint_step >= j->o.checkpoint_every_steps) ||
@@ -801,25 +953,19 @@ run_job(Job *j, MemoryContext ctx)
 			if (j->o.validate_every_steps == 0)
 				validate(j);
 			if (cancel_requested(j))
-				break;
+				continue;
 			last_progress = now_seconds();
-			if (checkpoint(j, NULL))
-			{
-				cancelled = true;
-				break;
-			}
+			cancelled = checkpoint(j, NULL);
 		}
 		else if (j->validated || now_seconds() - last_progress >= PROGRESS_SECONDS)
 		{
 			/* a validation is written at the step it measured */
-			if (progress(j))
-			{
-				cancelled = true;
-				break;
-			}
+			cancelled = progress(j);
 			last_progress = now_seconds();
 		}
 	}
+	if (j->o.nodes > 1)
+		ranks_set_state(j->job_id, 0, "finished", steps(j), NULL);
 	/* a cancel ends with a checkpoint of the last step, not validated */
 	cancelled = cancelled || j->cancelled;
 	if (steps(j) != j->checkpoint_step)
@@ -932,7 +1078,7 @@ attention_training_worker_main(Datum arg)
 		if (!args.node)
 			record_error(args.job_id, edata);
 		else if (j->node >= 0)
-			ranks_set_state(args.job_id, j->node, "failed", edata->message);
+			ranks_set_state(args.job_id, j->node, "failed", -1, edata->message);
 	}
 	PG_END_TRY();
 	tf_parallel_free(j->engine);

@@ -214,6 +214,19 @@ COMMENT ON VIEW cpu_budget IS
 GRANT SELECT ON cpu_budget TO PUBLIC;
 
 -----------------------------------------------------------------------------
+-- Every node of a job across machines runs the step loop (bgworker/worker.c)
+-----------------------------------------------------------------------------
+
+ALTER TABLE job_ranks DROP CONSTRAINT job_ranks_state_check;
+ALTER TABLE job_ranks ADD CONSTRAINT job_ranks_state_check
+    CHECK (state IN ('waiting', 'claimed', 'joined', 'training', 'finished', 'failed'));
+ALTER TABLE job_ranks ADD COLUMN step bigint;
+ALTER TABLE job_ranks ADD COLUMN heartbeat_at timestamptz;
+COMMENT ON COLUMN job_ranks.state IS 'waiting (published), claimed (a worker has it), joined (its ranks are joining the communicator), training (its ranks run the steps every node runs), finished (it stopped after the step all nodes agreed on), failed (error says why).';
+COMMENT ON COLUMN job_ranks.step IS 'The last step the node''s ranks finished (written with each heartbeat and at the end).';
+COMMENT ON COLUMN job_ranks.heartbeat_at IS 'When the node''s worker last wrote its row while training (about every second).';
+
+-----------------------------------------------------------------------------
 -- int8 checkpoints (quantize; src/quantize.c, src/cpu_matmul.c)
 -----------------------------------------------------------------------------
 

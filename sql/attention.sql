@@ -884,16 +884,21 @@ CREATE TABLE job_ranks (
     ranks       integer NOT NULL CHECK (ranks > 0),
     world_ranks integer NOT NULL CHECK (world_ranks >= first_rank + ranks),
     unique_id   bytea NOT NULL CHECK (length(unique_id) = 128),
-    state       text NOT NULL DEFAULT 'waiting' CHECK (state IN ('waiting', 'claimed', 'joined', 'failed')),
+    state       text NOT NULL DEFAULT 'waiting'
+                CHECK (state IN ('waiting', 'claimed', 'joined', 'training', 'finished', 'failed')),
     worker_pid  integer,
     claimed_at  timestamptz,
     error       text,
+    step        bigint,
+    heartbeat_at timestamptz,
     PRIMARY KEY (job_id, node)
 );
 COMMENT ON TABLE job_ranks IS
 'The nodes of a training job that spans machines ("nodes" > 1): each node''s rank range and the NCCL communicator id the coordinator made; a node''s worker claims a waiting row, joins, or fails.';
 COMMENT ON COLUMN job_ranks.unique_id IS 'ncclUniqueId (128 bytes): whoever reads it can join the communicator, so only the model''s owners see it.';
-COMMENT ON COLUMN job_ranks.state IS 'waiting (published), claimed (a worker has it), joined (its ranks are joining the communicator), failed (error says why).';
+COMMENT ON COLUMN job_ranks.state IS 'waiting (published), claimed (a worker has it), joined (its ranks are joining the communicator), training (its ranks run the steps every node runs), finished (it stopped after the step all nodes agreed on), failed (error says why).';
+COMMENT ON COLUMN job_ranks.step IS 'The last step the node''s ranks finished (written with each heartbeat and at the end).';
+COMMENT ON COLUMN job_ranks.heartbeat_at IS 'When the node''s worker last wrote its row while training (about every second).';
 
 ALTER TABLE job_ranks ENABLE ROW LEVEL SECURITY;
 CREATE POLICY job_ranks_owner ON job_ranks

@@ -121,20 +121,75 @@ SELECT status FROM attention.training_jobs WHERE job_id = :long_job;
 -- communicator id in attention.job_ranks; a second worker process (join_training) claims
 -- node 1 and joins with the id it read there. The emulated NCCL connects the two processes
 -- over TCP (the id carries the coordinator's listener), so the 4 ranks form one
--- communicator, which only the id read from the table can do; then both end the job, as
--- the training loop across machines is not built.
+-- communicator. Both nodes run every step; the coordinator alone validates and writes
+-- checkpoints; after each step the nodes vote on stopping, so both stop after the same one.
+CREATE FUNCTION pg_temp.wait_for_node(job bigint, n int) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1 .. 1200 LOOP
+    IF (SELECT state IN ('finished', 'failed') FROM attention.job_ranks WHERE job_id = job AND node = n) THEN
+      RETURN (SELECT state FROM attention.job_ranks WHERE job_id = job AND node = n);
+    END IF;
+    PERFORM pg_sleep(0.1);
+  END LOOP;
+  RETURN 'still running';
+END
+$$;
 SELECT attention.train('dp_job', 'dp_corpus', format('{"max_steps": 20, "device": "cuda:0,1", "nodes": 2, %s}',
   :'options')::jsonb) AS nodes_job \gset
 SELECT attention.join_training(:nodes_job) > 0 AS node_started;
 SELECT attention.wait_training(:nodes_job);
-SELECT node, first_rank, ranks, world_ranks, state, length(unique_id) AS id_bytes, worker_pid IS NOT NULL AS claimed
+SELECT pg_temp.wait_for_node(:nodes_job, 1) AS node_1;
+SELECT node, first_rank, ranks, world_ranks, state, step, length(unique_id) AS id_bytes, error
   FROM attention.job_ranks WHERE job_id = :nodes_job ORDER BY node;
 SELECT n1.worker_pid <> n0.worker_pid AS two_processes, n0.worker_pid = j.worker_pid AS node_0_is_the_coordinator,
-       n1.error ~ '^training job \d+: the 4 ranks of 2 nodes formed their communicator' AS node_1_joined,
-       j.status, j.error ~ '^training job \d+: the 4 ranks of 2 nodes formed their communicator, but the training loop '
-                         'across machines is not built' AS coordinator_joined
+       j.status, j.step, j.error
   FROM attention.job_ranks n0, attention.job_ranks n1, attention.training_jobs j
  WHERE n0.job_id = :nodes_job AND n1.job_id = :nodes_job AND j.job_id = :nodes_job AND n0.node = 0 AND n1.node = 1;
+-- 2 nodes x 2 ranks follow the 4 ranks of one machine bit for bit (the emulated NCCL sums in
+-- rank order across processes too), and one rank to 1e-5
+SELECT c.step, c.valid_loss = f.valid_loss AS same_as_four_ranks,
+       abs(o.valid_loss - c.valid_loss) / c.valid_loss < 1e-5 AS same_as_one_rank
+  FROM attention.checkpoints c JOIN attention.checkpoints f ON f.job_id = :four AND f.step = c.step
+  JOIN attention.checkpoints o ON o.job_id = :one AND o.step = c.step
+ WHERE c.job_id = :nodes_job ORDER BY c.step;
+
+-- cancel_training on the coordinator stops both nodes after the same step
+SELECT attention.train('dp_job', 'dp_corpus', format('{"max_steps": 100000, "device": "cuda:0,1", "nodes": 2, %s}',
+  :'options')::jsonb) AS nodes_long \gset
+SELECT attention.join_training(:nodes_long) > 0 AS node_started;
+SELECT pg_temp.wait_for_step(:nodes_long::bigint, 2) AS training;
+SELECT attention.cancel_training(:nodes_long);
+SELECT attention.wait_training(:nodes_long);
+SELECT pg_temp.wait_for_node(:nodes_long, 1) AS node_1;
+SELECT j.status, n0.step = j.step AND n1.step = j.step AS same_step, j.step < 100000 AS stopped_early
+  FROM attention.training_jobs j, attention.job_ranks n0, attention.job_ranks n1
+ WHERE j.job_id = :nodes_long AND n0.job_id = j.job_id AND n0.node = 0 AND n1.job_id = j.job_id AND n1.node = 1;
+
+-- node 1's worker terminated mid-run: it says why in its row and leaves, the job fails
+-- naming it, with its checkpoints complete; the coordinator alone ("nodes": 1) resumes it
+SELECT attention.resume_training(:nodes_long, '{}') = :nodes_long AS resumed;
+SELECT attention.join_training(:nodes_long) > 0 AS node_started;
+SELECT pg_temp.wait_for_step(:nodes_long::bigint, (SELECT step::int + 2 FROM attention.jobs WHERE job_id = :nodes_long))
+  AS training;
+SELECT pg_terminate_backend(worker_pid) FROM attention.job_ranks WHERE job_id = :nodes_long AND node = 1;
+SELECT attention.wait_training(:nodes_long);
+SELECT pg_temp.wait_for_node(:nodes_long, 1) AS node_1;
+SELECT j.status, j.error ~ '^training job \d+: (node 1 left after step \d+|step \d+: node 1 failed): its worker was '
+                         'stopped after step \d+ \(SIGTERM: pg_terminate_backend or a server shutdown\)$' AS names_node_1,
+       n1.error ~ '^its worker was stopped' AS node_says_why
+  FROM attention.training_jobs j, attention.job_ranks n1
+ WHERE j.job_id = :nodes_long AND n1.job_id = j.job_id AND n1.node = 1;
+SELECT (SELECT count(*) FROM attention.checkpoint_tensors t WHERE t.checkpoint_id = max(c.checkpoint_id)) =
+       (SELECT count(*) FROM attention.checkpoint_tensors t JOIN attention.checkpoints o USING (checkpoint_id)
+         WHERE o.job_id = :one AND o.step = 5) AS last_checkpoint_complete
+  FROM attention.checkpoints c WHERE c.job_id = :nodes_long;
+SELECT max(step) + 3 AS resume_to FROM attention.checkpoints WHERE job_id = :nodes_long \gset
+SELECT attention.resume_training(:nodes_long, format('{"nodes": 1, "max_steps": %s}', :resume_to)::jsonb)
+       = :nodes_long AS resumed_alone;
+SELECT attention.wait_training(:nodes_long);
+SELECT status, step = :resume_to AS finished_its_steps, options->'nodes' AS nodes
+  FROM attention.training_jobs WHERE job_id = :nodes_long;
+
 -- nodes need CUDA devices and a job across machines; only owners see the communicator id
 SELECT attention.train('dp_job', 'dp_corpus', '{"nodes": 2}');
 SELECT attention.join_training(:one);

@@ -57,7 +57,7 @@ static const OptionSpec option_specs[] = {
 	{"device", OPT_TEXT, offsetof(TrainOptions, device), 0, sizeof(((TrainOptions *) 0)->device), true},
 	{"precision", OPT_TEXT, offsetof(TrainOptions, precision), 0, sizeof(((TrainOptions *) 0)->precision), true},
 	{"threads", OPT_INT32, offsetof(TrainOptions, threads), 0, 1024, true},
-	{"nodes", OPT_INT32, offsetof(TrainOptions, nodes), 1, 1024, false},
+	{"nodes", OPT_INT32, offsetof(TrainOptions, nodes), 1, 1024, true},
 };
 
 /* The defaults: the paper's schedule, a checkpoint every 10 minutes, 5 kept. */
