@@ -10,6 +10,8 @@
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "portability/instr_time.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/wait_event.h"
@@ -32,6 +34,8 @@ poll_wait(instr_time start)
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, RANKS_POLL_MS, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
+	if (ShutdownRequestPending)
+		proc_exit(1);			/* a node worker's SIGTERM (run_node) before it has a node */
 	INSTR_TIME_SET_CURRENT(now);
 	INSTR_TIME_SUBTRACT(now, start);
 	return INSTR_TIME_GET_DOUBLE(now) < RANKS_WAIT_SECONDS;
@@ -128,7 +132,7 @@ ranks_abandon(void *arg)
 	MemoryContext outer = CurrentMemoryContext;
 	volatile bool abandon = false;
 
-	if (InterruptPending)
+	if (InterruptPending || ShutdownRequestPending)
 		return true;
 	PG_TRY();
 	{
@@ -233,10 +237,10 @@ void
 ranks_set_state(int64 job_id, int node, const char *state, int64 step, const char *error)
 {
 	worker_begin();
-	/* only this worker's claim: rows published again since belong to others */
+	/* only this worker's claim (rows published again since belong to others); a failure's first reason stays */
 	if (SPI_execute_with_args("UPDATE attention.job_ranks SET state = $3, error = $4, step = coalesce($6, step), "
-							  "heartbeat_at = CASE WHEN $6 IS NULL THEN heartbeat_at ELSE now() END "
-							  "WHERE job_id = $1 AND node = $2 AND worker_pid = $5", 6,
+							  "heartbeat_at = CASE WHEN $6 IS NULL AND $3 <> 'failed' THEN heartbeat_at ELSE now() END "
+							  "WHERE job_id = $1 AND node = $2 AND worker_pid = $5 AND state <> 'failed'", 6,
 							  (Oid[]) {INT8OID, INT4OID, TEXTOID, TEXTOID, INT4OID, INT8OID},
 							  (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(node), CStringGetTextDatum(state),
 								  error != NULL ? CStringGetTextDatum(error) : (Datum) 0, Int32GetDatum(MyProcPid),
@@ -278,7 +282,7 @@ ranks_failure(int64 job_id, char **error)
 		bool		isnull;
 
 		worker_begin();
-		/* a failed node first; else the one heard from longest ago */
+		/* the failed node that failed first (a failure stamps heartbeat_at); else the one heard from longest ago */
 		if (SPI_execute_with_args("SELECT node, state = 'failed', error, "
 								  "extract(epoch FROM now() - heartbeat_at)::float8 FROM attention.job_ranks "
 								  "WHERE job_id = $1 AND node > 0 "

@@ -15,6 +15,13 @@
  * drives one rank per device from threads of this process; this thread
  * alone calls PostgreSQL: it reads the data, hands each step's batches to
  * the engine, and writes progress and rank 0's checkpoints.
+ *
+ * Across machines ("nodes": K), this worker is the coordinator (node 0) and
+ * join_training starts a node worker for each other node (run_node): every
+ * node runs every step, and after each all vote on stopping (agree_stop).
+ * The coordinator alone validates and writes; a node writes only its row of
+ * attention.job_ranks, and takes SIGTERM as a request to leave through the
+ * vote after its current step.
  */
 #include "postgres.h"
 
@@ -646,10 +653,12 @@ next_batch(Job *j)
 }
 
 /*
- * A step or vote that failed on this node's ranks. On the coordinator of a
- * job across machines the cause is usually another node (its process
- * exited, its device failed, it was cut off), which reports it in its row
- * of attention.job_ranks: the job fails naming that node.
+ * A step or vote that failed on this node's ranks. In a job across
+ * machines another node may have failed first (its process exited, its
+ * device failed): on the coordinator the job's error adds the first
+ * failure another node recorded in attention.job_ranks, or the node heard
+ * from longest ago; which came first is not claimed (a node whose device
+ * fails may close its connections before it writes its row).
  */
 static void
 step_failed(Job *j, const char *what, const char *err)
@@ -657,16 +666,19 @@ step_failed(Job *j, const char *what, const char *err)
 	char	   *cause;
 	int			node;
 
-	if (j->o.nodes == 1 || j->node >= 0)
+	if (j->o.nodes == 1)
 		engine_error(j, what, err);
+	if (j->node >= 0)
+		ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+						errmsg("training job %lld: node %d: %s: %s", (long long) j->job_id, j->node, what, err)));
 	node = ranks_failure(j->job_id, &cause);
 	if (node < 0)
 		ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
 						errmsg("training job %lld: %s: %s", (long long) j->job_id, what, err),
 						errdetail("%s", cause)));
 	ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
-					errmsg("training job %lld: %s: node %d failed: %s", (long long) j->job_id, what, node, cause),
-					errdetail("This node's ranks: %s", err)));
+					errmsg("training job %lld: %s: %s; node %d failed: %s", (long long) j->job_id, what, err, node,
+						   cause)));
 }
 
 /*
@@ -790,9 +802,9 @@ join_as_coordinator(Job *j, MemoryContext ctx)
 /*
  * Whether every node stops now: the nodes' votes summed (tf_parallel_agree)
  * after each step, so all stop after the same one. The coordinator votes
- * VOTE_STOP for its limits, a cancel or a validation-based stop; a node
- * whose worker is asked to exit votes VOTE_LEAVE (its row says why); one
- * node alone decides by itself.
+ * VOTE_STOP for its limits, a cancel, or an interrupt of its own (handled
+ * once all have stopped); a node whose worker is asked to exit votes
+ * VOTE_LEAVE (its row says why); one node alone decides by itself.
  */
 static bool
 agree_stop(Job *j, int vote)
@@ -804,14 +816,19 @@ agree_stop(Job *j, int vote)
 		return vote != 0;
 	if (tf_parallel_agree(j->engine, vote, &total, err, sizeof(err)) != TF_OK)
 		step_failed(j, psprintf("the vote after step %lld", (long long) steps(j)), err);
-	if (j->node < 0 && total - vote >= VOTE_LEAVE)
+	/* a node left (unless the job was done anyway): keep this step, then fail naming the node */
+	if (j->node < 0 && total - vote >= VOTE_LEAVE && !limit_reached(j))
 	{
 		char	   *cause;
 		int			node = ranks_failure(j->job_id, &cause);
 
-		/* the others stop after this step too: keep it, then fail naming the node */
 		if (steps(j) != j->checkpoint_step)
 			checkpoint(j, NULL);
+		if (node < 0)
+			ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+							errmsg("training job %lld: a node left after step %lld", (long long) j->job_id,
+								   (long long) steps(j)),
+							errdetail("%s", cause)));
 		ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
 						errmsg("training job %lld: node %d left after step %lld: %s", (long long) j->job_id, node,
 							   (long long) steps(j), cause)));
@@ -821,19 +838,17 @@ agree_stop(Job *j, int vote)
 
 /*
  * Whether this node worker is asked to stop (SIGTERM: pg_terminate_backend
- * or a shutdown; SIGINT: pg_cancel_backend; or its postmaster died); if so,
- * its row says why first, so the coordinator can name it whichever way the
- * others learn that it left. Called with interrupts held (run_node).
+ * or a shutdown, which run_node turns into ShutdownRequestPending; or its
+ * postmaster died); if so, its row says why first, and the caller votes to
+ * leave, so every node stops after the same step.
  */
 static bool
 node_leaving(Job *j)
 {
 	const char *why;
 
-	if (ProcDiePending)
+	if (ShutdownRequestPending)
 		why = "SIGTERM: pg_terminate_backend or a server shutdown";
-	else if (QueryCancelPending)
-		why = "SIGINT: pg_cancel_backend";
 	else if (!PostmasterIsAlive())
 		why = "its server stopped";
 	else
@@ -859,6 +874,8 @@ run_node(Job *j, MemoryContext ctx)
 	int64		coordinator_step;
 	double		heartbeat;
 
+	/* SIGTERM sets a flag the node acts on between steps, leaving through the vote (node_leaving) */
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	pgstat_report_activity(STATE_RUNNING, "attention training node: claiming a node");
 	worker_begin();
 	if (SPI_execute_with_args(psprintf(JOB_QUERY, vocabulary_columns(), ""), 1, (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false,
@@ -871,38 +888,31 @@ run_node(Job *j, MemoryContext ctx)
 	ranks_set_state(j->job_id, j->node, "joined", -1, NULL);
 	join_nodes(j, &world, ctx);
 	load_data(j, ctx);
+	report(j, "training");
 	ranks_set_state(j->job_id, j->node, "training", steps(j), NULL);
 	heartbeat = now_seconds();
-	report(j, "training");
-	/* interrupts wait for the points between steps where the node says why it leaves */
-	HOLD_INTERRUPTS();
 	for (bool first = true;; first = false)
 	{
 		bool		leave = node_leaving(j);
 
-		/* leaving: after the vote, so the others stop after this step too */
+		/* leaving: through the vote, so the others stop after this step too */
 		if (agree_stop(j, leave ? VOTE_LEAVE : 0) || leave)
 			break;
 		/* the first vote is also where every node has loaded: the coordinator's row has its step by then */
 		if (first && (coordinator_step = ranks_step(j->job_id, 0)) != steps(j))
-			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+			ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 							errmsg("training job %lld: node %d resumed at step %lld, but the coordinator at step %lld",
 								   (long long) j->job_id, j->node, (long long) steps(j),
 								   (long long) coordinator_step)));
-		/* asked while waiting in the vote: the others' step fails without this node's ranks */
-		if (node_leaving(j))
-			break;
 		train_step(j, &skipped);
 		if (now_seconds() - heartbeat >= HEARTBEAT_SECONDS)
 		{
 			ranks_set_state(j->job_id, j->node, "training", steps(j), NULL);
+			report(j, "training");
 			heartbeat = now_seconds();
 		}
 	}
-	RESUME_INTERRUPTS();
-	/* a node that left ends here (SIGTERM as die, SIGINT as a cancel) */
-	CHECK_FOR_INTERRUPTS();
-	if (!PostmasterIsAlive())
+	if (ShutdownRequestPending || !PostmasterIsAlive())
 		proc_exit(1);
 	ranks_set_state(j->job_id, j->node, "finished", steps(j), NULL);
 }
@@ -932,8 +942,13 @@ run_job(Job *j, MemoryContext ctx)
 	if (j->o.nodes > 1)
 		ranks_set_state(j->job_id, 0, "training", steps(j), NULL);
 	report(j, "training");
-	/* every node votes after each step (agree_stop); a stop below goes through the vote */
-	while (!agree_stop(j, cancelled || j->cancelled || limit_reached(j) ? VOTE_STOP : 0))
+	/*
+	 * every node votes after each step (agree_stop): a stop below goes
+	 * through the vote, and across machines so does an interrupt of this
+	 * worker (the nodes stop with it; it is handled once they have)
+	 */
+	while (!agree_stop(j, cancelled || j->cancelled || limit_reached(j) ||
+					   (j->o.nodes > 1 && (ProcDiePending || QueryCancelPending || !PostmasterIsAlive())) ? VOTE_STOP : 0))
 	{
 		int64		step;
 
@@ -964,6 +979,9 @@ run_job(Job *j, MemoryContext ctx)
 			last_progress = now_seconds();
 		}
 	}
+	CHECK_FOR_INTERRUPTS();
+	if (!PostmasterIsAlive())
+		proc_exit(1);
 	if (j->o.nodes > 1)
 		ranks_set_state(j->job_id, 0, "finished", steps(j), NULL);
 	/* a cancel ends with a checkpoint of the last step, not validated */

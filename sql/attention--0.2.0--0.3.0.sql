@@ -225,6 +225,10 @@ ALTER TABLE job_ranks ADD COLUMN heartbeat_at timestamptz;
 COMMENT ON COLUMN job_ranks.state IS 'waiting (published), claimed (a worker has it), joined (its ranks are joining the communicator), training (its ranks run the steps every node runs), finished (it stopped after the step all nodes agreed on), failed (error says why).';
 COMMENT ON COLUMN job_ranks.step IS 'The last step the node''s ranks finished (written with each heartbeat and at the end).';
 COMMENT ON COLUMN job_ranks.heartbeat_at IS 'When the node''s worker last wrote its row while training (about every second).';
+COMMENT ON TABLE job_ranks IS
+'The nodes of a training job that spans machines ("nodes" > 1): each node''s rank range and the NCCL communicator id the coordinator made; a node''s worker claims a waiting row, joins, trains (step, heartbeat) and finishes, or fails saying why.';
+COMMENT ON FUNCTION join_training(bigint) IS
+'Starts a worker on this server that claims the next waiting node of a job that spans machines (attention.job_ranks), joins its communicator and runs every step with the other nodes until they all agree to stop; returns the worker''s pid.';
 
 -----------------------------------------------------------------------------
 -- int8 checkpoints (quantize; src/quantize.c, src/cpu_matmul.c)

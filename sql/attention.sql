@@ -894,7 +894,7 @@ CREATE TABLE job_ranks (
     PRIMARY KEY (job_id, node)
 );
 COMMENT ON TABLE job_ranks IS
-'The nodes of a training job that spans machines ("nodes" > 1): each node''s rank range and the NCCL communicator id the coordinator made; a node''s worker claims a waiting row, joins, or fails.';
+'The nodes of a training job that spans machines ("nodes" > 1): each node''s rank range and the NCCL communicator id the coordinator made; a node''s worker claims a waiting row, joins, trains (step, heartbeat) and finishes, or fails saying why.';
 COMMENT ON COLUMN job_ranks.unique_id IS 'ncclUniqueId (128 bytes): whoever reads it can join the communicator, so only the model''s owners see it.';
 COMMENT ON COLUMN job_ranks.state IS 'waiting (published), claimed (a worker has it), joined (its ranks are joining the communicator), training (its ranks run the steps every node runs), finished (it stopped after the step all nodes agreed on), failed (error says why).';
 COMMENT ON COLUMN job_ranks.step IS 'The last step the node''s ranks finished (written with each heartbeat and at the end).';
@@ -915,7 +915,7 @@ RETURNS integer
 AS 'MODULE_PATHNAME', 'attention_join_training'
 LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION join_training(bigint) IS
-'Starts a worker on this server that claims the next waiting node of a job that spans machines (attention.job_ranks) and joins its communicator; returns the worker''s pid.';
+'Starts a worker on this server that claims the next waiting node of a job that spans machines (attention.job_ranks), joins its communicator and runs every step with the other nodes until they all agree to stop; returns the worker''s pid.';
 
 -----------------------------------------------------------------------------
 -- Translation services (src/pg/service.c, service_worker.c)

@@ -168,8 +168,9 @@ SELECT j.status, n0.step = j.step AND n1.step = j.step AS same_step, j.step < 10
   FROM attention.training_jobs j, attention.job_ranks n0, attention.job_ranks n1
  WHERE j.job_id = :nodes_long AND n0.job_id = j.job_id AND n0.node = 0 AND n1.job_id = j.job_id AND n1.node = 1;
 
--- node 1's worker terminated mid-run: it says why in its row and leaves, the job fails
--- naming it, with its checkpoints complete; the coordinator alone ("nodes": 1) resumes it
+-- node 1's worker terminated mid-run: it says why in its row and leaves through the vote,
+-- the job checkpoints that step and fails naming it; the coordinator alone ("nodes": 1)
+-- resumes it
 SELECT attention.resume_training(:nodes_long, '{}') = :nodes_long AS resumed;
 SELECT attention.join_training(:nodes_long) > 0 AS node_started;
 SELECT pg_temp.wait_for_step(:nodes_long::bigint, (SELECT step::int + 2 FROM attention.jobs WHERE job_id = :nodes_long))
@@ -177,8 +178,8 @@ SELECT pg_temp.wait_for_step(:nodes_long::bigint, (SELECT step::int + 2 FROM att
 SELECT pg_terminate_backend(worker_pid) FROM attention.job_ranks WHERE job_id = :nodes_long AND node = 1;
 SELECT attention.wait_training(:nodes_long);
 SELECT pg_temp.wait_for_node(:nodes_long, 1) AS node_1;
-SELECT j.status, j.error ~ '^training job \d+: (node 1 left after step \d+|step \d+: node 1 failed): its worker was '
-                         'stopped after step \d+ \(SIGTERM: pg_terminate_backend or a server shutdown\)$' AS names_node_1,
+SELECT j.status, j.error ~ '^training job \d+: node 1 left after step (\d+): its worker was stopped after step \1 '
+                         '\(SIGTERM: pg_terminate_backend or a server shutdown\)$' AS names_node_1,
        n1.error ~ '^its worker was stopped' AS node_says_why
   FROM attention.training_jobs j, attention.job_ranks n1
  WHERE j.job_id = :nodes_long AND n1.job_id = j.job_id AND n1.node = 1;
