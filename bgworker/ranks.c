@@ -14,6 +14,7 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 #include "compat.h"
@@ -331,4 +332,97 @@ ranks_failure(int64 job_id, char **error)
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
+}
+
+/* Seconds on the monotonic instrumentation clock. */
+static double
+monotonic_seconds(void)
+{
+	instr_time	now;
+
+	INSTR_TIME_SET_CURRENT(now);
+	return INSTR_TIME_GET_DOUBLE(now);
+}
+
+void
+ranks_silence_init(RanksSilence *w, int64 job_id, int nodes)
+{
+	w->job_id = job_id;
+	w->nodes = nodes;
+	w->beat = palloc0(nodes * sizeof(TimestampTz));
+	w->changed = palloc0(nodes * sizeof(double));
+	w->next_poll = 0;
+	w->silent_node = -1;
+	w->silent_seconds = 0;
+}
+
+bool
+ranks_silent(RanksSilence *w)
+{
+	MemoryContext outer = CurrentMemoryContext;
+	double		now = monotonic_seconds();
+
+	if (now < w->next_poll)
+		return false;
+	w->next_poll = now + 1.0;
+	PG_TRY();
+	{
+		worker_begin();
+		if (SPI_execute_with_args("SELECT node, heartbeat_at FROM attention.job_ranks WHERE job_id = $1 AND node > 0 "
+								  "AND node < $2 AND state = 'training' AND heartbeat_at IS NOT NULL", 2,
+								  (Oid[]) {INT8OID, INT4OID},
+								  (Datum[]) {Int64GetDatum(w->job_id), Int32GetDatum(w->nodes)}, NULL, true,
+								  0) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the ranks of training job %lld", (long long) w->job_id);
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			bool		isnull;
+			int			node = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+			TimestampTz beat = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2,
+																 &isnull));
+
+			if (w->changed[node] == 0 || beat != w->beat[node])
+			{
+				w->beat[node] = beat;
+				w->changed[node] = now;
+			}
+			else if (now - w->changed[node] >= RANKS_SILENT_SECONDS && w->silent_node < 0)
+			{
+				w->silent_node = node;
+				w->silent_seconds = now - w->changed[node];
+			}
+		}
+		worker_commit();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(outer);
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(outer);
+	return w->silent_node >= 0;
+}
+
+bool
+ranks_heartbeat(int64 job_id, int node, int64 step)
+{
+	MemoryContext outer = CurrentMemoryContext;
+	volatile bool ok = true;
+
+	PG_TRY();
+	{
+		ranks_set_state(job_id, node, "training", step, NULL);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(outer);
+		FlushErrorState();
+		AbortCurrentTransaction();
+		ok = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(outer);
+	return ok;
 }

@@ -14,6 +14,8 @@
 
 #include "postgres.h"
 
+#include "datatype/timestamp.h"
+
 #include "compat.h"
 #include "parallel.h"
 
@@ -87,5 +89,38 @@ int			ranks_failure(int64 job_id, char **error);
 
 /* How long ranks_failure waits for a failed node's row, seconds. */
 #define RANKS_REPORT_SECONDS 5
+
+/* A training node whose heartbeat has not changed for this long is silent, seconds. */
+#define RANKS_SILENT_SECONDS 10
+
+/*
+ * What the coordinator watches while its ranks wait for the others: each
+ * node's last heartbeat_at and when (on this worker's monotonic clock, so
+ * the servers' clocks need not agree) it last changed.
+ */
+typedef struct RanksSilence
+{
+	int64		job_id;
+	int			nodes;
+	TimestampTz *beat;			/* [nodes] */
+	double	   *changed;		/* [nodes]; 0: not seen training yet */
+	double		next_poll;
+	int			silent_node;	/* the node found silent; -1 */
+	double		silent_seconds;
+} RanksSilence;
+
+/* Starts watching the nodes of a job (arrays in the current memory context). */
+void		ranks_silence_init(RanksSilence *w, int64 job_id, int nodes);
+
+/*
+ * Coordinator (tf_parallel_set_poll, about once a second): true when a
+ * node in state training has not changed its heartbeat for
+ * RANKS_SILENT_SECONDS (w->silent_node and silent_seconds say which). Its
+ * own transaction; raises no ERROR (a failed read is not a silent node).
+ */
+bool		ranks_silent(RanksSilence *w);
+
+/* Node: writes its heartbeat and step (ranks_set_state's "training"); raises no ERROR (false if it failed). */
+bool		ranks_heartbeat(int64 job_id, int node, int64 step);
 
 #endif

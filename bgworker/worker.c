@@ -102,6 +102,9 @@ typedef struct Job
 	/* this worker's run: from the end of corpus encoding */
 	int64		run_tokens;
 	int			node;			/* a node worker's node, once claimed; else -1 */
+	RanksSilence silence;		/* across machines, the coordinator's watch on the other nodes */
+	int64		node_step;		/* a node worker's last finished step, for heartbeats during steps */
+	double		heartbeat;		/* when a node worker last wrote its heartbeat */
 	double		train_start;
 	double		learning_rate;
 	double		valid_loss;		/* NaN: none */
@@ -671,6 +674,12 @@ step_failed(Job *j, const char *what, const char *err)
 	if (j->node >= 0)
 		ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
 						errmsg("training job %lld: node %d: %s: %s", (long long) j->job_id, j->node, what, err)));
+	if (j->silence.silent_node > 0)
+		ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+						errmsg("training job %lld: %s: node %d went silent: its heartbeat did not change for %.0f s "
+							   "(the limit is %d s), so its ranks were given up", (long long) j->job_id, what,
+							   j->silence.silent_node, j->silence.silent_seconds, RANKS_SILENT_SECONDS),
+						errdetail("This node's ranks: %s", err)));
 	node = ranks_failure(j->job_id, &cause);
 	if (node < 0)
 		ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
@@ -743,6 +752,27 @@ train_step(Job *j, int *skipped)
 	TOKENS_SEEN(j) += labels;
 }
 
+/* The coordinator's poll while its ranks wait for the others: gives up on a silent node. */
+static bool
+coordinator_poll(void *arg)
+{
+	return ranks_silent(&((Job *) arg)->silence);
+}
+
+/* A node's poll while its ranks work or wait: keeps its heartbeat current. */
+static bool
+node_poll(void *arg)
+{
+	Job		   *j = arg;
+
+	if (now_seconds() - j->heartbeat >= HEARTBEAT_SECONDS)
+	{
+		(void) ranks_heartbeat(j->job_id, j->node, j->node_step);
+		j->heartbeat = now_seconds();
+	}
+	return false;
+}
+
 /*
  * This node's ranks of a job across machines join the communicator of all
  * nodes' ranks (world, from attention.job_ranks), in the job's precision,
@@ -796,6 +826,8 @@ join_as_coordinator(Job *j, MemoryContext ctx)
 		return false;
 	}
 	join_nodes(j, &world, ctx);
+	ranks_silence_init(&j->silence, j->job_id, j->o.nodes);
+	tf_parallel_set_poll(j->engine, coordinator_poll, j);
 	return true;
 }
 
@@ -872,7 +904,6 @@ run_node(Job *j, MemoryContext ctx)
 	TfWorld		world = {0};
 	int			skipped = 0;
 	int64		coordinator_step;
-	double		heartbeat;
 
 	/* SIGTERM sets a flag the node acts on between steps, leaving through the vote (node_leaving) */
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
@@ -889,8 +920,10 @@ run_node(Job *j, MemoryContext ctx)
 	join_nodes(j, &world, ctx);
 	load_data(j, ctx);
 	report(j, "training");
-	ranks_set_state(j->job_id, j->node, "training", steps(j), NULL);
-	heartbeat = now_seconds();
+	j->node_step = steps(j);
+	ranks_set_state(j->job_id, j->node, "training", j->node_step, NULL);
+	j->heartbeat = now_seconds();
+	tf_parallel_set_poll(j->engine, node_poll, j);
 	for (bool first = true;; first = false)
 	{
 		bool		leave = node_leaving(j);
@@ -905,11 +938,12 @@ run_node(Job *j, MemoryContext ctx)
 								   (long long) j->job_id, j->node, (long long) steps(j),
 								   (long long) coordinator_step)));
 		train_step(j, &skipped);
-		if (now_seconds() - heartbeat >= HEARTBEAT_SECONDS)
+		j->node_step = steps(j);
+		if (now_seconds() - j->heartbeat >= HEARTBEAT_SECONDS)
 		{
-			ranks_set_state(j->job_id, j->node, "training", steps(j), NULL);
+			ranks_set_state(j->job_id, j->node, "training", j->node_step, NULL);
 			report(j, "training");
-			heartbeat = now_seconds();
+			j->heartbeat = now_seconds();
 		}
 	}
 	if (ShutdownRequestPending || !PostmasterIsAlive())

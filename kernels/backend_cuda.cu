@@ -1327,7 +1327,10 @@ cuda_all_reduce(TfBackend *be, float *x, size_t n, bool last)
 		rc = st->aborted ? ncclRemoteError : ncclAllReduce(x, x, n, ncclFloat32, ncclSum, st->comm, st->comm_stream);
 	}
 	while (rc == ncclInProgress)	/* a non-blocking communicator may still be queueing it */
+	{
+		std::this_thread::sleep_for(std::chrono::microseconds(20));
 		rc = nccl_state(st);
+	}
 	if (st->aborted)
 	{
 		fail(be, "all-reduce", "the communicator was aborted (another rank failed)");

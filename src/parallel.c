@@ -62,7 +62,7 @@ struct TfParallel
 	int			finished;
 	Work		work;
 	int			first_failure;	/* local index of the first rank that failed; -1 */
-	bool		(*abandon) (void *arg); /* TfWorld.abandon, polled while joining */
+	bool		(*abandon) (void *arg); /* TfWorld.abandon, polled while joining; then tf_parallel_set_poll's */
 	void	   *abandon_arg;
 	bool		abandoned;		/* abandon returned true */
 
@@ -318,7 +318,9 @@ run_all(TfParallel *p, Work work, char *err, size_t errlen)
 		{
 			struct timespec until;
 
-			if (work != WORK_JOIN || p->abandon == NULL || p->abandoned)
+			/* the works that wait for other machines' ranks poll the caller's function */
+			if ((work != WORK_JOIN && work != WORK_STEP && work != WORK_AGREE) || p->abandon == NULL ||
+				p->abandoned)
 			{
 				pthread_cond_wait(&p->done, &p->mu);
 				continue;
@@ -346,8 +348,11 @@ run_all(TfParallel *p, Work work, char *err, size_t errlen)
 		return TF_OK;
 	if (p->first_failure >= 0)
 		f = p->first_failure;
-	if (p->abandoned)
+	if (p->abandoned && work == WORK_JOIN)
 		snprintf(err, errlen, "the join of ranks %d .. %d was abandoned", p->first, p->first + p->local - 1);
+	else if (p->abandoned)
+		snprintf(err, errlen, "ranks %d .. %d were stopped by the caller: rank %d (%s:%d): %s", p->first,
+				 p->first + p->local - 1, p->ranks[f].rank, p->kind, p->ranks[f].device, p->ranks[f].err);
 	else if (p->threaded)
 		snprintf(err, errlen, "rank %d (%s:%d): %s", p->ranks[f].rank, p->kind, p->ranks[f].device, p->ranks[f].err);
 	else
@@ -522,6 +527,13 @@ tf_parallel_step(TfParallel *p, const TfBatch *batches, int count, float grad_sc
 	else if (rc != TF_OK && stats->skipped)
 		snprintf(err, errlen, "%s", p->ranks[0].err);
 	return rc;
+}
+
+void
+tf_parallel_set_poll(TfParallel *p, bool (*poll) (void *arg), void *arg)
+{
+	p->abandon = p->world > p->local ? poll : NULL;
+	p->abandon_arg = arg;
 }
 
 int

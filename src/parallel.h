@@ -105,6 +105,17 @@ int			tf_parallel_set_precision(TfParallel *p, TfPrecision precision, char *err,
 int			tf_parallel_step(TfParallel *p, const TfBatch *batches, int count, float grad_scale,
 							 const TfOptimizer *opt, TfStepStats *stats, char *err, size_t errlen);
 
+/*
+ * With ranks on other machines: `poll` (NULL: none) replaces
+ * TfWorld.abandon after the join. It is called on the calling thread about
+ * every JOIN_POLL_MS while this machine's ranks run a step or a vote; true
+ * aborts their communicators (NCCL's abort path), so the work fails ("ranks
+ * .. were stopped by the caller") and the replicas are unusable. The caller
+ * uses it to give up on another machine that went silent, and to show its
+ * own liveness meanwhile. No-op with every rank on this machine.
+ */
+void		tf_parallel_set_poll(TfParallel *p, bool (*poll) (void *arg), void *arg);
+
 /* Largest vote of tf_parallel_agree: totals stay exact in a float sum over 2^24 / TF_MAX_VOTE nodes. */
 #define TF_MAX_VOTE 1023
 

@@ -16,7 +16,11 @@
  *   not, on device buffers, with the communicator's device current;
  * - ncclGroupStart/End: the collectives between them are issued together;
  * - ncclCommAbort ends the clique: collectives waiting in it and later ones
- *   fail with ncclRemoteError, never hang.
+ *   fail with ncclRemoteError, never hang;
+ * - on a non-blocking communicator a collective returns ncclInProgress and
+ *   runs on a thread of its own; ncclCommGetAsyncError says ncclInProgress
+ *   until it is done (here: complete, not only enqueued), so the caller
+ *   polls and may abort meanwhile from another thread.
  * A planted failure: CUEMU_JOIN_FAULT_DEVICE=D makes the join of the rank on
  * device D fail at once while the others wait for it.
  * Collectives are synchronous here. A reduction is computed once, by the
@@ -32,9 +36,9 @@
  * in the same rank order, bitwise what one process computes. A closed
  * connection either way (a process that died, ncclCommAbort in the other
  * process) aborts the clique: every rank's pending and later collectives
- * fail with ncclRemoteError. Not emulated: a peer that stays connected but
- * silent (stopped, or cut off without a reset) is waited for, as NCCL
- * would; the caller's abort ends that wait. Both ends are one build on one
+ * fail with ncclRemoteError. A peer that stays connected but silent
+ * (stopped, or cut off without a reset) is waited for, as NCCL would; the
+ * caller's ncclCommAbort, from another thread, ends that wait. Both ends are one build on one
  * architecture: the wire format is the host's.
  */
 #include "cuda_emu.h"
@@ -91,6 +95,21 @@ struct Remote
 	int32_t		ready = 0;
 };
 
+/*
+ * The collective in flight on a non-blocking communicator: it runs on a
+ * thread of its own and the call returns ncclInProgress, so the caller
+ * polls ncclCommGetAsyncError and may abort the communicator from another
+ * thread meanwhile (a peer that went silent), as with NCCL.
+ */
+struct Async
+{
+	std::mutex	mu;
+	std::condition_variable cv;
+	bool		running = false;
+	ncclResult_t result = ncclSuccess;	/* of the last one; an error stays */
+	char		error[256] = "";
+};
+
 }								/* namespace ncclemu */
 
 struct ncclComm
@@ -99,6 +118,7 @@ struct ncclComm
 	int			rank;
 	int			device;
 	ncclemu::Remote *remote;
+	ncclemu::Async *async = nullptr;	/* non-blocking communicators only */
 };
 
 namespace ncclemu {
@@ -464,7 +484,7 @@ join_remote(ncclComm_t *comm, const IdParts &p, int nranks, int rank, int device
 		return ncclSystemError;
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	*comm = new ncclComm{nullptr, rank, device, new Remote};
+	*comm = new ncclComm{nullptr, rank, device, new Remote, blocking ? nullptr : new Async};
 	(*comm)->remote->fd = fd;
 	if (!blocking)
 		return ncclInProgress;
@@ -534,6 +554,13 @@ remote_collective(const Collective &o)
 	return ncclSuccess;
 }
 
+/* Runs one collective to its end on the calling thread. */
+ncclResult_t
+run(const Collective &o)
+{
+	return o.comm->remote != nullptr ? remote_collective(o) : wait_for(o.comm->clique, arrive(o));
+}
+
 ncclResult_t
 submit(const Collective &o, ncclDataType_t type)
 {
@@ -559,7 +586,30 @@ submit(const Collective &o, ncclDataType_t type)
 		group_queue.push_back(o);
 		return ncclSuccess;
 	}
-	return o.comm->remote != nullptr ? remote_collective(o) : wait_for(o.comm->clique, arrive(o));
+	if (o.comm->async == nullptr)
+		return run(o);
+	{
+		Async	   *a = o.comm->async;
+		std::unique_lock<std::mutex> lock(a->mu);
+
+		a->cv.wait(lock, [&] { return !a->running; });	/* a rank's collectives in order */
+		if (a->result != ncclSuccess)
+			return a->result;
+		a->running = true;
+		std::thread([a, o] {
+			ncclResult_t rc;
+
+			cudaSetDevice(o.comm->device);
+			rc = run(o);
+			std::lock_guard<std::mutex> done(a->mu);
+			if (rc != ncclSuccess)
+				snprintf(a->error, sizeof(a->error), "%s", last_error);
+			a->result = rc;
+			a->running = false;
+			a->cv.notify_all();
+		}).detach();
+	}
+	return ncclInProgress;
 }
 
 }								/* namespace ncclemu */
@@ -611,7 +661,7 @@ join(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, bool blocking)
 		return join_remote(comm, parts, nranks, rank, device, blocking);
 	if ((c = clique_for(std::string(id.internal), nranks)) == nullptr)
 		return ncclInvalidArgument;
-	*comm = new ncclComm{c, rank, device, nullptr};
+	*comm = new ncclComm{c, rank, device, nullptr, blocking ? nullptr : new Async};
 	{
 		std::unique_lock<std::mutex> lock(c->mu);
 
@@ -641,6 +691,16 @@ ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state)
 {
 	Clique	   *c = comm->clique;
 
+	if (comm->async != nullptr)
+	{
+		std::lock_guard<std::mutex> lock(comm->async->mu);
+
+		if (comm->async->running || comm->async->result != ncclSuccess)
+		{
+			*state = comm->async->running ? ncclInProgress : comm->async->result;
+			return ncclSuccess;
+		}
+	}
 	if (comm->remote != nullptr)
 	{
 		*state = remote_state(comm->remote);
@@ -671,6 +731,15 @@ ncclCommAbort(ncclComm_t comm)
 ncclResult_t
 ncclCommDestroy(ncclComm_t comm)
 {
+	if (comm != nullptr && comm->async != nullptr)
+	{
+		{
+			std::unique_lock<std::mutex> lock(comm->async->mu);
+
+			comm->async->cv.wait(lock, [&] { return !comm->async->running; });
+		}
+		delete comm->async;
+	}
 	if (comm != nullptr && comm->remote != nullptr)
 	{
 		close(comm->remote->fd);
@@ -689,8 +758,15 @@ ncclGetErrorString(ncclResult_t r)
 }
 
 const char *
-ncclGetLastError(ncclComm_t)
+ncclGetLastError(ncclComm_t comm)
 {
+	if (comm != nullptr && comm->async != nullptr)
+	{
+		std::lock_guard<std::mutex> lock(comm->async->mu);
+
+		if (comm->async->error[0] != '\0')
+			return comm->async->error;	/* written once, when its collective failed */
+	}
 	return last_error;
 }
 

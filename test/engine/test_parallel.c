@@ -487,7 +487,8 @@ id_unhex(const char *hex, uint8_t *id)
  * ATTENTION_TEST_NODE_FD and holds ranks 0 .. 1 on cuda:0,1. Each step's
  * loss sum and tokens as "step loss_sum tokens" (%a: exact) to that fd;
  * with ATTENTION_TEST_NODE_DIE=K it exits abruptly (_exit, no cleanup, as
- * a killed process) after step K (0 with "first": once it wrote the id).
+ * a killed process) after step K (0 with "first": once it wrote the id),
+ * or with ATTENTION_TEST_NODE_STOP also set stops itself (SIGSTOP) there.
  * Returns the exit status.
  */
 int
@@ -533,7 +534,9 @@ test_parallel_node(void)
 		}
 		fprintf(out, "%d %a %lld\n", s, st.loss_sum, (long long) st.tokens);
 		fflush(out);
-		if (s + 1 == die)
+		if (s + 1 == die && getenv("ATTENTION_TEST_NODE_STOP") != NULL)
+			raise(SIGSTOP);		/* silent: alive, connected, answering nothing */
+		else if (s + 1 == die)
 			_exit(3);
 	}
 	if (tf_parallel_agree(p, world.first_rank + 1, &total, err, sizeof(err)) != TF_OK)
@@ -545,22 +548,23 @@ test_parallel_node(void)
 	return 0;
 }
 
-/* TfWorld.abandon: the second node's process has exited (it cannot join any more). */
+/* TfWorld.abandon: the second node's process has exited (it cannot join any more); it is left to reap. */
 static bool
 node_exited(void *arg)
 {
 	pid_t	   *pid = arg;
-	int			status;
+	siginfo_t	info = {0};
 
-	return *pid <= 0 || (waitpid(*pid, &status, WNOHANG) == *pid && (*pid = -1));
+	return *pid <= 0 || (waitid(P_PID, (id_t) *pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == *pid);
 }
 
 /*
  * Starts this binary as the second node (test_parallel_node) with role
- * (a hex id, or "first"), its lines to *read_fd; the pid, or -1.
+ * (a hex id, or "first"), dying (or with stop, stopping) after step die;
+ * its lines to *read_fd; the pid, or -1.
  */
 static pid_t
-start_node(const char *role, int die, int *read_fd)
+start_node(const char *role, int die, bool stop, int *read_fd)
 {
 	extern char **environ;
 	char		exe[4096],
@@ -583,15 +587,28 @@ start_node(const char *role, int die, int *read_fd)
 	snprintf(dievar, sizeof(dievar), "ATTENTION_TEST_NODE_DIE=%d", die);
 	while (environ[n] != NULL)
 		n++;
-	env = calloc(n + 4, sizeof(char *));
+	env = calloc(n + 5, sizeof(char *));
 	memcpy(env, environ, n * sizeof(char *));
 	env[n] = node, env[n + 1] = fdvar, env[n + 2] = dievar;
+	if (stop)
+		env[n + 3] = (char *) "ATTENTION_TEST_NODE_STOP=1";
 	if (posix_spawn(&pid, exe, NULL, NULL, argv, env) != 0)
 		pid = -1;
 	free(env);
 	close(pipefd[1]);
 	*read_fd = pipefd[0];
 	return pid;
+}
+
+/* tf_parallel_set_poll: true once the step that began at *arg (CLOCK_MONOTONIC) has lasted a second. */
+static bool
+step_overdue(void *arg)
+{
+	const struct timespec *t0 = arg;
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double) (now.tv_sec - t0->tv_sec) + 1e-9 * (double) (now.tv_nsec - t0->tv_nsec) >= 1.0;
 }
 
 /*
@@ -613,14 +630,15 @@ test_processes(void)
 	TfConfig	c;
 	char		err[TF_ERRLEN],
 				line[512],
-				failures[3][TF_ERRLEN] = {"", "", ""};
+				failures[4][TF_ERRLEN] = {"", "", "", ""};
 	double		worst_loss = 0.0,
-				fail_seconds[3] = {0.0, 0.0, 0.0};
+				fail_seconds[4] = {0.0, 0.0, 0.0, 0.0};
 
 	tiny_config(&c);
-	for (int kind = 0; kind < 3; kind++)
+	for (int kind = 0; kind < 4; kind++)
 	{
-		bool		here = kind < 2;	/* this process makes the id */
+		bool		here = kind != 2;	/* this process makes the id */
+		bool		silent = kind == 3; /* the second node stops instead of dying */
 		int			die = kind == 0 ? -1 : 5;
 		TfWorld		world = {.first_rank = here ? 0 : 2, .ranks = 4, .abandon = node_exited};
 		char		hex[2 * TF_UNIQUE_ID_BYTES + 1];
@@ -634,13 +652,14 @@ test_processes(void)
 		pid_t		pid;
 		TfParallel *p = NULL;
 		FILE	   *in;
+		struct timespec t0 = {0};
 
 		if (here)
 		{
 			CHECK(tf_cuda_unique_id(world.id, err, sizeof(err)) == TF_OK, "unique id: %s", err);
 			id_hex(world.id, hex);
 		}
-		pid = start_node(here ? hex : "first", die, &rfd);
+		pid = start_node(here ? hex : "first", die, silent, &rfd);
 		CHECK(pid > 0, "could not start the second node");
 		if (pid <= 0)
 			return;
@@ -651,11 +670,13 @@ test_processes(void)
 		world.abandon_arg = &pid;
 		p = tf_parallel_create(&c, 7, here ? "cuda:0,1" : "cuda:2,3", 1, &world, err, sizeof(err));
 		CHECK(p != NULL, "two processes: create: %s", err);
+		/* a silent node: this one gives up on a step that lasted a second */
+		if (p != NULL && silent)
+			tf_parallel_set_poll(p, step_overdue, &t0);
 		for (int s = 0; p != NULL && s < STEPS; s++, done++)
 		{
 			TfStepStats st;
-			struct timespec t0,
-						t1;
+			struct timespec t1;
 			int			rc;
 
 			clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -671,6 +692,8 @@ test_processes(void)
 			sums[s][0] += st.loss_sum;
 			sums[s][1] += (double) st.tokens;
 		}
+		if (silent && pid > 0)
+			kill(pid, SIGKILL);	/* stopped: it would never close its pipe */
 		/* after the steps, a vote: this node's 1 and the other's 3 */
 		if (p != NULL && done == STEPS)
 			CHECK(tf_parallel_agree(p, world.first_rank + 1, &total, err, sizeof(err)) == TF_OK && total == 4,
@@ -692,7 +715,15 @@ test_processes(void)
 			fclose(in);
 		if (pid > 0)
 			waitpid(pid, &status, 0);
-		if (kind == 0)
+		if (silent)
+		{
+			CHECK(failed_step == die && fail_seconds[kind] >= 1.0 && fail_seconds[kind] < 10 &&
+				  strstr(err, "stopped by the caller") != NULL,
+				  "the second node silent after step %d: this node failed at step %d in %.2f s: %s", die,
+				  failed_step + 1, fail_seconds[kind], failed_step >= 0 ? err : "no failure");
+			CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "the silent node's status %d", status);
+		}
+		else if (kind == 0)
 		{
 			CHECK(done == STEPS && WIFEXITED(status) && WEXITSTATUS(status) == 0,
 				  "two processes: %d steps here, the second node's exit status %d", done, status);
@@ -732,7 +763,7 @@ test_processes(void)
 		char		hex[2 * TF_UNIQUE_ID_BYTES + 1] = "";
 		int			rfd = -1,
 					status = 0;
-		pid_t		pid = start_node("first", 0, &rfd);
+		pid_t		pid = start_node("first", 0, false, &rfd);
 		FILE	   *in = rfd >= 0 ? fdopen(rfd, "r") : NULL;
 		struct timespec t0,
 					t1;
@@ -754,8 +785,9 @@ test_processes(void)
 		tf_parallel_free(p);
 	}
 	printf("  2 processes x 2 ranks over %d steps: losses %.2g from 1 process x 4, tensors bitwise; the other node "
-		   "dead after step 5: step 6 failed in %.2f s (%s), the id's maker dead: in %.2f s (%s)\n", STEPS,
-		   worst_loss, fail_seconds[1], failures[1], fail_seconds[2], failures[2]);
+		   "dead after step 5: step 6 failed in %.2f s (%s), the id's maker dead: in %.2f s (%s); the other node "
+		   "silent (SIGSTOP) after step 5, given up after 1 s: step 6 failed in %.2f s (%s)\n", STEPS,
+		   worst_loss, fail_seconds[1], failures[1], fail_seconds[2], failures[2], fail_seconds[3], failures[3]);
 }
 
 void
