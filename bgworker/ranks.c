@@ -362,9 +362,13 @@ ranks_silent(RanksSilence *w)
 	MemoryContext outer = CurrentMemoryContext;
 	double		now = monotonic_seconds();
 
+	uint32		holdoff = InterruptHoldoffCount;
+
 	if (now < w->next_poll)
 		return false;
 	w->next_poll = now + 1.0;
+	/* called mid-step: a pending SIGTERM or cancel waits for the vote after the step (run_job) */
+	HOLD_INTERRUPTS();
 	PG_TRY();
 	{
 		worker_begin();
@@ -397,10 +401,12 @@ ranks_silent(RanksSilence *w)
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(outer);
+		EmitErrorReport();
 		FlushErrorState();
 		AbortCurrentTransaction();
 	}
 	PG_END_TRY();
+	InterruptHoldoffCount = holdoff;	/* an ERROR reset it to 0 */
 	MemoryContextSwitchTo(outer);
 	return w->silent_node >= 0;
 }
@@ -409,8 +415,11 @@ bool
 ranks_heartbeat(int64 job_id, int node, int64 step)
 {
 	MemoryContext outer = CurrentMemoryContext;
+	uint32		holdoff = InterruptHoldoffCount;
 	volatile bool ok = true;
 
+	/* called mid-step: a pending SIGINT waits for the step's end (run_node) */
+	HOLD_INTERRUPTS();
 	PG_TRY();
 	{
 		ranks_set_state(job_id, node, "training", step, NULL);
@@ -418,11 +427,13 @@ ranks_heartbeat(int64 job_id, int node, int64 step)
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(outer);
+		EmitErrorReport();
 		FlushErrorState();
 		AbortCurrentTransaction();
 		ok = false;
 	}
 	PG_END_TRY();
+	InterruptHoldoffCount = holdoff;	/* an ERROR reset it to 0 */
 	MemoryContextSwitchTo(outer);
 	return ok;
 }

@@ -115,12 +115,17 @@ void		ranks_silence_init(RanksSilence *w, int64 job_id, int nodes);
 /*
  * Coordinator (tf_parallel_set_poll, about once a second): true when a
  * node in state training has not changed its heartbeat for
- * RANKS_SILENT_SECONDS (w->silent_node and silent_seconds say which). Its
- * own transaction; raises no ERROR (a failed read is not a silent node).
+ * RANKS_SILENT_SECONDS (w->silent_node and silent_seconds say which). A
+ * node still loading (joined) is not watched. Its own transaction, with
+ * interrupts held (they wait for the vote after the step); raises no ERROR
+ * (a failed read, logged, is not a silent node).
  */
 bool		ranks_silent(RanksSilence *w);
 
-/* Node: writes its heartbeat and step (ranks_set_state's "training"); raises no ERROR (false if it failed). */
+/*
+ * Node: writes its heartbeat and step (ranks_set_state's "training"), with
+ * interrupts held; raises no ERROR (false if it failed, logged).
+ */
 bool		ranks_heartbeat(int64 job_id, int node, int64 step);
 
 #endif

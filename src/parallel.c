@@ -441,6 +441,8 @@ tf_parallel_create(const TfConfig *config, uint64_t seed, const char *device, in
 		tf_parallel_free(p);
 		return NULL;
 	}
+	p->abandon = NULL;			/* TfWorld's is for the join; tf_parallel_set_poll's for later work */
+	p->abandon_arg = NULL;
 	return p;
 }
 

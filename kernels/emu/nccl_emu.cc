@@ -51,6 +51,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <string>
+#include <system_error>
 #include <sys/socket.h>
 #include <thread>
 #include <tuple>
@@ -596,18 +597,27 @@ submit(const Collective &o, ncclDataType_t type)
 		if (a->result != ncclSuccess)
 			return a->result;
 		a->running = true;
-		std::thread([a, o] {
-			ncclResult_t rc;
+		try
+		{
+			std::thread([a, o] {
+				ncclResult_t rc;
 
-			cudaSetDevice(o.comm->device);
-			rc = run(o);
-			std::lock_guard<std::mutex> done(a->mu);
-			if (rc != ncclSuccess)
-				snprintf(a->error, sizeof(a->error), "%s", last_error);
-			a->result = rc;
+				cudaSetDevice(o.comm->device);
+				rc = run(o);
+				std::lock_guard<std::mutex> done(a->mu);
+				if (rc != ncclSuccess)
+					snprintf(a->error, sizeof(a->error), "%s", last_error[0] != '\0' ? last_error :
+							 "the communicator was aborted during the collective");
+				a->result = rc;
+				a->running = false;
+				a->cv.notify_all();
+			}).detach();
+		}
+		catch (const std::system_error &)
+		{
 			a->running = false;
-			a->cv.notify_all();
-		}).detach();
+			return ncclSystemError;
+		}
 	}
 	return ncclInProgress;
 }
@@ -712,7 +722,12 @@ ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state)
 	return ncclSuccess;
 }
 
-/* Ends the clique: here, or over TCP by closing the connection (its process then aborts it). */
+/*
+ * Ends the clique: here, or over TCP by closing the connection (its process
+ * then aborts it). Returns once the communicator's collective in flight,
+ * if any, has ended (the abort ends it at once), so nothing touches the
+ * caller's buffers afterwards.
+ */
 ncclResult_t
 ncclCommAbort(ncclComm_t comm)
 {
@@ -725,6 +740,12 @@ ncclCommAbort(ncclComm_t comm)
 	}
 	else
 		abort_clique(comm->clique);
+	if (comm->async != nullptr)
+	{
+		std::unique_lock<std::mutex> lock(comm->async->mu);
+
+		comm->async->cv.wait(lock, [&] { return !comm->async->running; });
+	}
 	return ncclSuccess;
 }
 
