@@ -35,6 +35,10 @@ DATA = $(filter-out sql/$(EXTENSION)--$(EXTVERSION).sql,$(wildcard sql/$(EXTENSI
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 REGRESS = builtin_translate corpus vocabulary bleu translate batch_translate service checkpoints quantize training
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
+# the pg_regress tests this build runs (scripts/test-major)
+regress-list:
+	@echo $(REGRESS)
+.PHONY: regress-list
 ISOLATION = batch_translate_epq
 ISOLATION_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 
