@@ -35,10 +35,6 @@ DATA = $(filter-out sql/$(EXTENSION)--$(EXTVERSION).sql,$(wildcard sql/$(EXTENSI
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 REGRESS = builtin_translate corpus vocabulary bleu translate batch_translate service checkpoints quantize training
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
-# the pg_regress tests this build runs (scripts/test-major)
-regress-list:
-	@echo $(REGRESS)
-.PHONY: regress-list
 ISOLATION = batch_translate_epq
 ISOLATION_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 
@@ -72,6 +68,11 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 override with_llvm = no
 
 include $(PGXS)
+
+# the pg_regress tests this build runs (scripts/test-major)
+regress-list:
+	@echo $(REGRESS)
+.PHONY: regress-list
 
 $(EXPORTS_MAP): $(GLUE_C) $(WORKER_C) bgworker/entry_points.h
 	{ echo '{ global: Pg_magic_func; _PG_init;'; \
