@@ -23,8 +23,9 @@
  *   polls and may abort meanwhile from another thread.
  * A planted failure: CUEMU_JOIN_FAULT_DEVICE=D makes the join of the rank on
  * device D fail at once while the others wait for it.
- * Collectives are synchronous here. A reduction is computed once, by the
- * last rank to arrive, in rank order, so it is deterministic.
+ * A collective ends before its call returns, except on a non-blocking
+ * communicator (above). A reduction is computed once, by the last rank to
+ * arrive, in rank order, so it is deterministic.
  *
  * Ranks in other processes (other machines: the engine's multi-node
  * training) reach the clique over TCP. ncclGetUniqueId opens a listener on
@@ -38,8 +39,8 @@
  * process) aborts the clique: every rank's pending and later collectives
  * fail with ncclRemoteError. A peer that stays connected but silent
  * (stopped, or cut off without a reset) is waited for, as NCCL would; the
- * caller's ncclCommAbort, from another thread, ends that wait. Both ends are one build on one
- * architecture: the wire format is the host's.
+ * caller's ncclCommAbort, from another thread, ends that wait. Both ends
+ * are one build on one architecture: the wire format is the host's.
  */
 #include "cuda_emu.h"
 
