@@ -334,16 +334,6 @@ ranks_failure(int64 job_id, char **error)
 	}
 }
 
-/* Seconds on the monotonic instrumentation clock. */
-static double
-monotonic_seconds(void)
-{
-	instr_time	now;
-
-	INSTR_TIME_SET_CURRENT(now);
-	return INSTR_TIME_GET_DOUBLE(now);
-}
-
 void
 ranks_silence_init(RanksSilence *w, int64 job_id, int nodes)
 {
@@ -360,7 +350,7 @@ bool
 ranks_silent(RanksSilence *w)
 {
 	MemoryContext outer = CurrentMemoryContext;
-	double		now = monotonic_seconds();
+	double		now = worker_seconds();
 
 	uint32		holdoff = InterruptHoldoffCount;
 

@@ -137,16 +137,6 @@ steps(Job *j)
 	return j->engine != NULL ? tf_model_steps(model(j)) : 0;
 }
 
-/* Seconds on PostgreSQL's monotonic instrumentation clock. */
-static double
-now_seconds(void)
-{
-	instr_time	now;
-
-	INSTR_TIME_SET_CURRENT(now);
-	return INSTR_TIME_GET_DOUBLE(now);
-}
-
 /* Shows what the worker does in pg_stat_activity.query. */
 static void
 report(Job *j, const char *what)
@@ -447,7 +437,7 @@ cancel_requested(Job *j)
 {
 	bool		isnull;
 
-	if (j->cancelled || now_seconds() - j->cancel_polled < CANCEL_POLL_SECONDS)
+	if (j->cancelled || worker_seconds() - j->cancel_polled < CANCEL_POLL_SECONDS)
 		return j->cancelled;
 	worker_begin();
 	if (SPI_execute_with_args("SELECT cancel_requested FROM attention.jobs WHERE job_id = $1", 1,
@@ -456,7 +446,7 @@ cancel_requested(Job *j)
 		elog(ERROR, "could not read training job %lld", (long long) j->job_id);
 	j->cancelled = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	worker_commit();
-	j->cancel_polled = now_seconds();
+	j->cancel_polled = worker_seconds();
 	return j->cancelled;
 }
 
@@ -490,7 +480,7 @@ write_progress(Job *j, const char *final_status)
 	bool		isnull;
 	int			i;
 	bool		cancel;
-	double		elapsed = now_seconds() - j->interval_start;
+	double		elapsed = worker_seconds() - j->interval_start;
 	double		train_loss = j->loss_tokens > 0 ? j->loss_sum / j->loss_tokens : NAN;
 	double		interval_rate = j->tokens > 0 && elapsed > 0 ? j->tokens / elapsed : NAN;
 
@@ -502,7 +492,7 @@ write_progress(Job *j, const char *final_status)
 	values[5] = float8_or_null(j->learning_rate, &nulls[5]);
 	/* wall-clock throughput since the last update; at the end, over the whole run */
 	if (final_status != NULL)
-		values[6] = float8_or_null(j->run_tokens > 0 ? j->run_tokens / (now_seconds() - j->train_start) : NAN,
+		values[6] = float8_or_null(j->run_tokens > 0 ? j->run_tokens / (worker_seconds() - j->train_start) : NAN,
 								   &nulls[6]);
 	else
 		values[6] = float8_or_null(interval_rate, &nulls[6]);
@@ -537,7 +527,7 @@ write_progress(Job *j, const char *final_status)
 	j->loss_sum = 0;
 	j->loss_tokens = 0;
 	j->tokens = 0;
-	j->interval_start = now_seconds();
+	j->interval_start = worker_seconds();
 	return cancel;
 }
 
@@ -576,8 +566,8 @@ checkpoint(Job *j, const char *final_status)
 				v1;
 
 	report(j, "writing a checkpoint");
-	ELAPSED_MS(j) += (int64) ((now_seconds() - j->run_start) * 1000);
-	j->run_start = now_seconds();
+	ELAPSED_MS(j) += (int64) ((worker_seconds() - j->run_start) * 1000);
+	j->run_start = worker_seconds();
 	if (tf_model_tensors(model(j), &tensors, &count, err, sizeof(err)) != TF_OK)
 		engine_error(j, "checkpoint", err);
 	memset(data, 0, sizeof(data));
@@ -625,7 +615,7 @@ checkpoint(Job *j, const char *final_status)
 	cancel = write_progress(j, final_status);
 	worker_commit();
 	j->checkpoint_step = steps(j);
-	j->checkpoint_time = now_seconds();
+	j->checkpoint_time = worker_seconds();
 	return cancel;
 }
 
@@ -633,7 +623,7 @@ checkpoint(Job *j, const char *final_status)
 static bool
 limit_reached(Job *j)
 {
-	int64		elapsed_ms = ELAPSED_MS(j) + (int64) ((now_seconds() - j->run_start) * 1000);
+	int64		elapsed_ms = ELAPSED_MS(j) + (int64) ((worker_seconds() - j->run_start) * 1000);
 
 	return (j->o.max_steps > 0 && steps(j) >= j->o.max_steps) ||
 		(j->o.max_epochs > 0 && EPOCH(j) >= j->o.max_epochs) ||
@@ -765,10 +755,10 @@ node_poll(void *arg)
 {
 	Job		   *j = arg;
 
-	if (now_seconds() - j->heartbeat >= HEARTBEAT_SECONDS)
+	if (worker_seconds() - j->heartbeat >= HEARTBEAT_SECONDS)
 	{
 		(void) ranks_heartbeat(j->job_id, j->node, j->node_step);
-		j->heartbeat = now_seconds();
+		j->heartbeat = worker_seconds();
 	}
 	return false;
 }
@@ -922,7 +912,7 @@ run_node(Job *j, MemoryContext ctx)
 	report(j, "training");
 	j->node_step = steps(j);
 	ranks_set_state(j->job_id, j->node, "training", j->node_step, NULL);
-	j->heartbeat = now_seconds();
+	j->heartbeat = worker_seconds();
 	tf_parallel_set_poll(j->engine, node_poll, j);
 	for (bool first = true;; first = false)
 	{
@@ -939,11 +929,11 @@ run_node(Job *j, MemoryContext ctx)
 								   (long long) coordinator_step)));
 		train_step(j, &skipped);
 		j->node_step = steps(j);
-		if (now_seconds() - j->heartbeat >= HEARTBEAT_SECONDS)
+		if (worker_seconds() - j->heartbeat >= HEARTBEAT_SECONDS)
 		{
 			ranks_set_state(j->job_id, j->node, "training", j->node_step, NULL);
 			report(j, "training");
-			j->heartbeat = now_seconds();
+			j->heartbeat = worker_seconds();
 		}
 	}
 	if (ShutdownRequestPending || !PostmasterIsAlive())
@@ -968,9 +958,9 @@ run_job(Job *j, MemoryContext ctx)
 	j->learning_rate = NAN;
 	load_data(j, ctx);
 	j->history = history_start(j->job_id, steps(j));
-	j->run_start = j->train_start = j->interval_start = now_seconds();
+	j->run_start = j->train_start = j->interval_start = worker_seconds();
 	j->checkpoint_step = steps(j);
-	j->checkpoint_time = last_progress = j->cancel_polled = now_seconds();
+	j->checkpoint_time = last_progress = j->cancel_polled = worker_seconds();
 	j->feed.stop = validation_stop;
 	j->feed.stop_arg = j;
 	if (j->o.nodes > 1)
@@ -997,20 +987,20 @@ run_job(Job *j, MemoryContext ctx)
 			validate(j);
 		if ((j->o.checkpoint_every_steps > 0 && step - j->checkpoint_step >= j->o.checkpoint_every_steps) ||
 			(j->o.checkpoint_every_minutes > 0 &&
-			 now_seconds() - j->checkpoint_time >= j->o.checkpoint_every_minutes * 60))
+			 worker_seconds() - j->checkpoint_time >= j->o.checkpoint_every_minutes * 60))
 		{
 			if (j->o.validate_every_steps == 0)
 				validate(j);
 			if (cancel_requested(j))
 				continue;
-			last_progress = now_seconds();
+			last_progress = worker_seconds();
 			cancelled = checkpoint(j, NULL);
 		}
-		else if (j->validated || now_seconds() - last_progress >= PROGRESS_SECONDS)
+		else if (j->validated || worker_seconds() - last_progress >= PROGRESS_SECONDS)
 		{
 			/* a validation is written at the step it measured */
 			cancelled = progress(j);
-			last_progress = now_seconds();
+			last_progress = worker_seconds();
 		}
 	}
 	CHECK_FOR_INTERRUPTS();

@@ -12,6 +12,7 @@
 #include "access/xact.h"
 #include "executor/spi.h"
 #include "pgstat.h"
+#include "portability/instr_time.h"
 #include "postmaster/bgworker.h"
 #include "utils/snapmgr.h"
 
@@ -60,6 +61,16 @@ worker_begin(void)
 	StartTransactionCommand();
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
+}
+
+/* Seconds on PostgreSQL's monotonic instrumentation clock (intervals only). */
+static inline double
+worker_seconds(void)
+{
+	instr_time	now;
+
+	INSTR_TIME_SET_CURRENT(now);
+	return INSTR_TIME_GET_DOUBLE(now);
 }
 
 /* Commits what worker_begin() started. */
