@@ -35,7 +35,9 @@ embed_kernel(float *out, __nv_bfloat16 *out16, const int32_t *ids, const int32_t
 
 			if (e >= n)
 				break;
-			v = embedding[(size_t) ids[r] * d + j] * scale + pe[(size_t) positions[r] * d + j];
+			/* rounded product, then sum: nvcc would fuse them into one FMA, which rounds once and
+			 * so differs from the CPU backend's bits (and dropout's test is bitwise) */
+			v = __fadd_rn(__fmul_rn(embedding[(size_t) ids[r] * d + j], scale), pe[(size_t) positions[r] * d + j]);
 			if (p > 0.0f)
 			{
 				bool		keep = tf_word_uniform(w[k]) >= p;

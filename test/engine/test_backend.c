@@ -333,7 +333,11 @@ compare_elementwise(Both *b)
 	b->cpu->embed_backward(b->cpu, E, y, R, NULL, 0, ids, NULL, 0, D, 2.5f);
 	b->gpu->embed_backward(b->gpu, dE, dy, R, NULL, 0, dids, dgroups, unique, D, 2.5f);
 	same(b, "embed_backward", dE, E, (size_t) V * D);
-	/* with dropout (D 71: Philox's blocks of 4 span rows): bitwise the CPU's values and mask */
+	/*
+	 * with dropout (D 71: Philox's blocks of 4 span rows): bitwise the CPU's values and mask,
+	 * from the same table (E now holds embed_backward's result, within TOL on the two)
+	 */
+	b->gpu->upload(b->gpu, dE, E, (size_t) V * D * 4);
 	b->cpu->embed(b->cpu, out, ids, pos, E, pe, R, D, 2.5f, 0.3f, 77, (6ull << 32) | 2, mask);
 	b->gpu->embed(b->gpu, dout, dids, dpos, dE, dpe, R, D, 2.5f, 0.3f, 77, (6ull << 32) | 2, dmask);
 	{
