@@ -37,8 +37,9 @@ put_gradient(__nv_bfloat16 *x, __nv_bfloat16 *, int j, float g)
 /*
  * One block per row of logits (T float, read rounded to bf16 with
  * `round`; or T bf16: a product's rounded output). One read of the row
- * gives each thread an online max and sum of exp(x - max) over its logits
- * (the sum rescaled when the max grows; FlashAttention's softmax) and the
+ * gives each thread an online max and sum of exp(x - max) over its logits,
+ * 4 a step so that their loads and exponentials are independent (the sum
+ * rescaled when the max grows; FlashAttention's softmax) and the
  * sum of the logits; the block combines them (the max first, then each
  * thread's sum rescaled to it, in a fixed tree). With gradient a second
  * pass writes softmax - q in place (for float logits its bf16 copy into
@@ -53,7 +54,9 @@ cross_entropy_kernel(T *logits, __nv_bfloat16 *logits16, bool round, bool gradie
 	size_t		r = blockIdx.x;
 	T		   *x = logits + r * ld;
 	__nv_bfloat16 *x16 = logits16 != NULL ? logits16 + r * ld : NULL;
-	int			label = labels[r];
+	int			label = labels[r],
+				step = blockDim.x,
+				j;
 	float		mx = -INFINITY,
 				sum = 0.0f,
 				sum_x = 0.0f,
@@ -63,14 +66,36 @@ cross_entropy_kernel(T *logits, __nv_bfloat16 *logits16, bool round, bool gradie
 	if (label == pad_id)
 	{
 		if (gradient)
-			for (int j = threadIdx.x; j < vocab; j += blockDim.x)
+			for (j = threadIdx.x; j < vocab; j += step)
 				put_gradient(x, x16, j, 0.0f);
 		if (threadIdx.x == 0)
 			row_loss[r] = 0.0;
 		return;
 	}
 	label_logit = logit(x, label, round);	/* read by every thread before any write (barriers follow) */
-	for (int j = threadIdx.x; j < vocab; j += blockDim.x)
+	j = threadIdx.x;
+	for (; j + 3 * step < vocab; j += 4 * step)
+	{
+		float		v[4],
+					m;
+
+UNROLL
+		for (int k = 0; k < 4; k++)
+			v[k] = logit(x, j + k * step, round);
+		m = fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
+		if (m > mx)
+		{
+			sum *= expf(mx - m);	/* 0 * exp(-inf) = 0 at the first */
+			mx = m;
+		}
+UNROLL
+		for (int k = 0; k < 4; k++)
+		{
+			sum += expf(v[k] - mx);
+			sum_x += v[k];
+		}
+	}
+	for (; j < vocab; j += step)
 	{
 		float		v = logit(x, j, round);
 
@@ -95,7 +120,25 @@ cross_entropy_kernel(T *logits, __nv_bfloat16 *logits16, bool round, bool gradie
 	float		inv = 1.0f / sum,
 				smooth = label_smoothing / vocab;
 
-	for (int j = threadIdx.x; j < vocab; j += blockDim.x)
+	j = threadIdx.x;
+	for (; j + 3 * step < vocab; j += 4 * step)
+	{
+		float		v[4];
+
+UNROLL
+		for (int k = 0; k < 4; k++)
+			v[k] = logit(x, j + k * step, round);
+UNROLL
+		for (int k = 0; k < 4; k++)
+		{
+			float		g = expf(v[k] - row_max) * inv - smooth;
+
+			if (j + k * step == label)
+				g -= 1.0f - label_smoothing;
+			put_gradient(x, x16, j + k * step, g);
+		}
+	}
+	for (; j < vocab; j += step)
 	{
 		float		g = expf(logit(x, j, round) - row_max) * inv - smooth;
 

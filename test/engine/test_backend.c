@@ -875,12 +875,12 @@ compare_attention_cache(Both *b)
 static void
 compare_cross_entropy(Both *b)
 {
-	enum {R = 9, V = 503, LD = 512, K = 5};	/* rows of V logits, stride LD as a GPU pads them */
+	enum {R = 9, V = 1503, LD = 1512, K = 5};	/* V logits a row (past 4 x 256: both loops), stride LD as a GPU pads */
 	size_t		n = (size_t) R * LD;
 	float	   *x = strided_randoms(R, V, LD),
 			   *top = malloc(R * K * 4),
 			   *eos = malloc(R * 4);
-	int32_t		labels[R] = {4, 0, 17, 502, 3, 0, 99, 1, 250},
+	int32_t		labels[R] = {4, 0, 17, 1502, 3, 0, 1100, 1, 250},
 				ids[R * K];
 	double		rows[R],
 				total = 0.0,
