@@ -14,13 +14,14 @@ ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tenso
 ENGINE_CXX = src/spm.cc
 # src/pg/common/: the leaves of the SQL glue (settings, catalogue, the model
 # cache, translation, the services' registry, training options, the dataset
-# feed, tensor files, starting workers, SVG pictures), which include nothing of src/pg/ or
+# feed, tensor files, starting workers, SVG pictures, queries on another server), which include nothing of src/pg/ or
 # bgworker/; then the SQL-callable functions (src/pg/) and the background
 # workers (bgworker/), which build on the leaves and the engine only
 # (scripts/check-structure).
 GLUE_LEAVES = src/pg/common/settings.c src/pg/common/cpu_budget.c src/pg/common/catalog.c src/pg/common/model_cache.c \
 	src/pg/common/translation.c src/pg/common/service_registry.c src/pg/common/train_options.c \
-	src/pg/common/dataset.c src/pg/common/tensor_file.c src/pg/common/workers.c src/pg/common/svg.c
+	src/pg/common/dataset.c src/pg/common/tensor_file.c src/pg/common/workers.c src/pg/common/svg.c \
+	src/pg/common/remote.c
 GLUE_C = $(GLUE_LEAVES) src/pg/attention.c src/pg/bleu_functions.c src/pg/corpus.c src/pg/vocabulary.c \
 	src/pg/models.c src/pg/checkpoint.c src/pg/translate.c src/pg/inspect.c src/pg/translate_column.c \
 	src/pg/batch_translate.c src/pg/service.c src/pg/checkpoint_file.c src/pg/huggingface.c src/pg/huggingface_m2m100.c src/pg/evaluate.c \
@@ -40,6 +41,8 @@ ISOLATION_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 
 WARNINGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
 PG_CFLAGS = $(WARNINGS) -Isrc -Isrc/pg/common -Isrc/pg -Ibgworker
+# libpq (remote.c: a node's session with the coordinator's server), as contrib/dblink builds with it
+PG_CPPFLAGS = -I$(libpq_srcdir)
 PG_CXXFLAGS = $(WARNINGS) -std=c++17 -Isrc
 # As pgvector does: tuned for the machine that builds it (the extension is built
 # where it is installed); OPTFLAGS= builds a generic binary.
@@ -57,7 +60,7 @@ ENGINE_LIBS = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -ldnnl -fo
 # PostgreSQL 15 builds without -fvisibility=hidden, so a version script does it
 # on every major.
 EXPORTS_MAP = src/pg/exports.map
-SHLIB_LINK = -lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl -Wl,--version-script=$(EXPORTS_MAP)
+SHLIB_LINK = $(libpq) -lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl -Wl,--version-script=$(EXPORTS_MAP)
 EXTRA_CLEAN += $(EXPORTS_MAP)
 
 PG_CONFIG ?= pg_config

@@ -154,7 +154,7 @@ attention_resume_worker_main(Datum arg)
 			SPI_execute_with_args("UPDATE attention.jobs SET status = 'queued', worker_pid = NULL, "
 								  "restarts = restarts + 1 WHERE job_id = $1", 1, (Oid[]) {INT8OID},
 								  (Datum[]) {Int64GetDatum(job_id)}, NULL, false, 0);
-			launch_training_worker(job_id, role, false);
+			launch_training_worker(job_id, role, false, NULL);
 			ereport(LOG, (errmsg("attention: resumed training job %lld after a restart", (long long) job_id)));
 		}
 	}

@@ -19,12 +19,22 @@
 
 #include "compat.h"
 #include "ranks.h"
+#include "remote.h"
 #include "workers.h"
 
 /* How long the coordinator waits for the nodes, and a node for the coordinator's rows. */
 #define RANKS_WAIT_SECONDS 600
 /* Polling interval of those waits. */
 #define RANKS_POLL_MS 200
+
+/* The server attention.job_ranks is read and written on for this process (ranks_use; NULL: this one). */
+static Remote *remote;
+
+void
+ranks_use(Remote *r)
+{
+	remote = r;
+}
 
 /* Sleeps one polling interval on the latch; false once the wait has lasted RANKS_WAIT_SECONDS. */
 static bool
@@ -140,21 +150,21 @@ ranks_abandon(void *arg)
 		bool		isnull;
 		char	   *node;
 
+		Rows		rows;
+
 		worker_begin();
-		if (SPI_execute_with_args("SELECT (SELECT j.status NOT IN ('queued', 'running') OR j.cancel_requested "
-								  "FROM attention.jobs j WHERE j.job_id = $1), "
-								  "(array_agg(r.node ORDER BY r.node) FILTER (WHERE r.state = 'failed' AND r.node <> $2))[1], "
-								  "(array_agg(r.error ORDER BY r.node) FILTER (WHERE r.state = 'failed' AND r.node <> $2))[1] "
-								  "FROM attention.job_ranks r WHERE r.job_id = $1", 2, (Oid[]) {INT8OID, INT4OID},
-								  (Datum[]) {Int64GetDatum(w->job_id), Int32GetDatum(w->node)}, NULL, true,
-								  1) != SPI_OK_SELECT)
-			elog(ERROR, "could not read the ranks of training job %lld", (long long) w->job_id);
-		w->stopped = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		rows_query(remote, &rows, "SELECT (SELECT j.status NOT IN ('queued', 'running') OR j.cancel_requested "
+				   "FROM attention.jobs j WHERE j.job_id = $1), "
+				   "(array_agg(r.node ORDER BY r.node) FILTER (WHERE r.state = 'failed' AND r.node <> $2))[1], "
+				   "(array_agg(r.error ORDER BY r.node) FILTER (WHERE r.state = 'failed' AND r.node <> $2))[1] "
+				   "FROM attention.job_ranks r WHERE r.job_id = $1", 2, (Oid[]) {INT8OID, INT4OID},
+				   (Datum[]) {Int64GetDatum(w->job_id), Int32GetDatum(w->node)}, NULL, true, 1);
+		w->stopped = DatumGetBool(SPI_getbinval(rows.vals[0], rows.desc, 1, &isnull));
 		w->stopped = w->stopped || isnull;
-		node = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		node = SPI_getvalue(rows.vals[0], rows.desc, 2);
 		if (node != NULL)
 		{
-			char	   *error = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
+			char	   *error = SPI_getvalue(rows.vals[0], rows.desc, 3);
 
 			w->failed_node = MemoryContextStrdup(outer, node);
 			w->failed_error = MemoryContextStrdup(outer, error != NULL ? error : "no message");
@@ -184,19 +194,18 @@ ranks_claim(int64 job_id, int local, TfWorld *world)
 	{
 		bool		isnull;
 		bool		live;
+		Rows		rows;
 
 		worker_begin();
-		if (SPI_execute_with_args("UPDATE attention.job_ranks SET state = 'claimed', worker_pid = $2, claimed_at = now() "
+		rows_query(remote, &rows, "UPDATE attention.job_ranks SET state = 'claimed', worker_pid = $2, claimed_at = now() "
 								  "WHERE (job_id, node) = (SELECT job_id, node FROM attention.job_ranks "
 								  "WHERE job_id = $1 AND state = 'waiting' ORDER BY node LIMIT 1 FOR UPDATE SKIP LOCKED) "
-								  "RETURNING node, first_rank, world_ranks, unique_id, ranks", 2, (Oid[]) {INT8OID, INT4OID},
-								  (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(MyProcPid)}, NULL, false,
-								  1) != SPI_OK_UPDATE_RETURNING)
-			elog(ERROR, "could not claim a node of training job %lld", (long long) job_id);
-		if (SPI_processed == 1)
+				   "RETURNING node, first_rank, world_ranks, unique_id, ranks", 2, (Oid[]) {INT8OID, INT4OID},
+				   (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(MyProcPid)}, NULL, false, 1);
+		if (rows.n == 1)
 		{
-			HeapTuple	tup = SPI_tuptable->vals[0];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
+			HeapTuple	tup = rows.vals[0];
+			TupleDesc	desc = rows.desc;
 			int			node = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
 			bytea	   *id = DatumGetByteaPP(SPI_getbinval(tup, desc, 4, &isnull));
 
@@ -216,12 +225,9 @@ ranks_claim(int64 job_id, int local, TfWorld *world)
 			worker_commit();
 			return node;
 		}
-		if (SPI_execute_with_args("SELECT status IN ('queued', 'running') FROM attention.jobs WHERE job_id = $1", 1,
-								  (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(job_id)}, NULL, true,
-								  1) != SPI_OK_SELECT)
-			elog(ERROR, "could not read training job %lld", (long long) job_id);
-		live = SPI_processed == 1 &&
-			DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		rows_query(remote, &rows, "SELECT status IN ('queued', 'running') FROM attention.jobs WHERE job_id = $1", 1,
+				   (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(job_id)}, NULL, true, 1);
+		live = rows.n == 1 && DatumGetBool(SPI_getbinval(rows.vals[0], rows.desc, 1, &isnull));
 		worker_commit();
 		if (!live)
 			ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -237,9 +243,11 @@ ranks_claim(int64 job_id, int local, TfWorld *world)
 void
 ranks_set_state(int64 job_id, int node, const char *state, int64 step, const char *error)
 {
+	Rows		rows;
+
 	worker_begin();
 	/* only this worker's claim (rows published again since belong to others); a failure's first reason stays */
-	if (SPI_execute_with_args("UPDATE attention.job_ranks SET state = $3, error = $4, step = coalesce($6, step), "
+	rows_query(remote, &rows, "UPDATE attention.job_ranks SET state = $3, error = $4, step = coalesce($6, step), "
 							  "heartbeat_at = CASE WHEN $6 IS NULL AND $3 <> 'failed' THEN heartbeat_at ELSE now() END "
 							  "WHERE job_id = $1 AND node = $2 AND worker_pid = $5 AND state <> 'failed'", 6,
 							  (Oid[]) {INT8OID, INT4OID, TEXTOID, TEXTOID, INT4OID, INT8OID},
@@ -247,8 +255,7 @@ ranks_set_state(int64 job_id, int node, const char *state, int64 step, const cha
 								  error != NULL ? CStringGetTextDatum(error) : (Datum) 0, Int32GetDatum(MyProcPid),
 								  Int64GetDatum(step)},
 							  (char[]) {' ', ' ', ' ', error != NULL ? ' ' : 'n', ' ', step >= 0 ? ' ' : 'n'},
-							  false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not update node %d of training job %lld", node, (long long) job_id);
+							  false, 0);
 	worker_commit();
 }
 
@@ -257,14 +264,13 @@ ranks_step(int64 job_id, int node)
 {
 	int64		step = -1;
 	bool		isnull = true;
+	Rows		rows;
 
 	worker_begin();
-	if (SPI_execute_with_args("SELECT step FROM attention.job_ranks WHERE job_id = $1 AND node = $2", 2,
-							  (Oid[]) {INT8OID, INT4OID}, (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(node)},
-							  NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read node %d of training job %lld", node, (long long) job_id);
-	if (SPI_processed == 1)
-		step = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	rows_query(remote, &rows, "SELECT step FROM attention.job_ranks WHERE job_id = $1 AND node = $2", 2,
+			   (Oid[]) {INT8OID, INT4OID}, (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(node)}, NULL, true, 1);
+	if (rows.n == 1)
+		step = DatumGetInt64(SPI_getbinval(rows.vals[0], rows.desc, 1, &isnull));
 	worker_commit();
 	return isnull ? -1 : step;
 }

@@ -18,6 +18,7 @@
 
 #include "compat.h"
 #include "parallel.h"
+#include "remote.h"
 
 /*
  * Coordinator: makes a communicator id, publishes the rank ranges of
@@ -33,6 +34,16 @@ void		ranks_publish(int64 job_id, int nodes, int local, TfWorld *world);
  * or when some did not join in time. Honours interrupts.
  */
 bool		ranks_wait(int64 job_id, int nodes);
+
+/*
+ * Where a node worker's calls below (ranks_claim, ranks_abandon,
+ * ranks_set_state, ranks_step, ranks_heartbeat) read and write
+ * attention.job_ranks and attention.jobs: the coordinator's server through
+ * `r` for a node on another server (join_training(coordinator, job)); NULL
+ * (the default) this server. The coordinator's own calls always use this
+ * server.
+ */
+void		ranks_use(Remote *r);
 
 /*
  * Node worker: claims the next waiting node of the job (waiting for the

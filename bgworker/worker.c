@@ -86,6 +86,7 @@ typedef struct Job
 	TfOptimizer opt;
 	SpmModel   *vocab;
 	TfParallel *engine;			/* one replica per rank */
+	Remote	   *remote;			/* a node on another server: the coordinator's (NULL: this server) */
 	DataSet		train;
 	DataSet		valid;
 	int32	   *order;			/* batch order of the current epoch */
@@ -174,7 +175,7 @@ start_from_checkpoint(Job *j)
 	char		err[TF_ERRLEN];
 
 	require_model_checkpoint(j->o.init_checkpoint, j->model_id, psprintf("%d", j->model_id));
-	given = read_tensors(j->o.init_checkpoint, TENSORS_PARAMETERS, &m);
+	given = read_tensors_from(j->remote, j->o.init_checkpoint, TENSORS_PARAMETERS, &m);
 	if (tf_model_tensors(replica, &fresh, &n, err, sizeof(err)) != TF_OK)
 		engine_error(j, "could not read the new model's tensors", err);
 	for (i = 0; i < n; i++)
@@ -291,21 +292,21 @@ resume_engine(Job *j)
 {
 	bool		isnull;
 	char		err[TF_ERRLEN];
+	Rows		rows;
 
 	/* continue from the job's newest checkpoint */
 	j->resumed_pairs = -1;
-	if (SPI_execute_with_args("SELECT checkpoint_id FROM attention.checkpoints WHERE job_id = $1 AND kind = 'trained' "
-							  "ORDER BY step DESC, checkpoint_id DESC LIMIT 1", 1, (Oid[]) {INT8OID},
-							  (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the checkpoints of job %lld", (long long) j->job_id);
-	if (SPI_processed == 1)
+	rows_query(j->remote, &rows, "SELECT checkpoint_id FROM attention.checkpoints WHERE job_id = $1 "
+			   "AND kind = 'trained' ORDER BY step DESC, checkpoint_id DESC LIMIT 1", 1, (Oid[]) {INT8OID},
+			   (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false, 1);
+	if (rows.n == 1)
 	{
-		int64		checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		int64		checkpoint_id = DatumGetInt64(SPI_getbinval(rows.vals[0], rows.desc, 1, &isnull));
 		int			count,
 					i,
 					k,
 					kept = 0;
-		TfTensor   *t = read_tensors(checkpoint_id, TENSORS_ALL, &count);
+		TfTensor   *t = read_tensors_from(j->remote, checkpoint_id, TENSORS_ALL, &count);
 
 		for (i = 0; i < count; i++)
 		{
@@ -399,9 +400,10 @@ load_data(Job *j, MemoryContext ctx)
 	report(j, "encoding the corpus");
 	worker_begin();
 	MemoryContextSwitchTo(ctx);
-	data_load(&j->train, j->corpus_id, "train", j->vocab, j->config.max_positions, j->o.batch_tokens, 0);
-	data_load(&j->valid, j->corpus_id, "valid", j->vocab, j->config.max_positions, j->o.batch_tokens,
-			  j->o.validation_bleu_sentences);
+	data_load_from(j->remote, &j->train, j->corpus_id, "train", j->vocab, j->config.max_positions,
+				   j->o.batch_tokens, 0);
+	data_load_from(j->remote, &j->valid, j->corpus_id, "valid", j->vocab, j->config.max_positions,
+				   j->o.batch_tokens, j->o.validation_bleu_sentences);
 	worker_commit();
 	MemoryContextSwitchTo(ctx);
 	if (j->train.num_batches == 0)
@@ -889,20 +891,28 @@ node_leaving(Job *j)
  * attention.job_ranks (state, step, a heartbeat about every second).
  */
 static void
-run_node(Job *j, MemoryContext ctx)
+run_node(Job *j, MemoryContext ctx, const char *coordinator)
 {
 	TfWorld		world = {0};
 	int			skipped = 0;
 	int64		coordinator_step;
+	Rows		rows;
 
 	/* SIGTERM sets a flag the node acts on between steps, leaving through the vote (node_leaving) */
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	pgstat_report_activity(STATE_RUNNING, "attention training node: claiming a node");
+	if (coordinator != NULL)
+	{
+		j->remote = remote_connect(coordinator, "attention training node");
+		ranks_use(j->remote);
+	}
 	worker_begin();
-	if (SPI_execute_with_args(psprintf(JOB_QUERY, vocabulary_columns(), ""), 1, (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false,
-							  1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not read training job %lld", (long long) j->job_id);
-	read_job_row(j, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
+	rows_query(j->remote, &rows, psprintf(JOB_QUERY, vocabulary_columns(), ""), 1, (Oid[]) {INT8OID},
+			   (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false, 1);
+	if (rows.n != 1)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+						errmsg("training job %lld does not exist on the coordinator's server", (long long) j->job_id)));
+	read_job_row(j, rows.vals[0], rows.desc);
 	worker_commit();
 	MemoryContextSwitchTo(ctx);
 	j->node = ranks_claim(j->job_id, j->o.ranks, &world);
@@ -1074,6 +1084,7 @@ attention_training_worker_main(Datum arg)
 	MemoryContext ctx;
 	Job		   *j;
 	char		name[64];
+	char	   *volatile coordinator = NULL;	/* set before PG_TRY; volatile for -Wclobbered */
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 	pqsignal(SIGTERM, die);
@@ -1085,6 +1096,9 @@ attention_training_worker_main(Datum arg)
 			 (long long) args.job_id);
 	SetConfigOption("application_name", name, PGC_USERSET, PGC_S_SESSION);
 	SetConfigOption("statement_timeout", "0", PGC_USERSET, PGC_S_SESSION);
+	/* before the wait below: the backend that started this node worker waits for it to be read */
+	if (args.coordinator != DSM_HANDLE_INVALID)
+		coordinator = worker_coordinator(args.coordinator);
 	pgstat_report_activity(STATE_RUNNING, "waiting for the submitting transaction");
 
 	/* the job row is visible once the transaction that submitted it ends */
@@ -1101,7 +1115,7 @@ attention_training_worker_main(Datum arg)
 	PG_TRY();
 	{
 		if (args.node)
-			run_node(j, ctx);
+			run_node(j, ctx, coordinator);
 		else
 			run_job(j, ctx);
 	}
@@ -1125,6 +1139,7 @@ attention_training_worker_main(Datum arg)
 	PG_END_TRY();
 	tf_parallel_free(j->engine);
 	spm_free(j->vocab);
+	remote_close(j->remote);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	proc_exit(0);
 }

@@ -229,6 +229,13 @@ COMMENT ON TABLE job_ranks IS
 'The nodes of a training job that spans machines ("nodes" > 1): each node''s rank range and the NCCL communicator id the coordinator made; a node''s worker claims a waiting row, joins, trains (step, heartbeat) and finishes, or fails saying why.';
 COMMENT ON FUNCTION join_training(bigint) IS
 'Starts a worker on this server that claims the next waiting node of a job that spans machines (attention.job_ranks), joins its communicator and runs every step with the other nodes until they all agree to stop; returns the worker''s pid.';
+CREATE FUNCTION join_training(coordinator text, job bigint)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'attention_join_training_remote'
+LANGUAGE C VOLATILE STRICT;
+REVOKE EXECUTE ON FUNCTION join_training(text, bigint) FROM PUBLIC;
+COMMENT ON FUNCTION join_training(text, bigint) IS
+'Joins a job that spans machines from another server: connects to the coordinator''s server with the libpq connection string coordinator (no password in it: this server''s .pgpass or service file supplies one), checks the job and that both databases have the same attention version, then starts a worker here that claims a node there and reads the job, vocabulary, corpus and checkpoint from there; returns the worker''s pid. The worker runs as this server''s operating-system user, so EXECUTE is granted to superusers only: GRANT it to the roles you trust with that password file.';
 
 -----------------------------------------------------------------------------
 -- int8 checkpoints (quantize; src/quantize.c, src/cpu_matmul.c)

@@ -26,6 +26,7 @@ PG_FUNCTION_INFO_V1(attention_train);
 PG_FUNCTION_INFO_V1(attention_resume_training);
 PG_FUNCTION_INFO_V1(attention_worker_alive);
 PG_FUNCTION_INFO_V1(attention_join_training);
+PG_FUNCTION_INFO_V1(attention_join_training_remote);
 
 /* ERROR unless role `role` may log in: a job's worker connects as it. */
 static void
@@ -116,7 +117,7 @@ attention_train(PG_FUNCTION_ARGS)
 								  JsonbPGetDatum(train_options_to_jsonb(&o))}, NULL, false, 1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert a training job");
 	job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	launch_training_worker(job_id, GetUserId(), false);
+	launch_training_worker(job_id, GetUserId(), false, NULL);
 	SPI_finish();
 	PG_RETURN_INT64(job_id);
 }
@@ -150,7 +151,7 @@ attention_resume_training(PG_FUNCTION_ARGS)
 							  (Datum[]) {Int64GetDatum(job_id), JsonbPGetDatum(train_options_to_jsonb(&o))}, NULL,
 							  false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not queue training job %lld", (long long) job_id);
-	launch_training_worker(job_id, GetUserId(), false);
+	launch_training_worker(job_id, GetUserId(), false, NULL);
 	SPI_finish();
 	PG_RETURN_INT64(job_id);
 }
@@ -160,6 +161,21 @@ Datum
 attention_worker_alive(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_BOOL(BackendPidGetProc(PG_GETARG_INT32(0)) != NULL);
+}
+
+/* ERROR unless a node may join job `job_id`, whose status and options these are. */
+static void
+require_joinable(int64 job_id, const char *status, TrainOptions *o)
+{
+	if (o->nodes < 2)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("training job %lld runs on one machine (\"nodes\" is 1)", (long long) job_id),
+						errhint("Submit the job with \"nodes\": N to train on N machines.")));
+	if (strcmp(status, "queued") != 0 && strcmp(status, "running") != 0)
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						errmsg("training job %lld is %s", (long long) job_id, status),
+						errhint("A node joins a job that is queued or running.")));
+	train_options_check(o);		/* the devices named must exist on this server too */
 }
 
 /*
@@ -177,16 +193,73 @@ attention_join_training(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	status = read_job(job_id, false, &o);
-	train_options_check(&o);
-	if (o.nodes < 2)
-		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						errmsg("training job %lld runs on one machine (\"nodes\" is 1)", (long long) job_id),
-						errhint("Submit the job with \"nodes\": N to train on N machines.")));
-	if (strcmp(status, "queued") != 0 && strcmp(status, "running") != 0)
-		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-						errmsg("training job %lld is %s", (long long) job_id, status),
-						errhint("A node joins a job that is queued or running.")));
-	pid = launch_training_worker(job_id, GetUserId(), true);
+	require_joinable(job_id, status, &o);
+	pid = launch_training_worker(job_id, GetUserId(), true, NULL);
+	SPI_finish();
+	PG_RETURN_INT32(pid);
+}
+
+/* The attention extension's version in the database r reaches (NULL: this one; "(none)" when absent). */
+static char *
+extension_version(Remote *r)
+{
+	Rows		rows;
+
+	rows_query(r, &rows, "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'attention'", 0, NULL,
+			   NULL, NULL, true, 1);
+	return rows.n == 1 ? SPI_getvalue(rows.vals[0], rows.desc, 1) : "(none)";
+}
+
+/*
+ * join_training(coordinator text, job bigint) returns integer: the same
+ * from another server. Connects to the coordinator's server with libpq
+ * (`coordinator`: a connection string without a password), checks there
+ * that the job may be joined and that both databases have the same
+ * attention version, then starts a worker on this server that connects
+ * the same way, claims a node and reads the job, vocabulary, corpus and
+ * checkpoint from there. Returns the worker's pid.
+ */
+Datum
+attention_join_training_remote(PG_FUNCTION_ARGS)
+{
+	char	   *coordinator = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	int64		job_id = PG_GETARG_INT64(1);
+	Remote	   *volatile r = NULL;
+	int			pid;
+
+	remote_check_conninfo(coordinator);
+	require_login(GetUserId());
+	SPI_connect();
+	PG_TRY();
+	{
+		TrainOptions o;
+		Rows		rows;
+		bool		isnull;
+		char	   *here = extension_version(NULL),
+				   *there;
+
+		r = remote_connect(coordinator, "attention join_training");
+		there = extension_version(r);
+		if (strcmp(here, there) != 0)
+			ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+							errmsg("the coordinator's database has attention %s, this one %s", there, here),
+							errhint("Install the same version on every server of the job (ALTER EXTENSION attention "
+									"UPDATE).")));
+		rows_query(r, &rows, "SELECT v.status, j.options FROM attention.jobs j JOIN attention.training_jobs v "
+				   "USING (job_id) WHERE j.job_id = $1", 1, (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(job_id)},
+				   NULL, true, 1);
+		if (rows.n == 0)
+			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+							errmsg("training job %lld does not exist on the coordinator's server", (long long) job_id)));
+		train_options_parse(DatumGetJsonbP(SPI_getbinval(rows.vals[0], rows.desc, 2, &isnull)), false, &o);
+		require_joinable(job_id, SPI_getvalue(rows.vals[0], rows.desc, 1), &o);
+	}
+	PG_FINALLY();
+	{
+		remote_close(r);
+	}
+	PG_END_TRY();
+	pid = launch_training_worker(job_id, GetUserId(), true, coordinator);
 	SPI_finish();
 	PG_RETURN_INT32(pid);
 }

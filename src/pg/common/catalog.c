@@ -480,7 +480,7 @@ write_tensors(int64 checkpoint_id, const TfTensor *tensors, int count)
 }
 
 TfTensor *
-read_tensors(int64 checkpoint_id, TensorSet set, int *count)
+read_tensors_from(Remote *remote, int64 checkpoint_id, TensorSet set, int *count)
 {
 	static const char *const queries[] = {
 		[TENSORS_DEPLOYED] = "SELECT name, chunk, dtype, shape, bytes FROM attention.deployed_tensors($1)",
@@ -496,28 +496,24 @@ read_tensors(int64 checkpoint_id, TensorSet set, int *count)
 	int			n = -1;
 	bool		isnull = true;
 	int32		format;
+	Rows		rows;
 
 	/* the row's format (through to_jsonb: a schema still at 0.1.0 has no such column, and format 1) */
-	if (SPI_execute_with_args("SELECT (to_jsonb(c) ->> 'format')::integer FROM attention.checkpoints c "
-							  "WHERE c.checkpoint_id = $1", 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)},
-							  NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read checkpoint %lld", (long long) checkpoint_id);
-	format = SPI_processed == 1 ? DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
-															  &isnull)) : 0;
-	if (SPI_processed == 1 && !isnull && format != CHECKPOINT_FORMAT && format != CHECKPOINT_FORMAT_INT8)
+	rows_query(remote, &rows, "SELECT (to_jsonb(c) ->> 'format')::integer FROM attention.checkpoints c "
+			   "WHERE c.checkpoint_id = $1", 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL, true, 1);
+	format = rows.n == 1 ? DatumGetInt32(SPI_getbinval(rows.vals[0], rows.desc, 1, &isnull)) : 0;
+	if (rows.n == 1 && !isnull && format != CHECKPOINT_FORMAT && format != CHECKPOINT_FORMAT_INT8)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						errmsg("checkpoint %lld has format %d; this library reads formats %d and %d",
 							   (long long) checkpoint_id, format, CHECKPOINT_FORMAT, CHECKPOINT_FORMAT_INT8),
 						errhint("Install the attention library that wrote it, or a newer one.")));
 
-	if (SPI_execute_with_args(queries[set], 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL,
-							  true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read checkpoint %lld", (long long) checkpoint_id);
-	t = palloc0(Max(SPI_processed, 1) * sizeof(TfTensor));
-	for (r = 0; r < SPI_processed; r++)
+	rows_query(remote, &rows, queries[set], 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL, true, 0);
+	t = palloc0(Max(rows.n, 1) * sizeof(TfTensor));
+	for (r = 0; r < rows.n; r++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[r];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		HeapTuple	tup = rows.vals[r];
+		TupleDesc	desc = rows.desc;
 		char	   *name = SPI_getvalue(tup, desc, 1);
 		bool		null;
 		int32		chunk = DatumGetInt32(SPI_getbinval(tup, desc, 2, &null));

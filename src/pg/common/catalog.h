@@ -11,6 +11,7 @@
 #include "access/tupdesc.h"
 #include "utils/jsonb.h"
 
+#include "remote.h"
 #include "spm.h"
 #include "transformer.h"
 
@@ -122,13 +123,21 @@ typedef enum TensorSet
 } TensorSet;
 
 /*
- * Reads tensors of a checkpoint into host memory (palloc'd), chunks joined,
- * sorted by name; *count receives their number (0 when the checkpoint has
- * none or, for TENSORS_DEPLOYED, is not deployed). ERROR naming a corrupt
- * tensor, or for a checkpoint of a format this library does not know
- * (newer than CHECKPOINT_FORMAT_INT8).
+ * Reads tensors of a checkpoint, on this server or with `remote` on another
+ * (a node of a job across machines reads the coordinator's), into host
+ * memory (palloc'd), chunks joined, sorted by name; *count receives their
+ * number (0 when the checkpoint has none or, for TENSORS_DEPLOYED, is not
+ * deployed). ERROR naming a corrupt tensor, or for a checkpoint of a format
+ * this library does not know (newer than CHECKPOINT_FORMAT_INT8).
  * Inside SPI.
  */
-TfTensor   *read_tensors(int64 checkpoint_id, TensorSet set, int *count);
+TfTensor   *read_tensors_from(Remote *remote, int64 checkpoint_id, TensorSet set, int *count);
+
+/* read_tensors_from this server. */
+static inline TfTensor *
+read_tensors(int64 checkpoint_id, TensorSet set, int *count)
+{
+	return read_tensors_from(NULL, checkpoint_id, set, count);
+}
 
 #endif

@@ -63,11 +63,15 @@ encode(const SpmModel *vocab, SpmSide side, const char *text, int32 *len, int64 
 }
 
 void
-data_load(DataSet *d, int32 corpus_id, const char *split, const SpmModel *vocab,
-		  int max_positions, int batch_tokens, int references)
+data_load_from(Remote *remote, DataSet *d, int32 corpus_id, const char *split, const SpmModel *vocab,
+			   int max_positions, int batch_tokens, int references)
 {
-	Portal		portal;
-	SPIPlanPtr	plan;
+	static const char query[] = "SELECT pair_id, source, target FROM attention.corpus_pairs "
+		"WHERE corpus_id = $1 AND split = $2 ORDER BY pair_id";
+	Oid			types[2] = {INT4OID, TEXTOID};
+	Datum		values[2] = {Int32GetDatum(corpus_id), CStringGetTextDatum(split)};
+	Portal		portal = NULL;
+	SPIPlanPtr	plan = NULL;
 	DataPair   *all = NULL,
 			  **sorted;
 	int64		capacity = 0,
@@ -76,27 +80,42 @@ data_load(DataSet *d, int32 corpus_id, const char *split, const SpmModel *vocab,
 	int32		nb = 0,
 				ref_capacity = 0;
 	MemoryContext ctx = CurrentMemoryContext;	/* SPI calls return in their own */
+	bool		fetched = false;
 
 	memset(d, 0, sizeof(*d));
-	plan = SPI_prepare("SELECT pair_id, source, target FROM attention.corpus_pairs "
-					   "WHERE corpus_id = $1 AND split = $2 ORDER BY pair_id", 2, (Oid[]) {INT4OID, TEXTOID});
-	if (plan == NULL)
-		elog(ERROR, "could not prepare the corpus query");
-	portal = SPI_cursor_open(NULL, plan, (Datum[]) {Int32GetDatum(corpus_id), CStringGetTextDatum(split)},
-							 NULL, true);
+	/* this server's rows FETCH_ROWS at a time through a cursor; another server's in one answer */
+	if (remote == NULL)
+	{
+		plan = SPI_prepare(query, 2, types);
+		if (plan == NULL)
+			elog(ERROR, "could not prepare the corpus query");
+		portal = SPI_cursor_open(NULL, plan, values, NULL, true);
+	}
 	MemoryContextSwitchTo(ctx);
 	for (;;)
 	{
 		uint64		r;
+		Rows		rows;
 
-		SPI_cursor_fetch(portal, true, FETCH_ROWS);
-		MemoryContextSwitchTo(ctx);
-		if (SPI_processed == 0)
-			break;
-		for (r = 0; r < SPI_processed; r++)
+		if (remote != NULL)
 		{
-			HeapTuple	tup = SPI_tuptable->vals[r];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
+			if (fetched)
+				break;
+			rows_query(remote, &rows, query, 2, types, values, NULL, true, 0);
+			fetched = true;
+		}
+		else
+		{
+			SPI_cursor_fetch(portal, true, FETCH_ROWS);
+			rows.n = SPI_processed, rows.vals = SPI_tuptable->vals, rows.desc = SPI_tuptable->tupdesc;
+		}
+		MemoryContextSwitchTo(ctx);
+		if (rows.n == 0)
+			break;
+		for (r = 0; r < rows.n; r++)
+		{
+			HeapTuple	tup = rows.vals[r];
+			TupleDesc	desc = rows.desc;
 			bool		isnull;
 			int64		pair_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
 			char	   *source = SPI_getvalue(tup, desc, 2);
@@ -134,10 +153,14 @@ data_load(DataSet *d, int32 corpus_id, const char *split, const SpmModel *vocab,
 			}
 			all[n++] = p;
 		}
-		SPI_freetuptable(SPI_tuptable);
+		if (remote == NULL)
+			SPI_freetuptable(SPI_tuptable);
 	}
-	SPI_cursor_close(portal);
-	SPI_freeplan(plan);
+	if (remote == NULL)
+	{
+		SPI_cursor_close(portal);
+		SPI_freeplan(plan);
+	}
 	MemoryContextSwitchTo(ctx);
 	if (n > PG_INT32_MAX / 2)
 		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),

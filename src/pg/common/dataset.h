@@ -8,6 +8,7 @@
 
 #include "postgres.h"
 
+#include "remote.h"
 #include "spm.h"
 #include "transformer.h"
 
@@ -47,14 +48,24 @@ typedef struct DataSet
 
 /*
  * Reads split `split` of corpus `corpus_id` (in pair_id order, with the
- * current role's privileges), encodes it with `vocab`, drops pairs that
- * exceed max_positions, sorts by length and groups into batches of at most
- * batch_tokens ids per side (padding included). Keeps the target text and
- * ids of the first `references` pairs in corpus order. Memory in the
- * current context. Inside SPI and a transaction.
+ * current role's privileges) from this server, or with `remote` from
+ * another (a node of a job across machines reads the coordinator's),
+ * encodes it with `vocab`, drops pairs that exceed max_positions, sorts by
+ * length and groups into batches of at most batch_tokens ids per side
+ * (padding included). Keeps the target text and ids of the first
+ * `references` pairs in corpus order. Memory in the current context.
+ * Inside SPI and a transaction.
  */
-void		data_load(DataSet *d, int32 corpus_id, const char *split, const SpmModel *vocab,
-					  int max_positions, int batch_tokens, int references);
+void		data_load_from(Remote *remote, DataSet *d, int32 corpus_id, const char *split, const SpmModel *vocab,
+						   int max_positions, int batch_tokens, int references);
+
+/* data_load_from this server. */
+static inline void
+data_load(DataSet *d, int32 corpus_id, const char *split, const SpmModel *vocab, int max_positions,
+		  int batch_tokens, int references)
+{
+	data_load_from(NULL, d, corpus_id, split, vocab, max_positions, batch_tokens, references);
+}
 
 /* Order of the batches in epoch `epoch`: a permutation drawn from (seed, epoch). */
 void		data_epoch_order(const DataSet *d, int64 seed, int64 epoch, int32 *order);

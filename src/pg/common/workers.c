@@ -10,9 +10,11 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "port/atomics.h"
 #include "postmaster/bgworker.h"
 #include "storage/latch.h"
 #include "storage/procarray.h"
+#include "utils/memutils.h"
 #include "utils/wait_event.h"
 
 #include "service_registry.h"
@@ -61,14 +63,40 @@ register_after_release(BackgroundWorker *worker, BackgroundWorkerHandle **handle
 
 StaticAssertDecl(sizeof(WorkerArgs) <= BGW_EXTRALEN, "WorkerArgs must fit in bgw_extra");
 
+/* A connection string on its way to a node worker (WorkerArgs.coordinator). */
+typedef struct Handover
+{
+	pg_atomic_uint32 read;		/* 1 once the worker has copied it */
+	char		conninfo[FLEXIBLE_ARRAY_MEMBER];
+} Handover;
+
+char *
+worker_coordinator(dsm_handle handle)
+{
+	dsm_segment *seg = dsm_attach(handle);
+	Handover   *h;
+	char	   *conninfo;
+
+	if (seg == NULL)
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						errmsg("the connection string for the coordinator was gone before the worker read it")));
+	h = dsm_segment_address(seg);
+	conninfo = MemoryContextStrdup(TopMemoryContext, h->conninfo);
+	pg_atomic_write_u32(&h->read, 1);
+	dsm_detach(seg);
+	return conninfo;
+}
+
 int
-launch_training_worker(int64 job_id, Oid role, bool node)
+launch_training_worker(int64 job_id, Oid role, bool node, const char *coordinator)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
 	WorkerArgs	args;
 	pid_t		pid;
 	BgwHandleStatus status;
+	dsm_segment *seg = NULL;
+	Handover   *h = NULL;
 
 	memset(&args, 0, sizeof(args));
 	args.job_id = job_id;
@@ -76,6 +104,16 @@ launch_training_worker(int64 job_id, Oid role, bool node)
 	args.role = role;
 	args.submitter_xid = GetTopTransactionId();
 	args.node = node;
+	args.coordinator = DSM_HANDLE_INVALID;
+	if (coordinator != NULL)
+	{
+		/* this backend holds the segment until the worker has read it (freed with the transaction on ERROR) */
+		seg = dsm_create(offsetof(Handover, conninfo) + strlen(coordinator) + 1, 0);
+		h = dsm_segment_address(seg);
+		pg_atomic_init_u32(&h->read, 0);
+		strcpy(h->conninfo, coordinator);
+		args.coordinator = dsm_segment_handle(seg);
+	}
 	attention_worker_init(&worker, "attention_training_worker_main", "attention training", BGW_NEVER_RESTART,
 						  Int64GetDatum(job_id), true);
 	snprintf(worker.bgw_name, BGW_MAXLEN, "attention training job %lld", (long long) job_id);
@@ -92,8 +130,8 @@ launch_training_worker(int64 job_id, Oid role, bool node)
 		ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_RESOURCES),
 						errmsg("the training worker for job %lld did not start", (long long) job_id),
 						errhint("See the server log.")));
-	/* wait until it is a server process with a slot, so training_jobs shows it alive */
-	while (BackendPidGetProc(pid) == NULL)
+	/* wait until it is a server process with a slot, so training_jobs shows it alive (and has read h) */
+	while (BackendPidGetProc(pid) == NULL || (h != NULL && pg_atomic_read_u32(&h->read) == 0))
 	{
 		if (GetBackgroundWorkerPid(handle, &pid) != BGWH_STARTED)
 			ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
@@ -103,6 +141,8 @@ launch_training_worker(int64 job_id, Oid role, bool node)
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
+	if (seg != NULL)
+		dsm_detach(seg);
 	if (!node &&
 		SPI_execute_with_args("UPDATE attention.jobs SET worker_pid = $2 WHERE job_id = $1", 2,
 							  (Oid[]) {INT8OID, INT4OID}, (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(pid)},

@@ -14,6 +14,7 @@
 #include "pgstat.h"
 #include "portability/instr_time.h"
 #include "postmaster/bgworker.h"
+#include "storage/dsm.h"
 #include "utils/snapmgr.h"
 
 /* What a job's worker needs to know before it can read anything (bgw_extra). */
@@ -24,6 +25,7 @@ typedef struct WorkerArgs
 	Oid			role;
 	TransactionId submitter_xid;
 	bool		node;			/* a node of a job across machines (join_training) */
+	dsm_handle	coordinator;	/* a node on another server: its connection string (worker_coordinator) */
 } WorkerArgs;
 
 /*
@@ -48,7 +50,14 @@ void		attention_worker_init(BackgroundWorker *worker, const char *function, cons
  * stopped to free theirs (service_release_idle); ERROR when that frees
  * none. Inside SPI.
  */
-int			launch_training_worker(int64 job_id, Oid role, bool node);
+int			launch_training_worker(int64 job_id, Oid role, bool node, const char *coordinator);
+
+/*
+ * In the training worker: the connection string WorkerArgs.coordinator
+ * hands over (palloc'd in TopMemoryContext); tells the launching backend it
+ * was read, so it may let the segment go.
+ */
+char	   *worker_coordinator(dsm_handle handle);
 
 /* Registers the launcher (from _PG_init under shared_preload_libraries). */
 void		register_launcher(void);
