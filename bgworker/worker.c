@@ -673,10 +673,10 @@ step_failed(Job *j, const char *what, const char *err)
 							   j->silence.silent_node, j->silence.silent_seconds, RANKS_SILENT_SECONDS),
 						errdetail("This node's ranks: %s", err)));
 	node = ranks_failure(j->job_id, &cause);
+	/* no node recorded why (one killed, or cut off): the cause names the node heard from longest ago */
 	if (node < 0)
 		ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
-						errmsg("training job %lld: %s: %s", (long long) j->job_id, what, err),
-						errdetail("%s", cause)));
+						errmsg("training job %lld: %s: %s; %s", (long long) j->job_id, what, err, cause)));
 	ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
 					errmsg("training job %lld: %s: %s; node %d failed: %s", (long long) j->job_id, what, err, node,
 						   cause)));
