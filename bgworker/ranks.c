@@ -197,11 +197,13 @@ ranks_claim(int64 job_id, int local, TfWorld *world)
 		Rows		rows;
 
 		worker_begin();
-		rows_query(remote, &rows, "UPDATE attention.job_ranks SET state = 'claimed', worker_pid = $2, claimed_at = now() "
-								  "WHERE (job_id, node) = (SELECT job_id, node FROM attention.job_ranks "
-								  "WHERE job_id = $1 AND state = 'waiting' ORDER BY node LIMIT 1 FOR UPDATE SKIP LOCKED) "
-				   "RETURNING node, first_rank, world_ranks, unique_id, ranks", 2, (Oid[]) {INT8OID, INT4OID},
-				   (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(MyProcPid)}, NULL, false, 1);
+		/* only a node of this machine's rank count: a claim another server commits is never taken back */
+		rows_query(remote, &rows, "UPDATE attention.job_ranks SET state = 'claimed', worker_pid = $2, "
+				   "claimed_at = now() WHERE (job_id, node) = (SELECT job_id, node FROM attention.job_ranks "
+				   "WHERE job_id = $1 AND state = 'waiting' AND ranks = $3 ORDER BY node LIMIT 1 "
+				   "FOR UPDATE SKIP LOCKED) RETURNING node, first_rank, world_ranks, unique_id", 3,
+				   (Oid[]) {INT8OID, INT4OID, INT4OID},
+				   (Datum[]) {Int64GetDatum(job_id), Int32GetDatum(MyProcPid), Int32GetDatum(local)}, NULL, false, 1);
 		if (rows.n == 1)
 		{
 			HeapTuple	tup = rows.vals[0];
@@ -209,15 +211,8 @@ ranks_claim(int64 job_id, int local, TfWorld *world)
 			int			node = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
 			bytea	   *id = DatumGetByteaPP(SPI_getbinval(tup, desc, 4, &isnull));
 
-			int			ranks = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
-
 			world->first_rank = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
 			world->ranks = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
-			if (ranks != local)
-				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-								errmsg("training job %lld: node %d has %d ranks, but this machine's devices give %d",
-									   (long long) job_id, node, ranks, local),
-								errhint("Every node of a job needs the same number of devices.")));
 			if (VARSIZE_ANY_EXHDR(id) != TF_UNIQUE_ID_BYTES)
 				elog(ERROR, "the communicator id of training job %lld has %zu bytes", (long long) job_id,
 					 VARSIZE_ANY_EXHDR(id));
@@ -225,9 +220,20 @@ ranks_claim(int64 job_id, int local, TfWorld *world)
 			worker_commit();
 			return node;
 		}
-		rows_query(remote, &rows, "SELECT status IN ('queued', 'running') FROM attention.jobs WHERE job_id = $1", 1,
-				   (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(job_id)}, NULL, true, 1);
+		rows_query(remote, &rows, "SELECT status IN ('queued', 'running'), (SELECT min(ranks) FROM "
+				   "attention.job_ranks WHERE job_id = $1 AND state = 'waiting') FROM attention.jobs "
+				   "WHERE job_id = $1", 1, (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(job_id)}, NULL, true, 1);
 		live = rows.n == 1 && DatumGetBool(SPI_getbinval(rows.vals[0], rows.desc, 1, &isnull));
+		if (live)
+		{
+			int			ranks = DatumGetInt32(SPI_getbinval(rows.vals[0], rows.desc, 2, &isnull));
+
+			if (!isnull && ranks != local)
+				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+								errmsg("training job %lld: its nodes have %d ranks, but this machine's devices give %d",
+									   (long long) job_id, ranks, local),
+								errhint("Every node of a job needs the same number of devices.")));
+		}
 		worker_commit();
 		if (!live)
 			ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

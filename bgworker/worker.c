@@ -40,6 +40,7 @@
 #include "storage/lmgr.h"
 #include "storage/pmsignal.h"
 #include "tcop/tcopprot.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -174,7 +175,9 @@ start_from_checkpoint(Job *j)
 				k;
 	char		err[TF_ERRLEN];
 
-	require_model_checkpoint(j->o.init_checkpoint, j->model_id, psprintf("%d", j->model_id));
+	/* on another server the coordinator checked it when the job was submitted */
+	if (j->remote == NULL)
+		require_model_checkpoint(j->o.init_checkpoint, j->model_id, psprintf("%d", j->model_id));
 	given = read_tensors_from(j->remote, j->o.init_checkpoint, TENSORS_PARAMETERS, &m);
 	if (tf_model_tensors(replica, &fresh, &n, err, sizeof(err)) != TF_OK)
 		engine_error(j, "could not read the new model's tensors", err);
@@ -883,6 +886,58 @@ node_leaving(Job *j)
 }
 
 /*
+ * On another server: ERROR 55000 unless this server's SentencePiece encodes
+ * a probe text with the job's vocabulary as the coordinator's does
+ * (attention.encode there), so both servers cut the corpus into the same
+ * batches. The libraries' version strings are not compared: the same
+ * encoding is what the job needs. Inside a transaction.
+ */
+static void
+require_same_encoding(Job *j)
+{
+	static const char probe[] = "Grüße aus Köln: naïve café, 2026 - ½ « déjà vu »!";
+	Rows		rows;
+	bool		isnull;
+	ArrayType  *there;
+	int		   *here;
+	size_t		n;
+	char		err[TF_ERRLEN];
+	StringInfoData a,
+				b;
+
+	rows_query(j->remote, &rows, "SELECT attention.encode($1, v.name) FROM attention.models m "
+			   "JOIN attention.vocabularies v USING (vocabulary_id) WHERE m.model_id = $2", 2,
+			   (Oid[]) {TEXTOID, INT4OID}, (Datum[]) {CStringGetTextDatum(probe), Int32GetDatum(j->model_id)},
+			   NULL, true, 1);
+	if (rows.n != 1)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+						errmsg("training job %lld: its model is gone from the coordinator's server",
+							   (long long) j->job_id)));
+	there = DatumGetArrayTypeP(SPI_getbinval(rows.vals[0], rows.desc, 1, &isnull));
+	if (spm_encode(j->vocab, SPM_SOURCE, probe, strlen(probe), &here, &n, err, sizeof(err)) != 0)
+		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+						errmsg("training job %lld: could not encode with its vocabulary here: %s",
+							   (long long) j->job_id, err)));
+	if (ArrayGetNItems(ARR_NDIM(there), ARR_DIMS(there)) == (int) n && !ARR_HASNULL(there) &&
+		memcmp(ARR_DATA_PTR(there), here, n * sizeof(int32)) == 0)
+	{
+		spm_free_buffer(here);
+		return;
+	}
+	initStringInfo(&a);
+	initStringInfo(&b);
+	for (size_t i = 0; i < n; i++)
+		appendStringInfo(&b, "%s%d", i > 0 ? "," : "", here[i]);
+	spm_free_buffer(here);
+	appendStringInfoString(&a, SPI_getvalue(rows.vals[0], rows.desc, 1));
+	ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					errmsg("training job %lld: this server's SentencePiece encodes text with the job's vocabulary "
+						   "differently from the coordinator's", (long long) j->job_id),
+					errdetail("\"%s\": %s there, {%s} here.", probe, a.data, b.data),
+					errhint("Install the same SentencePiece library on every server of the job.")));
+}
+
+/*
  * A node worker (attention.join_training): claims a node of the job, joins
  * its communicator, loads what the coordinator loaded (the newest
  * checkpoint, the corpus in the same order), then runs every step the
@@ -913,6 +968,8 @@ run_node(Job *j, MemoryContext ctx, const char *coordinator)
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
 						errmsg("training job %lld does not exist on the coordinator's server", (long long) j->job_id)));
 	read_job_row(j, rows.vals[0], rows.desc);
+	if (j->remote != NULL)
+		require_same_encoding(j);
 	worker_commit();
 	MemoryContextSwitchTo(ctx);
 	j->node = ranks_claim(j->job_id, j->o.ranks, &world);
@@ -1134,7 +1191,20 @@ attention_training_worker_main(Datum arg)
 		if (!args.node)
 			record_error(args.job_id, edata);
 		else if (j->node >= 0)
-			ranks_set_state(args.job_id, j->node, "failed", -1, edata->message);
+		{
+			/* the coordinator's server may be what failed: then only this server's log says why */
+			PG_TRY();
+			{
+				ranks_set_state(args.job_id, j->node, "failed", -1, edata->message);
+			}
+			PG_CATCH();
+			{
+				EmitErrorReport();
+				FlushErrorState();
+				AbortCurrentTransaction();
+			}
+			PG_END_TRY();
+		}
 	}
 	PG_END_TRY();
 	tf_parallel_free(j->engine);

@@ -16,6 +16,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
 
 #include "catalog.h"
 
@@ -497,6 +498,8 @@ read_tensors_from(Remote *remote, int64 checkpoint_id, TensorSet set, int *count
 	bool		isnull = true;
 	int32		format;
 	Rows		rows;
+	MemoryContext caller = CurrentMemoryContext,
+				answer = NULL;
 
 	/* the row's format (through to_jsonb: a schema still at 0.1.0 has no such column, and format 1) */
 	rows_query(remote, &rows, "SELECT (to_jsonb(c) ->> 'format')::integer FROM attention.checkpoints c "
@@ -508,7 +511,14 @@ read_tensors_from(Remote *remote, int64 checkpoint_id, TensorSet set, int *count
 							   (long long) checkpoint_id, format, CHECKPOINT_FORMAT, CHECKPOINT_FORMAT_INT8),
 						errhint("Install the attention library that wrote it, or a newer one.")));
 
+	/* another server's tuples in a context of their own, freed once copied out */
+	if (remote != NULL)
+	{
+		answer = AllocSetContextCreate(caller, "checkpoint rows from the coordinator", ALLOCSET_DEFAULT_SIZES);
+		MemoryContextSwitchTo(answer);
+	}
 	rows_query(remote, &rows, queries[set], 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL, true, 0);
+	MemoryContextSwitchTo(caller);
 	t = palloc0(Max(rows.n, 1) * sizeof(TfTensor));
 	for (r = 0; r < rows.n; r++)
 	{
@@ -556,6 +566,8 @@ read_tensors_from(Remote *remote, int64 checkpoint_id, TensorSet set, int *count
 			x->bytes += len;
 		}
 	}
+	if (answer != NULL)
+		MemoryContextDelete(answer);
 	*count = n + 1;
 	return t;
 }

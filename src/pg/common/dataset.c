@@ -18,6 +18,7 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 
 #include "bleu.h"
 #include "cpu_budget.h"
@@ -80,6 +81,7 @@ data_load_from(Remote *remote, DataSet *d, int32 corpus_id, const char *split, c
 	int32		nb = 0,
 				ref_capacity = 0;
 	MemoryContext ctx = CurrentMemoryContext;	/* SPI calls return in their own */
+	MemoryContext answer = NULL;
 	bool		fetched = false;
 
 	memset(d, 0, sizeof(*d));
@@ -101,6 +103,9 @@ data_load_from(Remote *remote, DataSet *d, int32 corpus_id, const char *split, c
 		{
 			if (fetched)
 				break;
+			/* the answer's tuples in a context of their own, freed once encoded */
+			answer = AllocSetContextCreate(ctx, "corpus rows from the coordinator", ALLOCSET_DEFAULT_SIZES);
+			MemoryContextSwitchTo(answer);
 			rows_query(remote, &rows, query, 2, types, values, NULL, true, 0);
 			fetched = true;
 		}
@@ -161,6 +166,8 @@ data_load_from(Remote *remote, DataSet *d, int32 corpus_id, const char *split, c
 		SPI_cursor_close(portal);
 		SPI_freeplan(plan);
 	}
+	else if (answer != NULL)
+		MemoryContextDelete(answer);
 	MemoryContextSwitchTo(ctx);
 	if (n > PG_INT32_MAX / 2)
 		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),

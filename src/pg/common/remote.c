@@ -11,6 +11,7 @@
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "libpq-fe.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "portability/instr_time.h"
 #include "storage/latch.h"
@@ -47,7 +48,8 @@ remote_check_conninfo(const char *conninfo)
 						errhint("Give libpq's keywords, e.g. 'host=coordinator port=5432 dbname=mt user=trainer'.")));
 	}
 	for (o = options; o->keyword != NULL; o++)
-		if (strcmp(o->keyword, "password") == 0 && o->val != NULL && o->val[0] != '\0')
+		if ((strcmp(o->keyword, "password") == 0 || strcmp(o->keyword, "sslpassword") == 0) && o->val != NULL &&
+			o->val[0] != '\0')
 			password = true;
 	PQconninfoFree(options);
 	if (password)
@@ -85,6 +87,39 @@ conn_message(PGconn *conn)
 	return m;
 }
 
+/* Polls a connection PQconnectStartParams began until it is made or fails, each wait at most limit s (0: none). */
+static void
+connect_poll(PGconn *conn, long limit)
+{
+	PostgresPollingStatusType status = PGRES_POLLING_WRITING;
+
+	/* libpq applies connect_timeout only in its blocking calls: PQconnectPoll's caller times each wait */
+	while (PQstatus(conn) != CONNECTION_BAD && status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)
+	{
+		if ((status == PGRES_POLLING_READING || status == PGRES_POLLING_WRITING) &&
+			!wait_socket(conn, status == PGRES_POLLING_READING ? WL_SOCKET_READABLE : WL_SOCKET_WRITEABLE,
+						 limit > 0 ? limit * 1000 : -1))
+			ereport(ERROR, (errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+							errmsg("could not connect to the coordinator at %s port %s: no answer within %ld s",
+								   PQhost(conn), PQport(conn), limit),
+							errhint("Check the host and port in the connection string, and that the coordinator's "
+									"server listens there (listen_addresses) and is reachable.")));
+		status = PQconnectPoll(conn);
+	}
+	if (PQstatus(conn) != CONNECTION_OK)
+		ereport(ERROR, (errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+						errmsg("could not connect to the coordinator: %s", conn_message(conn)),
+						errhint("Check the connection string, the coordinator's pg_hba.conf, and the .pgpass file of "
+								"the operating-system user this server runs as.")));
+	/* as dblink: a role that is not a superuser may not borrow this server's own trust or peer login */
+	if (!superuser() && !PQconnectionUsedPassword(conn))
+		ereport(ERROR, (errcode(ERRCODE_S_R_E_PROHIBITED_SQL_STATEMENT_ATTEMPTED),
+						errmsg("the coordinator's server did not ask for a password"),
+						errdetail("A role that is not a superuser may connect only with a password (from this server's "
+								  ".pgpass or service file)."),
+						errhint("Make the coordinator's pg_hba.conf ask this role's connections for a password.")));
+}
+
 Remote *
 remote_connect(const char *conninfo, const char *name)
 {
@@ -93,60 +128,50 @@ remote_connect(const char *conninfo, const char *name)
 	const char **keywords;
 	const char **values;
 	int			n = 0;
-	long		limit = atol(CONNECT_SECONDS);
+	volatile long limit = atol(CONNECT_SECONDS);
 	bool		timeout_set = false;
-	PGconn	   *conn;
-	PostgresPollingStatusType status = PGRES_POLLING_WRITING;
+	char	   *settings = psprintf("-c search_path=pg_catalog -c bytea_output=hex -c DateStyle=ISO "
+									"-c extra_float_digits=3");
+	PGconn	   *volatile conn;
 	Remote	   *r;
 
 	remote_check_conninfo(conninfo);
 	options = PQconninfoParse(conninfo, NULL);
 	for (o = options; o->keyword != NULL; o++)
 		n++;
-	keywords = palloc0((n + 3) * sizeof(char *));
-	values = palloc0((n + 3) * sizeof(char *));
+	keywords = palloc0((n + 4) * sizeof(char *));
+	values = palloc0((n + 4) * sizeof(char *));
 	n = 0;
 	for (o = options; o->keyword != NULL; o++)
 		if (o->val != NULL && o->val[0] != '\0')
 		{
 			if (strcmp(o->keyword, "connect_timeout") == 0)
 				timeout_set = true, limit = atol(o->val);
-			keywords[n] = o->keyword, values[n++] = o->val;
+			if (strcmp(o->keyword, "options") == 0)
+				settings = psprintf("%s %s", o->val, settings);
+			else if (strcmp(o->keyword, "client_encoding") != 0)
+				keywords[n] = o->keyword, values[n++] = o->val;
 		}
+	/* text in this database's encoding, and the session settings the text results are read under */
+	keywords[n] = "client_encoding", values[n++] = GetDatabaseEncodingName();
+	keywords[n] = "options", values[n++] = settings;
 	keywords[n] = "fallback_application_name", values[n++] = name;
 	if (!timeout_set)
 		keywords[n] = "connect_timeout", values[n++] = CONNECT_SECONDS;
 	conn = PQconnectStartParams(keywords, values, false);
+	PQconninfoFree(options);
 	if (conn == NULL)
 		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory connecting to the coordinator")));
-	PQconninfoFree(options);		/* after the start: keywords and values point into it */
-	/* libpq applies connect_timeout only in its blocking calls: PQconnectPoll's caller times each wait */
-	while (PQstatus(conn) != CONNECTION_BAD && status != PGRES_POLLING_OK && status != PGRES_POLLING_FAILED)
+	PG_TRY();
 	{
-		if (status == PGRES_POLLING_READING || status == PGRES_POLLING_WRITING)
-		{
-			if (!wait_socket(conn, status == PGRES_POLLING_READING ? WL_SOCKET_READABLE : WL_SOCKET_WRITEABLE,
-							 limit > 0 ? limit * 1000 : -1))
-			{
-				PQfinish(conn);
-				ereport(ERROR, (errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
-								errmsg("could not connect to the coordinator: no answer within %ld s", limit),
-								errhint("Check the host and port in the connection string, and that the coordinator's "
-										"server listens there (listen_addresses) and is reachable.")));
-			}
-		}
-		status = PQconnectPoll(conn);
+		connect_poll(conn, limit);
 	}
-	if (PQstatus(conn) != CONNECTION_OK)
+	PG_CATCH();
 	{
-		char	   *why = conn_message(conn);
-
 		PQfinish(conn);
-		ereport(ERROR, (errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
-						errmsg("could not connect to the coordinator: %s", why),
-						errhint("Check the connection string, the coordinator's pg_hba.conf, and the .pgpass file of "
-								"the operating-system user this server runs as.")));
+		PG_RE_THROW();
 	}
+	PG_END_TRY();
 	r = palloc(sizeof(Remote));
 	r->conn = conn;
 	return r;
@@ -175,6 +200,55 @@ remote_error(PGconn *conn, PGresult *res, const char *sql)
 	PQclear(res);
 	ereport(ERROR, (errcode(code), errmsg("the coordinator's server: %s", message),
 					errcontext("statement sent to the coordinator: %s", sql)));
+}
+
+/* ERROR: the other server sent nothing for ANSWER_SECONDS while `sql` ran. */
+static void
+silent(const char *sql)
+{
+	ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+					errmsg("the coordinator's server sent nothing for %d s", ANSWER_SECONDS),
+					errcontext("statement sent to the coordinator: %s", sql)));
+}
+
+/* The next result of the statement in flight (NULL: none left), waiting on the socket and the latch. */
+static PGresult *
+next_result(PGconn *conn, const char *sql)
+{
+	while (PQisBusy(conn))
+	{
+		if (!wait_socket(conn, WL_SOCKET_READABLE, ANSWER_SECONDS * 1000L))
+			silent(sql);
+		if (!PQconsumeInput(conn))
+			remote_error(conn, NULL, sql);
+	}
+	return PQgetResult(conn);
+}
+
+/*
+ * Makes r ready for a statement: one an ERROR left in flight (a cancel or
+ * timeout in the waits above) is cancelled on the other server and its
+ * results drained, so the session stays usable.
+ */
+static void
+settle(Remote *r)
+{
+	PGresult   *res;
+
+	if (PQtransactionStatus(r->conn) != PQTRANS_ACTIVE)
+		return;
+	{
+		PGcancel   *cancel = PQgetCancel(r->conn);
+		char		why[256];
+
+		if (cancel != NULL)
+		{
+			(void) PQcancel(cancel, why, sizeof(why));
+			PQfreeCancel(cancel);
+		}
+	}
+	while ((res = next_result(r->conn, "(the cancelled statement)")) != NULL)
+		PQclear(res);
 }
 
 /* The rows of a successful libpq result as tuples of this server (see Rows). */
@@ -215,8 +289,9 @@ rows_query(Remote *r, Rows *rows, const char *sql, int nargs, const Oid *types, 
 {
 	const char **params;
 	PGresult   *res,
-			   *last = NULL;
-	int			i;
+			   *volatile last = NULL;
+	int			i,
+				flushed;
 
 	if (r == NULL)
 	{
@@ -230,6 +305,7 @@ rows_query(Remote *r, Rows *rows, const char *sql, int nargs, const Oid *types, 
 		return;
 	}
 	(void) read_only, (void) count;	/* SPI's: the statements carry their own LIMIT */
+	settle(r);
 	params = palloc0(Max(nargs, 1) * sizeof(char *));
 	for (i = 0; i < nargs; i++)
 		if (nulls == NULL || nulls[i] != 'n')
@@ -242,35 +318,25 @@ rows_query(Remote *r, Rows *rows, const char *sql, int nargs, const Oid *types, 
 		}
 	if (!PQsendQueryParams(r->conn, sql, nargs, types, params, NULL, NULL, 0))
 		remote_error(r->conn, NULL, sql);
-	for (;;)
+	while ((flushed = PQflush(r->conn)) == 1)
+		if (!wait_socket(r->conn, WL_SOCKET_WRITEABLE | WL_SOCKET_READABLE, ANSWER_SECONDS * 1000L))
+			silent(sql);
+	if (flushed < 0)
+		remote_error(r->conn, NULL, sql);
+	while ((res = next_result(r->conn, sql)) != NULL)
 	{
-		int			flushed;
-
-		while ((flushed = PQflush(r->conn)) == 1)
-			(void) wait_socket(r->conn, WL_SOCKET_WRITEABLE | WL_SOCKET_READABLE, ANSWER_SECONDS * 1000L);
-		if (flushed < 0 || !PQconsumeInput(r->conn))
-		{
-			PQclear(last);
-			remote_error(r->conn, NULL, sql);
-		}
-		if (!PQisBusy(r->conn))
-		{
-			if ((res = PQgetResult(r->conn)) == NULL)
-				break;
-			PQclear(last);
-			last = res;
-			continue;
-		}
-		if (!wait_socket(r->conn, WL_SOCKET_READABLE, ANSWER_SECONDS * 1000L))
-		{
-			PQclear(last);
-			ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
-							errmsg("the coordinator's server sent nothing for %d s", ANSWER_SECONDS),
-							errcontext("statement sent to the coordinator: %s", sql)));
-		}
+		PQclear(last);
+		last = res;
 	}
 	if (last == NULL || (PQresultStatus(last) != PGRES_TUPLES_OK && PQresultStatus(last) != PGRES_COMMAND_OK))
 		remote_error(r->conn, last, sql);
-	result_rows(last, rows);
-	PQclear(last);
+	PG_TRY();
+	{
+		result_rows(last, rows);
+	}
+	PG_FINALLY();
+	{
+		PQclear(last);
+	}
+	PG_END_TRY();
 }
