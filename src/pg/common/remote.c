@@ -234,18 +234,15 @@ static void
 settle(Remote *r)
 {
 	PGresult   *res;
+	PGcancel   *cancel;
+	char		why[256];
 
 	if (PQtransactionStatus(r->conn) != PQTRANS_ACTIVE)
 		return;
+	if ((cancel = PQgetCancel(r->conn)) != NULL)
 	{
-		PGcancel   *cancel = PQgetCancel(r->conn);
-		char		why[256];
-
-		if (cancel != NULL)
-		{
-			(void) PQcancel(cancel, why, sizeof(why));
-			PQfreeCancel(cancel);
-		}
+		(void) PQcancel(cancel, why, sizeof(why));	/* if it fails, the drain below waits the statement out */
+		PQfreeCancel(cancel);
 	}
 	while ((res = next_result(r->conn, "(the cancelled statement)")) != NULL)
 		PQclear(res);
