@@ -63,6 +63,101 @@ encode(const SpmModel *vocab, SpmSide side, const char *text, int32 *len, int64 
 	return out;
 }
 
+/* A split being read: the pairs so far (data_load_from's state between rows). */
+typedef struct Loading
+{
+	DataSet    *d;
+	const SpmModel *vocab;
+	int			max_positions;
+	int			references;
+	DataPair   *all;			/* the pairs that fit, in corpus order */
+	int64		n;
+	int64		capacity;
+	int32		ref_capacity;
+} Loading;
+
+/* Encodes one row (pair_id, source, target) into l; memory in the current context. */
+static void
+add_pair(Loading *l, HeapTuple tup, TupleDesc desc)
+{
+	DataSet    *d = l->d;
+	bool		isnull;
+	int64		pair_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	char	   *source = SPI_getvalue(tup, desc, 2);
+	char	   *target = SPI_getvalue(tup, desc, 3);
+	DataPair	p;
+
+	CHECK_FOR_INTERRUPTS();
+	p.src = encode(l->vocab, SPM_SOURCE, source, &p.src_len, pair_id);
+	p.tgt = encode(l->vocab, SPM_TARGET, target, &p.tgt_len, pair_id);
+	if (d->num_references < l->references)
+	{
+		if (d->num_references == l->ref_capacity)
+		{
+			l->ref_capacity = Max(64, l->ref_capacity * 2);
+			d->references = d->references == NULL ? palloc(l->ref_capacity * sizeof(char *))
+				: repalloc(d->references, l->ref_capacity * sizeof(char *));
+			d->ordered = d->ordered == NULL ? palloc(l->ref_capacity * sizeof(DataPair))
+				: repalloc(d->ordered, l->ref_capacity * sizeof(DataPair));
+		}
+		d->references[d->num_references] = pstrdup(target);
+		d->ordered[d->num_references++] = p;
+	}
+	pfree(source);
+	pfree(target);
+	if (p.src_len + 1 > l->max_positions || p.tgt_len + 1 > l->max_positions)
+	{
+		d->skipped++;
+		return;
+	}
+	if (l->n == l->capacity)
+	{
+		l->capacity = Max(1024, l->capacity * 2);
+		l->all = l->all == NULL ? palloc_extended(l->capacity * sizeof(DataPair), MCXT_ALLOC_HUGE)
+			: repalloc_huge(l->all, l->capacity * sizeof(DataPair));
+	}
+	l->all[l->n++] = p;
+}
+
+/*
+ * Another server's rows of `query` into l, FETCH_ROWS at a time through a
+ * cursor in a read-only transaction there (rolled back on ERROR, so the
+ * session is left outside any); each batch's tuples freed once encoded.
+ */
+static void
+add_remote_pairs(Remote *remote, Loading *l, const char *query, Oid *types, Datum *values)
+{
+	MemoryContext ctx = CurrentMemoryContext;
+	MemoryContext batch = AllocSetContextCreate(ctx, "corpus rows from the coordinator", ALLOCSET_DEFAULT_SIZES);
+	Rows		rows;
+
+	rows_query(remote, &rows, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", 0, NULL, NULL, NULL, false, 0);
+	PG_TRY();
+	{
+		rows_query(remote, &rows, psprintf("DECLARE attention_pairs NO SCROLL CURSOR FOR %s", query), 2, types,
+				   values, NULL, true, 0);
+		do
+		{
+			MemoryContextSwitchTo(batch);
+			rows_query(remote, &rows, psprintf("FETCH %d FROM attention_pairs", FETCH_ROWS), 0, NULL, NULL,
+					   NULL, true, 0);
+			MemoryContextSwitchTo(ctx);
+			for (uint64 r = 0; r < rows.n; r++)
+				add_pair(l, rows.vals[r], rows.desc);
+			MemoryContextReset(batch);
+		} while (rows.n > 0);
+		rows_query(remote, &rows, "COMMIT", 0, NULL, NULL, NULL, false, 0);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(ctx);
+		rows_query(remote, &rows, "ROLLBACK", 0, NULL, NULL, NULL, false, 0);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	MemoryContextDelete(batch);
+}
+
 void
 data_load_from(Remote *remote, DataSet *d, int32 corpus_id, const char *split, const SpmModel *vocab,
 			   int max_positions, int batch_tokens, int references)
@@ -71,103 +166,41 @@ data_load_from(Remote *remote, DataSet *d, int32 corpus_id, const char *split, c
 		"WHERE corpus_id = $1 AND split = $2 ORDER BY pair_id";
 	Oid			types[2] = {INT4OID, TEXTOID};
 	Datum		values[2] = {Int32GetDatum(corpus_id), CStringGetTextDatum(split)};
-	Portal		portal = NULL;
-	SPIPlanPtr	plan = NULL;
-	DataPair   *all = NULL,
-			  **sorted;
-	int64		capacity = 0,
-				n = 0,
+	Loading		l = {.d = d, .vocab = vocab, .max_positions = max_positions, .references = references};
+	DataPair  **sorted,
+			   *all;
+	int64		n,
 				i;
-	int32		nb = 0,
-				ref_capacity = 0;
+	int32		nb = 0;
 	MemoryContext ctx = CurrentMemoryContext;	/* SPI calls return in their own */
-	MemoryContext answer = NULL;
-	bool		fetched = false;
 
 	memset(d, 0, sizeof(*d));
-	/* this server's rows FETCH_ROWS at a time through a cursor; another server's in one answer */
-	if (remote == NULL)
+	if (remote != NULL)
+		add_remote_pairs(remote, &l, query, types, values);
+	else
 	{
-		plan = SPI_prepare(query, 2, types);
+		/* this server's rows FETCH_ROWS at a time through a cursor */
+		SPIPlanPtr	plan = SPI_prepare(query, 2, types);
+		Portal		portal;
+
 		if (plan == NULL)
 			elog(ERROR, "could not prepare the corpus query");
 		portal = SPI_cursor_open(NULL, plan, values, NULL, true);
-	}
-	MemoryContextSwitchTo(ctx);
-	for (;;)
-	{
-		uint64		r;
-		Rows		rows;
-
-		if (remote != NULL)
-		{
-			if (fetched)
-				break;
-			/* the answer's tuples in a context of their own, freed once encoded */
-			answer = AllocSetContextCreate(ctx, "corpus rows from the coordinator", ALLOCSET_DEFAULT_SIZES);
-			MemoryContextSwitchTo(answer);
-			rows_query(remote, &rows, query, 2, types, values, NULL, true, 0);
-			fetched = true;
-		}
-		else
+		for (;;)
 		{
 			SPI_cursor_fetch(portal, true, FETCH_ROWS);
-			rows.n = SPI_processed, rows.vals = SPI_tuptable->vals, rows.desc = SPI_tuptable->tupdesc;
-		}
-		MemoryContextSwitchTo(ctx);
-		if (rows.n == 0)
-			break;
-		for (r = 0; r < rows.n; r++)
-		{
-			HeapTuple	tup = rows.vals[r];
-			TupleDesc	desc = rows.desc;
-			bool		isnull;
-			int64		pair_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-			char	   *source = SPI_getvalue(tup, desc, 2);
-			char	   *target = SPI_getvalue(tup, desc, 3);
-			DataPair	p;
-
-			CHECK_FOR_INTERRUPTS();
-			p.src = encode(vocab, SPM_SOURCE, source, &p.src_len, pair_id);
-			p.tgt = encode(vocab, SPM_TARGET, target, &p.tgt_len, pair_id);
-			if (d->num_references < references)
-			{
-				if (d->num_references == ref_capacity)
-				{
-					ref_capacity = Max(64, ref_capacity * 2);
-					d->references = d->references == NULL ? palloc(ref_capacity * sizeof(char *))
-						: repalloc(d->references, ref_capacity * sizeof(char *));
-					d->ordered = d->ordered == NULL ? palloc(ref_capacity * sizeof(DataPair))
-						: repalloc(d->ordered, ref_capacity * sizeof(DataPair));
-				}
-				d->references[d->num_references] = pstrdup(target);
-				d->ordered[d->num_references++] = p;
-			}
-			pfree(source);
-			pfree(target);
-			if (p.src_len + 1 > max_positions || p.tgt_len + 1 > max_positions)
-			{
-				d->skipped++;
-				continue;
-			}
-			if (n == capacity)
-			{
-				capacity = Max(1024, capacity * 2);
-				all = all == NULL ? palloc_extended(capacity * sizeof(DataPair), MCXT_ALLOC_HUGE)
-					: repalloc_huge(all, capacity * sizeof(DataPair));
-			}
-			all[n++] = p;
-		}
-		if (remote == NULL)
+			MemoryContextSwitchTo(ctx);
+			if (SPI_processed == 0)
+				break;
+			for (uint64 r = 0; r < SPI_processed; r++)
+				add_pair(&l, SPI_tuptable->vals[r], SPI_tuptable->tupdesc);
 			SPI_freetuptable(SPI_tuptable);
-	}
-	if (remote == NULL)
-	{
+		}
 		SPI_cursor_close(portal);
 		SPI_freeplan(plan);
 	}
-	else if (answer != NULL)
-		MemoryContextDelete(answer);
+	all = l.all;
+	n = l.n;
 	MemoryContextSwitchTo(ctx);
 	if (n > PG_INT32_MAX / 2)
 		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
