@@ -968,11 +968,17 @@ run_node(Job *j, MemoryContext ctx, const char *coordinator)
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
 						errmsg("training job %lld does not exist on the coordinator's server", (long long) j->job_id)));
 	read_job_row(j, rows.vals[0], rows.desc);
-	if (j->remote != NULL)
-		require_same_encoding(j);
 	worker_commit();
 	MemoryContextSwitchTo(ctx);
 	j->node = ranks_claim(j->job_id, j->o.ranks, &world);
+	/* after the claim, so a failure is the node's row's, and the coordinator's wait names it */
+	if (j->remote != NULL)
+	{
+		worker_begin();
+		require_same_encoding(j);
+		worker_commit();
+		MemoryContextSwitchTo(ctx);
+	}
 	ranks_set_state(j->job_id, j->node, "joined", -1, NULL);
 	join_nodes(j, &world, ctx);
 	load_data(j, ctx);
