@@ -902,8 +902,7 @@ require_same_encoding(Job *j)
 	int		   *here;
 	size_t		n;
 	char		err[TF_ERRLEN];
-	StringInfoData a,
-				b;
+	StringInfoData ids;
 
 	rows_query(j->remote, &rows, "SELECT attention.encode($1, v.name) FROM attention.models m "
 			   "JOIN attention.vocabularies v USING (vocabulary_id) WHERE m.model_id = $2", 2,
@@ -924,16 +923,15 @@ require_same_encoding(Job *j)
 		spm_free_buffer(here);
 		return;
 	}
-	initStringInfo(&a);
-	initStringInfo(&b);
+	initStringInfo(&ids);
 	for (size_t i = 0; i < n; i++)
-		appendStringInfo(&b, "%s%d", i > 0 ? "," : "", here[i]);
+		appendStringInfo(&ids, "%s%d", i > 0 ? "," : "", here[i]);
 	spm_free_buffer(here);
-	appendStringInfoString(&a, SPI_getvalue(rows.vals[0], rows.desc, 1));
 	ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					errmsg("training job %lld: this server's SentencePiece encodes text with the job's vocabulary "
 						   "differently from the coordinator's", (long long) j->job_id),
-					errdetail("\"%s\": %s there, {%s} here.", probe, a.data, b.data),
+					errdetail("\"%s\": %s there, {%s} here.", probe, SPI_getvalue(rows.vals[0], rows.desc, 1),
+							  ids.data),
 					errhint("Install the same SentencePiece library on every server of the job.")));
 }
 
@@ -1125,10 +1123,9 @@ require_known_schema(int64 job_id)
 	size_t		i;
 
 	worker_begin();
-	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'attention'", true, 1) ==
-		SPI_OK_SELECT && SPI_processed == 1)
-		version = MemoryContextStrdup(TopMemoryContext,
-									  SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+	version = attention_extension_version(NULL);
+	if (version != NULL)
+		version = MemoryContextStrdup(TopMemoryContext, version);
 	worker_commit();
 	for (i = 0; version != NULL && i < lengthof(known); i++)
 		if (strcmp(version, known[i]) == 0)

@@ -199,17 +199,6 @@ attention_join_training(PG_FUNCTION_ARGS)
 	PG_RETURN_INT32(pid);
 }
 
-/* The attention extension's version in the database r reaches (NULL: this one; "(none)" when absent). */
-static char *
-extension_version(Remote *r)
-{
-	Rows		rows;
-
-	rows_query(r, &rows, "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'attention'", 0, NULL,
-			   NULL, NULL, true, 1);
-	return rows.n == 1 ? SPI_getvalue(rows.vals[0], rows.desc, 1) : "(none)";
-}
-
 /*
  * join_training(coordinator text, job bigint) returns integer: the same
  * from another server. Connects to the coordinator's server with libpq
@@ -235,14 +224,15 @@ attention_join_training_remote(PG_FUNCTION_ARGS)
 		TrainOptions o;
 		Rows		rows;
 		bool		isnull;
-		char	   *here = extension_version(NULL),
+		char	   *here = attention_extension_version(NULL),
 				   *there;
 
 		r = remote_connect(coordinator, "attention join_training");
-		there = extension_version(r);
-		if (strcmp(here, there) != 0)
+		there = attention_extension_version(r);
+		if (here == NULL || there == NULL || strcmp(here, there) != 0)
 			ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-							errmsg("the coordinator's database has attention %s, this one %s", there, here),
+							errmsg("the coordinator's database has attention %s, this one %s", there ? there : "(none)",
+								   here ? here : "(none)"),
 							errhint("Install the same version on every server of the job (ALTER EXTENSION attention "
 									"UPDATE).")));
 		rows_query(r, &rows, "SELECT v.status, j.options FROM attention.jobs j JOIN attention.training_jobs v "

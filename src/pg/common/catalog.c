@@ -572,6 +572,16 @@ read_tensors_from(Remote *remote, int64 checkpoint_id, TensorSet set, int *count
 	return t;
 }
 
+char *
+attention_extension_version(Remote *remote)
+{
+	Rows		rows;
+
+	rows_query(remote, &rows, "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'attention'", 0, NULL,
+			   NULL, NULL, true, 1);
+	return rows.n == 1 ? SPI_getvalue(rows.vals[0], rows.desc, 1) : NULL;
+}
+
 VocabInfo
 catalog_vocab_info(int first, const char *vocabulary)
 {

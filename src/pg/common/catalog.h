@@ -67,6 +67,12 @@ void		read_model_row(const char *name);
 const char *vocabulary_columns(void);
 
 /*
+ * The attention extension's version in this database, or with `remote` in
+ * the one it reaches (palloc'd; NULL when it is not installed). Inside SPI.
+ */
+char	   *attention_extension_version(Remote *remote);
+
+/*
  * The vocabulary in columns first .. first + 7 of an SPI row
  * (vocabulary_columns()): a SentencePiece model, or with target_model and
  * pieces a vocabulary pair (spm_load_pair; with language_ids, every id
