@@ -6,7 +6,7 @@
  * counted (a shape's first step allocates its workspaces), between census
  * marks.
  *
- *   census_step TOKENS SENTENCES [--precision fp32|bf16] [--layers N]
+ *   census_step TOKENS SENTENCES [--precision fp32|bf16] [--layers N] [--host]
  *
  * --layers N: a tiny model instead (N + N layers, d_model 64, 4 heads, d_ff
  * 128, 1,001 pieces: odd, so that its logits' rows are aligned only when
@@ -25,6 +25,15 @@
  * nothing). On a GPU the counted steps are also the CUDA profiler's range
  * (cuProfilerStart/Stop), so `ncu --profile-from-start off` or `nsys
  * --capture-range=cudaProfilerApi` sees only them (bench/gpu-suite).
+ *
+ * --host (the emulated build, ATTENTION_CUDA_LIBRARY=./attention_cuda_emu.so):
+ * times the host's own work in the training step, the device's skipped
+ * (CUEMU_HOST_ONLY=1, set here): HOST_STEPS steps after one that sets the
+ * shapes up, each split into the time before its first launch (the batch's
+ * layout and upload: on a GPU the device has nothing queued then, since the
+ * step before ended in a synchronisation), between its first and last
+ * launch, and after; prints each step and the medians ("host ..."). No
+ * beam search.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
@@ -44,6 +53,9 @@ static int	vocab = 37000;
 static void (*census_mark) (const char *label);
 static int	(*profiler_start) (void);	/* the CUDA driver's cuProfilerStart/Stop */
 static int	(*profiler_stop) (void);
+static long (*launch_times) (double *first, double *last);	/* the emulator's, under --host */
+
+#define HOST_STEPS 9
 
 /* A counted step's bounds ("...-begin", "...-end"): the census's marks, or the profiler's range on a GPU. */
 static void
@@ -97,6 +109,68 @@ fail(const char *what, const char *err)
 	exit(1);
 }
 
+static int
+compare_double(const void *a, const void *b)
+{
+	double		x = *(const double *) a,
+				y = *(const double *) b;
+
+	return (x > y) - (x < y);
+}
+
+/* The median of x [n] (sorted in place). */
+static double
+median(double *x, int n)
+{
+	qsort(x, (size_t) n, sizeof(double), compare_double);
+	return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2.0;
+}
+
+/*
+ * --host: HOST_STEPS training steps over batch tb after a first, each timed
+ * by the host and split at its first and last launch; prints them and the
+ * medians.
+ */
+static void
+host_steps(TfModel *m, const TfBatch *tb, int tgt_tokens)
+{
+	TfOptimizer opt;
+	char		err[TF_ERRLEN];
+	double		step[HOST_STEPS],
+				before[HOST_STEPS],
+				span[HOST_STEPS],
+				after[HOST_STEPS];
+	long		launches = 0;
+
+	tf_optimizer_default(&opt);
+	for (int s = -1; s < HOST_STEPS; s++)
+	{
+		TfStepStats st;
+		double		t0,
+					t1,
+					first,
+					last;
+
+		launch_times(&first, &last);
+		t0 = bench_now();
+		if (tf_model_forward(m, tb, true, NULL, NULL, err, sizeof(err)) != TF_OK ||
+			tf_model_backward(m, (float) (1.0 / tgt_tokens), err, sizeof(err)) != TF_OK ||
+			tf_model_step(m, &opt, &st, err, sizeof(err)) != TF_OK)
+			fail("training step", err);
+		t1 = bench_now();
+		launches = launch_times(&first, &last);
+		if (s < 0)
+			continue;
+		step[s] = 1e3 * (t1 - t0), before[s] = 1e3 * (first - t0), span[s] = 1e3 * (last - first),
+			after[s] = 1e3 * (t1 - last);
+		printf("host step %d: %.3f ms, %.3f before the first launch, %.3f over %ld launches, %.3f after the last\n",
+			   s + 1, step[s], before[s], span[s], launches, after[s]);
+	}
+	printf("host train_step_ms=%.3f before_first_launch_ms=%.3f launches_ms=%.3f after_last_launch_ms=%.3f "
+		   "launches=%ld (medians of %d steps; the device's work skipped)\n", median(step, HOST_STEPS),
+		   median(before, HOST_STEPS), median(span, HOST_STEPS), median(after, HOST_STEPS), launches, HOST_STEPS);
+}
+
 /* Waits for the model's device (a download is complete on return); outside the census marks. */
 static void
 sync_device(TfModel *m)
@@ -128,6 +202,7 @@ main(int argc, char **argv)
 				max_s = 0,
 				max_t = 0,
 				layers = 0,
+				host = 0,
 				ls[4096],
 				lt[4096];
 	int32_t    *src,
@@ -140,11 +215,13 @@ main(int argc, char **argv)
 	void	   *lib;
 
 	argc = bench_device_option(argc, argv);
+	if (argc > 1 && strcmp(argv[argc - 1], "--host") == 0)
+		host = 1, argc--, setenv("CUEMU_HOST_ONLY", "1", 1);
 	if (argc == 5 && strcmp(argv[3], "--layers") == 0)
 		layers = atoi(argv[4]), argc = 3;
 	if (argc != 3 || layers < 0 || layers > 12|| (tokens = atoi(argv[1])) < 40 || (sentences = atoi(argv[2])) < 1 || sentences > 4096)
 	{
-		fprintf(stderr, "usage: census_step TOKENS SENTENCES [--precision fp32|bf16] [--layers N]\n");
+		fprintf(stderr, "usage: census_step TOKENS SENTENCES [--precision fp32|bf16] [--layers N] [--host]\n");
 		return 2;
 	}
 	if (layers > 0)
@@ -163,12 +240,16 @@ main(int argc, char **argv)
 	lib = dlopen(getenv("ATTENTION_CUDA_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
 	if (lib != NULL)
 		*(void **) &census_mark = dlsym(lib, "cuemu_census_mark");
+	if (lib != NULL && host)
+		*(void **) &launch_times = dlsym(lib, "cuemu_launch_times");
+	if (host && launch_times == NULL)
+		fail("--host", "needs an emulated CUDA library (ATTENTION_CUDA_LIBRARY=./attention_cuda_emu.so)");
 	if (census_mark == NULL && (lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD)) != NULL)
 	{
 		*(void **) &profiler_start = dlsym(lib, "cuProfilerStart");
 		*(void **) &profiler_stop = dlsym(lib, "cuProfilerStop");
 	}
-	if (census_mark == NULL)
+	if (census_mark == NULL && !host)
 		fprintf(stderr, "census_step: the CUDA library has no census (build attention_cuda_census.so)\n");
 
 	/* the training batch: sentences until both sides reach TOKENS */
@@ -206,6 +287,14 @@ main(int argc, char **argv)
 	printf("train sentences=%d src_tokens=%d tgt_tokens=%d attention_flops=%.0f\n", n, src_tokens, tgt_tokens,
 		   attention_flops);
 
+	if (host)
+	{
+		TfBatch		tb = {n, max_s + 1, max_t + 1, src, tgt_in, labels, 0};
+
+		host_steps(m, &tb, tgt_tokens);
+		tf_model_free(m);
+		return 0;
+	}
 	tf_optimizer_default(&opt);
 	for (int step = 0; step < 2; step++)
 	{

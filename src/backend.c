@@ -152,35 +152,56 @@ tf_backend_create(const char *kind, int device, int threads, char *err, size_t e
 	return NULL;
 }
 
-static int
-compare_int64(const void *a, const void *b)
-{
-	int64_t		x = *(const int64_t *) a,
-				y = *(const int64_t *) b;
+/* Digits of tf_group_by_id's radix sort: 11 bits, 2 passes for ids under 4,194,304 */
+#define GROUP_RADIX_BITS 11
+#define GROUP_RADIX (1 << GROUP_RADIX_BITS)
 
-	return (x > y) - (x < y);
-}
-
+/*
+ * A stable least-significant-digit radix sort of the rows by id (ids >= 0),
+ * two row buffers of scratch in turn: O(n) a pass where qsort took
+ * n log n calls of a comparison (5 ms at 52,000 rows, before every training
+ * step's first launch; bench/census_step --host).
+ */
 int
 tf_group_by_id(const int32_t *ids, int n, int32_t *groups, int64_t *scratch)
 {
-	int			i,
-				u = 0;
-	int32_t    *start,
+	int32_t    *from = (int32_t *) scratch,
+			   *to = from + n,
+			   *start,
 			   *id,
 			   *rows;
+	int32_t		largest = 0;
+	int			count[GROUP_RADIX + 1];
+	int			i,
+				shift,
+				u = 0;
 
 	for (i = 0; i < n; i++)
-		scratch[i] = (int64_t) ids[i] << 32 | i;	/* ids are >= 0: (id, row) order */
-	qsort(scratch, (size_t) n, sizeof(int64_t), compare_int64);
+	{
+		from[i] = i;
+		largest = ids[i] > largest ? ids[i] : largest;
+	}
+	for (shift = 0; shift == 0 || (shift < 31 && (largest >> shift) != 0); shift += GROUP_RADIX_BITS)
+	{
+		int32_t    *t;
+
+		memset(count, 0, sizeof(count));
+		for (i = 0; i < n; i++)
+			count[((ids[from[i]] >> shift) & (GROUP_RADIX - 1)) + 1]++;
+		for (i = 0; i < GROUP_RADIX; i++)
+			count[i + 1] += count[i];
+		for (i = 0; i < n; i++)
+			to[count[(ids[from[i]] >> shift) & (GROUP_RADIX - 1)]++] = from[i];
+		t = from, from = to, to = t;
+	}
 	for (i = 0; i < n; i++)
-		u += i == 0 || scratch[i] >> 32 != scratch[i - 1] >> 32;
+		u += i == 0 || ids[from[i]] != ids[from[i - 1]];
 	start = groups, id = start + u + 1, rows = id + u;
 	for (i = 0, u = 0; i < n; i++)
 	{
-		if (i == 0 || scratch[i] >> 32 != scratch[i - 1] >> 32)
-			start[u] = i, id[u++] = (int32_t) (scratch[i] >> 32);
-		rows[i] = (int32_t) (scratch[i] & 0xffffffff);
+		if (i == 0 || ids[from[i]] != ids[from[i - 1]])
+			start[u] = i, id[u++] = ids[from[i]];
+		rows[i] = from[i];
 	}
 	start[u] = n;
 	return u;

@@ -852,4 +852,21 @@ cuemu_counters(int device, long out[4])
 	out[3] = c.broadcasts;
 }
 
+/*
+ * Under CUEMU_HOST_ONLY=1: when the first and the last launch (kernel or
+ * matrix product) since the previous call were issued (CLOCK_MONOTONIC,
+ * seconds; 0 without any) and how many there were; the record starts anew.
+ */
+__attribute__((visibility("default"))) long
+cuemu_launch_times(double *first, double *last)
+{
+	std::lock_guard<std::mutex> l(cuemu::launch_times.mu);
+	long		n = cuemu::launch_times.count;
+
+	*first = n ? cuemu::launch_times.first : 0.0;
+	*last = n ? cuemu::launch_times.last : 0.0;
+	cuemu::launch_times.count = 0;
+	return n;
+}
+
 }

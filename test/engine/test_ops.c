@@ -364,6 +364,64 @@ check_simple_ops(TfBackend *be)
 	}
 }
 
+/*
+ * tf_group_by_id against its definition, on ids that need one, two and three
+ * radix passes (vocabularies of 7, 37,000 and 2^30; repeated ids, a single
+ * row): every row once, ids increasing, rows increasing within an id.
+ */
+static void
+check_group_by_id(void)
+{
+	const int	n = 5003;
+	const int32_t largest[] = {6, 36999, 1 << 30};
+	int32_t    *ids = malloc(n * sizeof(int32_t)),
+			   *groups = malloc((3 * (size_t) n + 1) * sizeof(int32_t));
+	int64_t    *scratch = malloc(n * sizeof(int64_t));
+	uint64_t	x = 88172645463325252ull;
+
+	for (int c = 0; c < 4; c++)
+	{
+		int			rows = c < 3 ? n : 1,
+					u,
+					bad = 0,
+					distinct = 0;
+		const int32_t *start,
+				   *id,
+				   *row;
+
+		for (int i = 0; i < rows; i++)
+		{
+			x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+			ids[i] = c < 3 ? (int32_t) ((x * 2685821657736338717ull >> 33) % ((uint64_t) largest[c] + 1)) : 42;
+			if (i % 7 == 3)
+				ids[i] = ids[i / 2];	/* repeats in every case */
+		}
+		for (int i = 0; i < rows; i++)
+		{
+			int			j = 0;
+
+			while (j < i && ids[j] != ids[i])
+				j++;
+			distinct += j == i;
+		}
+		u = tf_group_by_id(ids, rows, groups, scratch);
+		start = groups, id = start + u + 1, row = id + u;
+		bad += u != distinct || start[0] != 0 || start[u] != rows;
+		for (int j = 0; j < u && !bad; j++)
+		{
+			bad += start[j] >= start[j + 1] || (j > 0 && id[j] <= id[j - 1]);
+			for (int k = start[j]; k < start[j + 1]; k++)
+				bad += row[k] < 0 || row[k] >= rows || ids[row[k]] != id[j] ||
+					(k > start[j] && row[k] <= row[k - 1]);
+		}
+		CHECK(!bad, "tf_group_by_id, %d rows, ids up to %d: %d distinct ids, %d returned, %d wrong", rows,
+			  c < 3 ? largest[c] : 42, distinct, u, bad);
+	}
+	free(ids);
+	free(groups);
+	free(scratch);
+}
+
 void
 test_ops(const char *fixtures)
 {
@@ -381,6 +439,7 @@ test_ops(const char *fixtures)
 	check_cross_entropy(be);
 	check_activations(be);
 	check_simple_ops(be);
+	check_group_by_id();
 	tf_restore_signals(&old);
 	be->destroy(be);
 }
