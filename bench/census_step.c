@@ -215,8 +215,13 @@ main(int argc, char **argv)
 	void	   *lib;
 
 	argc = bench_device_option(argc, argv);
-	if (argc > 1 && strcmp(argv[argc - 1], "--host") == 0)
-		host = 1, argc--, setenv("CUEMU_HOST_ONLY", "1", 1);
+	for (int i = 1; i < argc; i++)	/* --host, wherever it is */
+		if (strcmp(argv[i], "--host") == 0)
+		{
+			memmove(argv + i, argv + i + 1, (size_t) (argc - i) * sizeof(char *));
+			host = 1, argc--, setenv("CUEMU_HOST_ONLY", "1", 1);
+			break;
+		}
 	if (argc == 5 && strcmp(argv[3], "--layers") == 0)
 		layers = atoi(argv[4]), argc = 3;
 	if (argc != 3 || layers < 0 || layers > 12|| (tokens = atoi(argv[1])) < 40 || (sentences = atoi(argv[2])) < 1 || sentences > 4096)

@@ -366,22 +366,22 @@ check_simple_ops(TfBackend *be)
 
 /*
  * tf_group_by_id against its definition, on ids that need one, two and three
- * radix passes (vocabularies of 7, 37,000 and 2^30; repeated ids, a single
- * row): every row once, ids increasing, rows increasing within an id.
+ * radix passes (ids up to 6, 36,999 and INT32_MAX; repeated ids), a single
+ * row and none: every row once, ids increasing, rows increasing within an id.
  */
 static void
 check_group_by_id(void)
 {
 	const int	n = 5003;
-	const int32_t largest[] = {6, 36999, 1 << 30};
+	const int32_t largest[] = {6, 36999, INT32_MAX};
 	int32_t    *ids = malloc(n * sizeof(int32_t)),
 			   *groups = malloc((3 * (size_t) n + 1) * sizeof(int32_t));
 	int64_t    *scratch = malloc(n * sizeof(int64_t));
 	uint64_t	x = 88172645463325252ull;
 
-	for (int c = 0; c < 4; c++)
+	for (int c = 0; c < 5; c++)
 	{
-		int			rows = c < 3 ? n : 1,
+		int			rows = c < 3 ? n : c == 3 ? 1 : 0,
 					u,
 					bad = 0,
 					distinct = 0;
