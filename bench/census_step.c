@@ -109,20 +109,11 @@ fail(const char *what, const char *err)
 	exit(1);
 }
 
-static int
-compare_double(const void *a, const void *b)
-{
-	double		x = *(const double *) a,
-				y = *(const double *) b;
-
-	return (x > y) - (x < y);
-}
-
 /* The median of x [n] (sorted in place). */
 static double
 median(double *x, int n)
 {
-	qsort(x, (size_t) n, sizeof(double), compare_double);
+	qsort(x, (size_t) n, sizeof(double), bench_compare_double);
 	return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2.0;
 }
 

@@ -24,6 +24,16 @@ bench_now(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* qsort's comparison of doubles, ascending (the benchmarks' medians). */
+static inline int
+bench_compare_double(const void *a, const void *b)
+{
+	double		x = *(const double *) a,
+				y = *(const double *) b;
+
+	return (x > y) - (x < y);
+}
+
 /* "--device D" (default "cpu") and "--precision P" (default "fp32"), removed from argv; returns the new argc. */
 static const char *bench_device = "cpu";
 static const char *bench_precision = "fp32";

@@ -274,15 +274,6 @@ sgemm_peak(void)
 	return best;
 }
 
-static int
-by_double(const void *a, const void *b)
-{
-	double		x = *(const double *) a,
-				y = *(const double *) b;
-
-	return (x > y) - (x < y);
-}
-
 /* The run command. */
 static int
 run(const char *path, const char *size, int threads, int steps)
@@ -344,7 +335,7 @@ run(const char *path, const char *size, int threads, int steps)
 	{
 		double		sorted_median;
 
-		qsort(secs, steps, sizeof(double), by_double);
+		qsort(secs, steps, sizeof(double), bench_compare_double);
 		sorted_median = secs[steps / 2];
 		printf("engine %s device=%s precision=%s threads=%d steps=%d median_step_s=%.4f tokens_per_s=%.0f gflops=%.1f "
 			   "sgemm_peak_gflops=%.1f peak_fraction=%.2f max_rss_mb=%ld\n",
