@@ -30,10 +30,11 @@
  * times the host's own work in the training step, the device's skipped
  * (CUEMU_HOST_ONLY=1, set here): HOST_STEPS steps after one that sets the
  * shapes up, each split into the time before its first launch (the batch's
- * layout and upload: on a GPU the device has nothing queued then, since the
- * step before ended in a synchronisation), between its first and last
- * launch, and after; prints each step and the medians ("host ..."). No
- * beam search.
+ * layout and upload: on a GPU the device has only the step before's
+ * optimizer kernel queued then, the rest of that step ended in its
+ * synchronisation), between its first and last launch (with the grouping of
+ * the embedding gradient's rows, behind a queued backward on a GPU), and
+ * after; prints each step and the medians ("host ..."). No beam search.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>

@@ -2,13 +2,16 @@
 priced on an H100 SXM. An ESTIMATE from counted traffic and one documented
 model (docs/gpus.md, "The census"), never a measurement.
 
-  gpu_census.py CENSUS_1 OUT_1 CENSUS_2 OUT_2 [--tokens 25000] [--sentences 64]
+  gpu_census.py CENSUS_1 OUT_1 CENSUS_2 OUT_2 [--tokens 25000] [--sentences 64] [--host-ms MS]
 
 CENSUS_i: the census file of a run of bench/gpu_census at a size; OUT_i: its
 stdout (sentences and tokens). Every per-launch count is taken as linear in
 the size (a + b * tokens, through the two runs: weights and other fixed
 traffic stay fixed, per-token traffic scales) and evaluated at --tokens per
 side for the training step and at --sentences for the beam-search step.
+--host-ms: the host's work before the training step's first launch, measured
+(bench/census_step --host); the GPU idles for what the optimizer's kernel,
+queued before it, does not cover.
 
   gpu_census.py --counts CENSUS
 
@@ -53,6 +56,11 @@ ISSUE = 4 * 32 * SMS * 1.83e9   # lane-instructions per second
 # Assumptions of this model:
 MIN_KERNEL = 2e-6           # s: no launch finishes faster (launch latency and tail)
 SYNC_COST = 10e-6           # s per host synchronisation: the stream drains, the host waits
+# The GPU's own time between two kernels of one stream, and what a CUDA graph leaves of it. NVIDIA's
+# "Getting Started with CUDA Graphs" (developer.nvidia.com/blog/cuda-graphs, V100): kernels of 2.9 us
+# issued back to back on a stream took 3.8 us each, the same kernels replayed from a graph 3.4 us.
+LAUNCH_GAP = 0.9e-6         # s per launch (kernel or product) on a stream
+GRAPH_GAP = 0.5e-6          # s per launch from a CUDA graph
 
 RECORD = re.compile(r"(\w+)=(\S+)")
 
@@ -186,8 +194,14 @@ def price(recs):
     return kernels, totals
 
 
-def report(title, kernels, totals, extra_flops):
-    step = totals["t_kernels"] + totals["t_gemm"] + totals["t_other"]
+def report(title, kernels, totals, extra_flops, host_ms=None):
+    launches = totals["launches"] + totals["gemms"]
+    gaps = launches * LAUNCH_GAP
+    idle = 0.0
+    if host_ms is not None:         # the optimizer's kernel runs while the host lays out the next batch
+        adam = sum(k["t"] for name, k in kernels.items() if name.startswith("adam"))
+        idle = max(0.0, host_ms / 1e3 - adam)
+    step = totals["t_kernels"] + totals["t_gemm"] + totals["t_other"] + gaps + idle
     flops = totals["flops"] + extra_flops
     print(f"## {title}")
     print(f"{'kernel':32} {'launches':>8} {'blocks':>9} {'thr':>4} {'GB L1':>8} {'GB shm':>8} {'GB L2':>8} {'GB uniq':>8} "
@@ -221,8 +235,16 @@ def report(title, kernels, totals, extra_flops):
            if totals["misaligned"] else ""))
     print(f"{'copies, memsets, host syncs':32} {'':>87} {totals['t_other'] * 1e3:8.3f} "
           f"{totals['t_other'] / step * 100:5.1f}%")
+    print(f"{'launch gaps (' + str(launches) + ' x ' + format(LAUNCH_GAP * 1e6, '.1f') + ' us)':32} {'':>87} "
+          f"{gaps * 1e3:8.3f} {gaps / step * 100:5.1f}%  a CUDA graph would save "
+          f"{launches * (LAUNCH_GAP - GRAPH_GAP) * 1e3:.2f} ms ({launches * (LAUNCH_GAP - GRAPH_GAP) / step * 100:.1f}%)")
+    if host_ms is not None:
+        print(f"{'host before the first launch':32} {'':>87} {idle * 1e3:8.3f} {idle / step * 100:5.1f}%  "
+              f"{host_ms:.2f} ms measured on this CPU, less the optimizer's {adam * 1e3:.2f} ms queued before it")
     print(f"step estimate {step * 1e3:.1f} ms: kernels {totals['t_kernels'] * 1e3:.1f}, GEMMs {totals['t_gemm'] * 1e3:.1f}, "
-          f"other {totals['t_other'] * 1e3:.1f}; {flops / 1e12:.2f} TFLOP -> MFU {flops / step / BF16_DENSE * 100:.1f}%")
+          f"other {totals['t_other'] * 1e3:.1f}, launch gaps {gaps * 1e3:.1f}"
+          + (f", host {idle * 1e3:.1f}" if host_ms is not None else "") +
+          f"; {flops / 1e12:.2f} TFLOP -> MFU {flops / step / BF16_DENSE * 100:.1f}%")
     print(f"launches {totals['launches']} kernels + {totals['gemms']} GEMMs; host synchronisations {totals['syncs']}; "
           f"device allocations {totals['mallocs']}, frees {totals['frees']}; copied host->device "
           f"{totals['h2d'] / 1e6:.2f} MB, device->host {totals['d2h'] / 1e6:.2f} MB")
@@ -235,14 +257,17 @@ def main(argv):
         return counts(argv[1])
     args = [a for a in argv if not a.startswith("--")]
     opts = dict(tokens=25000.0, sentences=64.0)
+    host_ms = None
     for i, a in enumerate(argv):
+        if a == "--host-ms":
+            host_ms = float(argv[i + 1])
+            args.remove(argv[i + 1])
         if a in ("--tokens", "--sentences"):
             opts[a[2:]] = float(argv[i + 1])
             args.remove(argv[i + 1])
     c1, o1, c2, o2 = args[:4]
     s1, i1 = parse(c1, o1)
     s2, i2 = parse(c2, o2)
-    results = {}
     for section, size_key, size in (("train", "tgt_tokens", opts["tokens"]),
                                     ("decode", "sentences", opts["sentences"])):
         if section not in s1 or section not in s2:
@@ -261,7 +286,7 @@ def main(argv):
             title = f"training step, base model, {size:.0f} + {size:.0f} tokens, H100 SXM (estimate)"
         else:
             title = f"beam-search step, base model, {size:.0f} sentences x beam 4, H100 SXM (estimate)"
-        results[section] = (kernels, totals, report(title, kernels, totals, extra))
+        report(title, kernels, totals, extra, host_ms if section == "train" else None)
     return 0
 
 

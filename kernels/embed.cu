@@ -58,7 +58,12 @@ embed_kernel(float *out, __nv_bfloat16 *out16, const int32_t *ids, const int32_t
  * id's rows (groups, tf_group_by_id) in increasing order, so repeated ids
  * add up without atomics and in the CPU backend's order. The row numbers
  * come 32 at a time, one per lane, and go round by shuffles; rows from
- * `rows` on are dout2's. 4 warps a block.
+ * `rows` on are dout2's. 4 warps a block. A full set of 32 rows is loaded
+ * before any of it is added (32 loads in flight, the sums' order unchanged):
+ * with a load and its add a row at a time behind the column test, a frequent
+ * id's rows were one dependent chain of memory latencies (the H200: 1.29 ms a
+ * step, 2% of DRAM bandwidth; docs/gpus.md). Lanes past d read column d - 1
+ * and write nothing.
  */
 #define EMBED_WARPS 4
 
@@ -77,22 +82,37 @@ embed_backward_kernel(float *dembedding, const float *dout, int rows_first, cons
 	{
 		int			u = (int) (w / chunks),
 					c = (int) (w % chunks) * 32 + lane,
+					col = c < d ? c : d - 1,
 					end = start[u + 1];
-		float	   *de = dembedding + (size_t) id[u] * d + c;
-		float		acc = c < d ? *de : 0.0f;
+		float	   *de = dembedding + (size_t) id[u] * d + col;
+		float		acc = *de;
 
 		for (int i0 = start[u]; i0 < end; i0 += 32)
 		{
 			int			mine = i0 + lane < end ? rows[i0 + lane] : 0;
 
-			for (int t = 0; t < 32 && i0 + t < end; t++)
+			if (i0 + 32 <= end)
 			{
-				int			r = __shfl_sync(0xffffffffu, mine, t);
-				const float *g = r < rows_first ? dout + (size_t) r * d : dout2 + (size_t) (r - rows_first) * d;
+				float		v[32];
 
-				if (c < d)
-					acc += scale * g[c];
+				UNROLL
+				for (int t = 0; t < 32; t++)
+				{
+					int			r = __shfl_sync(0xffffffffu, mine, t);
+
+					v[t] = (r < rows_first ? dout + (size_t) r * d : dout2 + (size_t) (r - rows_first) * d)[col];
+				}
+				UNROLL
+				for (int t = 0; t < 32; t++)
+					acc += scale * v[t];
 			}
+			else
+				for (int t = 0; i0 + t < end; t++)
+				{
+					int			r = __shfl_sync(0xffffffffu, mine, t);
+
+					acc += scale * (r < rows_first ? dout + (size_t) r * d : dout2 + (size_t) (r - rows_first) * d)[col];
+				}
 		}
 		if (c < d)
 			*de = acc;

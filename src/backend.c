@@ -152,57 +152,40 @@ tf_backend_create(const char *kind, int device, int threads, char *err, size_t e
 	return NULL;
 }
 
-/* Digits of tf_group_by_id's radix sort: 11 bits, 2 passes for ids under 4,194,304 */
-#define GROUP_RADIX_BITS 11
-#define GROUP_RADIX (1 << GROUP_RADIX_BITS)
-
 /*
- * A stable least-significant-digit radix sort of the rows by id (ids >= 0),
- * two row buffers of scratch in turn: O(n) a pass where qsort made n log n
- * calls of a comparison (at 52,000 rows, 4.7-5.0 ms more of host work
- * before every training step's first launch: bench/census_step --host).
+ * A counting sort of the rows by id: one pass counts each id's rows, one
+ * over the vocabulary turns the counts into each id's first place, one
+ * scatters the rows there in increasing order. Linear in n + vocab; glibc's
+ * qsort here cost 4.7-5.0 ms of host work before every base training step's
+ * first launch (52,000 rows), a radix sort of 11-bit digits 1.1 ms
+ * (bench/census_step --host, docs/gpus.md).
  */
 int
-tf_group_by_id(const int32_t *ids, int n, int32_t *groups, int64_t *scratch)
+tf_group_by_id(const int32_t *ids, int n, int vocab, int32_t *groups, int32_t *counts)
 {
-	int32_t    *from = (int32_t *) scratch,
-			   *to = from + n,
-			   *start,
+	int32_t    *start,
 			   *id,
 			   *rows;
-	int32_t		largest = 0;
-	int			count[GROUP_RADIX + 1];
 	int			i,
-				shift,
-				u = 0;
+				v,
+				u = 0,
+				place = 0;
 
+	memset(counts, 0, (size_t) vocab * sizeof(int32_t));
 	for (i = 0; i < n; i++)
-	{
-		from[i] = i;
-		largest = ids[i] > largest ? ids[i] : largest;
-	}
-	for (shift = 0; shift == 0 || (shift < 31 && (largest >> shift) != 0); shift += GROUP_RADIX_BITS)
-	{
-		int32_t    *t;
-
-		memset(count, 0, sizeof(count));
-		for (i = 0; i < n; i++)
-			count[((ids[from[i]] >> shift) & (GROUP_RADIX - 1)) + 1]++;
-		for (i = 0; i < GROUP_RADIX; i++)
-			count[i + 1] += count[i];
-		for (i = 0; i < n; i++)
-			to[count[(ids[from[i]] >> shift) & (GROUP_RADIX - 1)]++] = from[i];
-		t = from, from = to, to = t;
-	}
-	for (i = 0; i < n; i++)
-		u += i == 0 || ids[from[i]] != ids[from[i - 1]];
+		u += counts[ids[i]]++ == 0;
 	start = groups, id = start + u + 1, rows = id + u;
-	for (i = 0, u = 0; i < n; i++)
-	{
-		if (i == 0 || ids[from[i]] != ids[from[i - 1]])
-			start[u] = i, id[u++] = ids[from[i]];
-		rows[i] = from[i];
-	}
+	for (v = 0, u = 0; v < vocab; v++)
+		if (counts[v] > 0)
+		{
+			int			c = counts[v];
+
+			start[u] = place, id[u++] = v;
+			counts[v] = place;		/* from here on: the id's next place in rows */
+			place += c;
+		}
 	start[u] = n;
+	for (i = 0; i < n; i++)
+		rows[counts[ids[i]]++] = i;
 	return u;
 }

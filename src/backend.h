@@ -433,14 +433,14 @@ struct TfBackend
  * PE(pos, 2i+1) = cos(pos / 10000^(2i/d)), positions from 0.
  */
 /*
- * Groups rows 0 .. n-1 by ids[row] (every id >= 0) for embed_backward:
- * writes groups = start [u+1], id [u], rows [n] (the rows of id[j] are
- * rows[start[j]] .. rows[start[j+1] - 1], increasing; ids increasing), at
- * most 3n + 1 ints, and returns u, the distinct ids. scratch: n int64 of
- * workspace. groups and scratch must not overlap ids: they are written
- * while ids is read.
+ * Groups rows 0 .. n-1 by ids[row] (every id in [0, vocab)) for
+ * embed_backward: writes groups = start [u+1], id [u], rows [n] (the rows of
+ * id[j] are rows[start[j]] .. rows[start[j+1] - 1], increasing; ids
+ * increasing), at most 3n + 1 ints, and returns u, the distinct ids.
+ * counts: vocab ints of workspace. groups and counts must not overlap ids:
+ * they are written while ids is read.
  */
-int			tf_group_by_id(const int32_t *ids, int n, int32_t *groups, int64_t *scratch);
+int			tf_group_by_id(const int32_t *ids, int n, int vocab, int32_t *groups, int32_t *counts);
 
 void		tf_positional_encoding(float *pe, int positions, int d);
 

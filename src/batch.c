@@ -49,11 +49,11 @@ target_length(const int32_t *in, const int32_t *labels, int len, int pad_id)
 
 /*
  * Grows the host staging buffer to hold `longs` int64 then `ints` int32
- * values and the workspace to `scratch` int64, and points lay->longs and
+ * values and the workspace to `counts` int32, and points lay->longs and
  * lay->ints into it.
  */
 static int
-grow_staging(BatchLayout *lay, size_t ints, size_t longs, size_t scratch)
+grow_staging(BatchLayout *lay, size_t ints, size_t longs, size_t counts)
 {
 	size_t		bytes = longs * sizeof(int64_t) + ints * sizeof(int32_t);
 
@@ -66,14 +66,14 @@ grow_staging(BatchLayout *lay, size_t ints, size_t longs, size_t scratch)
 		lay->longs = p;
 		lay->staging_bytes = bytes;
 	}
-	if (scratch > lay->scratch_capacity)
+	if (counts > lay->counts_capacity)
 	{
-		int64_t    *p = realloc(lay->scratch, scratch * sizeof(int64_t));
+		int32_t    *p = realloc(lay->counts, counts * sizeof(int32_t));
 
 		if (p == NULL)
 			return TF_ERROR;
-		lay->scratch = p;
-		lay->scratch_capacity = scratch;
+		lay->counts = p;
+		lay->counts_capacity = counts;
 	}
 	lay->ints = (int32_t *) (lay->longs + longs);
 	return TF_OK;
@@ -106,7 +106,7 @@ tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 		return TF_ERROR;
 	}
 	if (grow_staging(lay, 5 * (size_t) B * b->src_len + 6 * (size_t) B * b->tgt_len + 2 * (size_t) (B + 1) + 2,
-					 3 * (size_t) (B + 1), (size_t) B * (b->src_len + b->tgt_len)) != TF_OK)
+					 3 * (size_t) (B + 1), (size_t) c->vocab_size) != TF_OK)
 	{
 		snprintf(err, errlen, "out of memory for a batch of %d sentences", B);
 		return TF_ERROR;
@@ -199,9 +199,20 @@ tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 			tgt_pos[tgt_start[r] + t] = t;
 		}
 	}
-	/* the embedding gradient's rows by id: source rows, then target rows (the ids are back to back) */
+	/* the embedding gradient's rows by id follow, when the backward needs them (tf_batch_group_ids) */
 	lay->groups = (int) (tgt_pos + lay->Nt - lay->ints);
-	lay->unique = tf_group_by_id(src_ids, lay->Ns + lay->Nt, lay->ints + lay->groups, lay->scratch);
-	lay->ints_used = (size_t) lay->groups + 2 * lay->unique + 1 + lay->Ns + lay->Nt;
+	lay->unique = 0;
+	lay->ints_used = (size_t) lay->groups;
 	return TF_OK;
+}
+
+size_t
+tf_batch_group_ids(TfModel *m)
+{
+	BatchLayout *lay = &m->lay;
+	const int32_t *src_ids = lay->ints + 2 * (lay->B + 1);	/* then the target's: back to back */
+
+	lay->unique = tf_group_by_id(src_ids, lay->Ns + lay->Nt, m->config.vocab_size, lay->ints + lay->groups,
+								 lay->counts);
+	return 2 * (size_t) lay->unique + 1 + lay->Ns + lay->Nt;
 }

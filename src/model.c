@@ -518,7 +518,7 @@ tf_model_free(TfModel *m)
 		m->be->destroy(m->be);
 	}
 	free(m->lay.longs);
-	free(m->lay.scratch);
+	free(m->lay.counts);
 	free(m->entries);
 	free(m->layer_off);
 	free(m->acts);
@@ -725,7 +725,8 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 				widest = (size_t) m->ldv,	/* logits; then d_ff and the fused QKV */
 				operand,
 				longs = 3 * (size_t) (lay->B + 1),
-				layout = longs * sizeof(int64_t) + lay->ints_used * sizeof(int32_t);
+				layout = longs * sizeof(int64_t) +
+		(lay->ints_used + 3 * (size_t) (lay->Ns + lay->Nt) + 1) * sizeof(int32_t);	/* and the grouped ids */
 	int			longest = lay->max_src > lay->max_tgt ? lay->max_src : lay->max_tgt;
 
 	/*
@@ -1544,6 +1545,11 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	for (l = c->num_encoder_layers - 1; l >= 0; l--)
 		reduced_layer_backward(m, l);
 	be->dropout_backward(be, m->g_a, m->g_a, (size_t) Ns * d, m->p_dropout, m->keep_enc_embed);
+	/*
+	 * the rows grouped by id only now: the host sorts while the device
+	 * works through the backward queued before it
+	 */
+	be->upload(be, GROUPS(m), m->lay.ints + m->lay.groups, tf_batch_group_ids(m) * sizeof(int32_t));
 	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, Ns, m->dec_x0, Nt, SRC_IDS(m), GROUPS(m),
 					   m->lay.unique, d, emb_scale);
 	if (m->reduce_grads)

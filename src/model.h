@@ -91,12 +91,14 @@ typedef struct LayerActs
 /*
  * The padding-free layout of the current batch (batch.c). Host staging:
  * ints = src_start [B+1], tgt_start [B+1], src ids [Ns], tgt ids [Nt],
- * labels [Nt], src positions [Ns], tgt positions [Nt], src ids grouped
- * [3 Ns + 1 at most], tgt ids grouped [3 Nt + 1 at most] (the embedding
+ * labels [Nt], src positions [Ns], tgt positions [Nt], then the source's
+ * and the target's ids grouped [3 (Ns + Nt) + 1 at most] (the embedding
  * gradient's rows by id, tf_group_by_id); longs = offsets of
  * the encoder self, decoder self and cross attention probabilities
  * [3 x (B+1)]. One host buffer holds longs, then ints; the model keeps a
- * device copy of it, uploaded in one copy per batch.
+ * device copy of it, uploaded in one copy per batch but for the grouped
+ * ids, which the backward makes and uploads when it reaches the embedding
+ * gradient (tf_batch_group_ids).
  */
 typedef struct BatchLayout
 {
@@ -108,13 +110,13 @@ typedef struct BatchLayout
 	int			index;			/* training: TfBatch.index (dropout key); else 0 */
 	int			groups;			/* offset in ints of the source's then the target's ids
 								 * grouped (tf_group_by_id, rows counted over both) */
-	int			unique;			/* their distinct ids */
+	int			unique;			/* their distinct ids (0 until grouped) */
 	int64_t    *longs;			/* the staging buffer: longs, then ints right after them */
 	int32_t    *ints;
 	size_t		ints_used,
 				staging_bytes;
-	int64_t    *scratch;		/* tf_group_by_id's workspace */
-	size_t		scratch_capacity;
+	int32_t    *counts;			/* tf_group_by_id's workspace: [vocab_size] */
+	size_t		counts_capacity;
 } BatchLayout;
 
 /*
@@ -211,6 +213,13 @@ void		tf_logits(TfModel *m, float *logits, const float *h, int rows);
 
 /* Checks a padded batch and builds m->lay; TF_ERROR with a message naming the problem. */
 int			tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen);
+
+/*
+ * Groups the current batch's source and target rows by id into the host
+ * layout (at lay.groups; lay.unique set) and returns how many ints that
+ * took: 2 unique + 1 + Ns + Nt.
+ */
+size_t		tf_batch_group_ids(TfModel *m);
 
 struct TfModel
 {

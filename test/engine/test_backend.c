@@ -254,7 +254,7 @@ compare_elementwise(Both *b)
 			   *dpos,
 			   *dgroups,
 				groups[3 * R + 1];
-	int64_t		scratch[R];
+	int32_t		counts[V];
 	int			unique;
 	uint8_t    *mask = malloc(n),
 			   *dmask = b->gpu->alloc(b->gpu, n),
@@ -273,7 +273,7 @@ compare_elementwise(Both *b)
 	}
 	dids = up(b->gpu, ids, sizeof(ids));
 	dpos = up(b->gpu, pos, sizeof(pos));
-	unique = tf_group_by_id(ids, R, groups, scratch);
+	unique = tf_group_by_id(ids, R, V, groups, counts);
 	dgroups = up(b->gpu, groups, sizeof(groups));
 
 	b->cpu->add(b->cpu, out, x, y, n);
@@ -772,12 +772,12 @@ compare_embed_backward_repeats(Both *b)
 				groups[3 * R + 1],
 			   *d_ids,
 			   *d_groups;
-	int64_t		scratch[R];
+	int32_t		counts[V];
 	int			unique;
 
 	for (int i = 0; i < R; i++)
 		ids[i] = i % 10 < 7 ? 1 : 3 + i % 2;
-	unique = tf_group_by_id(ids, R, groups, scratch);
+	unique = tf_group_by_id(ids, R, V, groups, counts);
 	CHECK(unique == 3 && groups[0] == 0 && groups[1] == 70 && groups[4] == 1 && groups[7] == 0 && groups[8] == 1,
 		  "tf_group_by_id: 3 ids, id 1's 70 rows first, in order (got %d ids, start %d %d)", unique, groups[0],
 		  groups[1]);

@@ -365,18 +365,19 @@ check_simple_ops(TfBackend *be)
 }
 
 /*
- * tf_group_by_id against its definition, on ids that need one, two and three
- * radix passes (ids up to 6, 36,999 and INT32_MAX; repeated ids), a single
- * row and none: every row once, ids increasing, rows increasing within an id.
+ * tf_group_by_id against its definition, on vocabularies of 7, 37,000 and
+ * 256,206 ids (NLLB-200's; repeated ids, the first and last id of each), a
+ * single row and none: every row once, ids increasing, rows increasing
+ * within an id; the workspace past the vocabulary untouched.
  */
 static void
 check_group_by_id(void)
 {
 	const int	n = 5003;
-	const int32_t largest[] = {6, 36999, INT32_MAX};
+	const int32_t vocab[] = {7, 37000, 256206, 50, 50};
 	int32_t    *ids = malloc(n * sizeof(int32_t)),
-			   *groups = malloc((3 * (size_t) n + 1) * sizeof(int32_t));
-	int64_t    *scratch = malloc(n * sizeof(int64_t));
+			   *groups = malloc((3 * (size_t) n + 1) * sizeof(int32_t)),
+			   *counts = malloc((256206 + 1) * sizeof(int32_t));
 	uint64_t	x = 88172645463325252ull;
 
 	for (int c = 0; c < 5; c++)
@@ -392,10 +393,12 @@ check_group_by_id(void)
 		for (int i = 0; i < rows; i++)
 		{
 			x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-			ids[i] = c < 3 ? (int32_t) ((x * 2685821657736338717ull >> 33) % ((uint64_t) largest[c] + 1)) : 42;
+			ids[i] = c < 3 ? (int32_t) ((x * 2685821657736338717ull >> 33) % (uint64_t) vocab[c]) : 42;
 			if (i % 7 == 3)
 				ids[i] = ids[i / 2];	/* repeats in every case */
 		}
+		if (c < 3)
+			ids[17] = 0, ids[n - 2] = vocab[c] - 1;
 		for (int i = 0; i < rows; i++)
 		{
 			int			j = 0;
@@ -404,9 +407,10 @@ check_group_by_id(void)
 				j++;
 			distinct += j == i;
 		}
-		u = tf_group_by_id(ids, rows, groups, scratch);
+		counts[vocab[c]] = -12345;
+		u = tf_group_by_id(ids, rows, vocab[c], groups, counts);
 		start = groups, id = start + u + 1, row = id + u;
-		bad += u != distinct || start[0] != 0 || start[u] != rows;
+		bad += u != distinct || start[0] != 0 || start[u] != rows || counts[vocab[c]] != -12345;
 		for (int j = 0; j < u && !bad; j++)
 		{
 			bad += start[j] >= start[j + 1] || (j > 0 && id[j] <= id[j - 1]);
@@ -414,12 +418,12 @@ check_group_by_id(void)
 				bad += row[k] < 0 || row[k] >= rows || ids[row[k]] != id[j] ||
 					(k > start[j] && row[k] <= row[k - 1]);
 		}
-		CHECK(!bad, "tf_group_by_id, %d rows, ids up to %d: %d distinct ids, %d returned, %d wrong", rows,
-			  c < 3 ? largest[c] : 42, distinct, u, bad);
+		CHECK(!bad, "tf_group_by_id, %d rows, vocabulary of %d: %d distinct ids, %d returned, %d wrong", rows,
+			  vocab[c], distinct, u, bad);
 	}
 	free(ids);
 	free(groups);
-	free(scratch);
+	free(counts);
 }
 
 void
