@@ -293,12 +293,16 @@ stream_wait(TfBackend *be, const char *what)
 #define STAGING_MAX ((size_t) 8 << 20)
 
 /*
- * Small uploads (batch layouts, decoding steps) are copied into a page-locked
- * staging buffer and sent asynchronously, so a step has no host
- * synchronisation for them: the source is free on return and the stream's
- * later operations see the data. A buffer is reused two uploads later, once
- * its copy's event has completed (long since, in a step). Larger uploads
- * (weights) wait for the stream.
+ * Small uploads (batch layouts, a backward's rows grouped by id, decoding
+ * steps) are copied into a page-locked staging buffer and sent
+ * asynchronously, so a step has no host synchronisation for them: the
+ * source is free on return and the stream's later operations see the data.
+ * A buffer is reused two uploads later, once its copy's event has
+ * completed: in training long since, the step's synchronisation lying
+ * between; where batches accumulate without one, a batch's grouped rows
+ * wait for the last batch's copy, queued before its embedding gradient, so
+ * the host runs at most about a backward ahead. Larger uploads (weights)
+ * wait for the stream.
  */
 static void
 cuda_upload(TfBackend *be, void *dst, const void *src, size_t bytes)

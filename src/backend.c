@@ -155,10 +155,10 @@ tf_backend_create(const char *kind, int device, int threads, char *err, size_t e
 /*
  * A counting sort of the rows by id: one pass counts each id's rows, one
  * over the vocabulary turns the counts into each id's first place, one
- * scatters the rows there in increasing order. Linear in n + vocab; glibc's
- * qsort here cost 4.7-5.0 ms of host work before every base training step's
- * first launch (52,000 rows), a radix sort of 11-bit digits 1.1 ms
- * (bench/census_step --host, docs/gpus.md).
+ * scatters the rows there in increasing order. Linear in n + vocab. It
+ * replaced glibc's qsort (4.7-5.0 ms more host work a base training step,
+ * 52,000 rows), then a radix sort of 11-bit digits (0.4-1.1 ms more):
+ * bench/census_step --host, docs/gpus.md.
  */
 int
 tf_group_by_id(const int32_t *ids, int n, int vocab, int32_t *groups, int32_t *counts)

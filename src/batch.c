@@ -49,11 +49,10 @@ target_length(const int32_t *in, const int32_t *labels, int len, int pad_id)
 
 /*
  * Grows the host staging buffer to hold `longs` int64 then `ints` int32
- * values and the workspace to `counts` int32, and points lay->longs and
- * lay->ints into it.
+ * values, and points lay->longs and lay->ints into it.
  */
 static int
-grow_staging(BatchLayout *lay, size_t ints, size_t longs, size_t counts)
+grow_staging(BatchLayout *lay, size_t ints, size_t longs)
 {
 	size_t		bytes = longs * sizeof(int64_t) + ints * sizeof(int32_t);
 
@@ -65,15 +64,6 @@ grow_staging(BatchLayout *lay, size_t ints, size_t longs, size_t counts)
 			return TF_ERROR;
 		lay->longs = p;
 		lay->staging_bytes = bytes;
-	}
-	if (counts > lay->counts_capacity)
-	{
-		int32_t    *p = realloc(lay->counts, counts * sizeof(int32_t));
-
-		if (p == NULL)
-			return TF_ERROR;
-		lay->counts = p;
-		lay->counts_capacity = counts;
 	}
 	lay->ints = (int32_t *) (lay->longs + longs);
 	return TF_OK;
@@ -106,7 +96,7 @@ tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 		return TF_ERROR;
 	}
 	if (grow_staging(lay, 5 * (size_t) B * b->src_len + 6 * (size_t) B * b->tgt_len + 2 * (size_t) (B + 1) + 2,
-					 3 * (size_t) (B + 1), (size_t) c->vocab_size) != TF_OK)
+					 3 * (size_t) (B + 1)) != TF_OK)
 	{
 		snprintf(err, errlen, "out of memory for a batch of %d sentences", B);
 		return TF_ERROR;
@@ -212,6 +202,8 @@ tf_batch_group_ids(TfModel *m)
 	BatchLayout *lay = &m->lay;
 	const int32_t *src_ids = lay->ints + 2 * (lay->B + 1);	/* then the target's: back to back */
 
+	if (lay->counts == NULL && (lay->counts = malloc((size_t) m->config.vocab_size * sizeof(int32_t))) == NULL)
+		return 0;
 	lay->unique = tf_group_by_id(src_ids, lay->Ns + lay->Nt, m->config.vocab_size, lay->ints + lay->groups,
 								 lay->counts);
 	return 2 * (size_t) lay->unique + 1 + lay->Ns + lay->Nt;

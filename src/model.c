@@ -1496,6 +1496,7 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	int			Ns = m->lay.Ns,
 				Nt = m->lay.Nt;
 	int			l;
+	size_t		grouped;
 
 	if (m->grads == NULL)
 	{
@@ -1549,7 +1550,13 @@ backward(TfModel *m, float grad_scale, char *err, size_t errlen)
 	 * the rows grouped by id only now: the host sorts while the device
 	 * works through the backward queued before it
 	 */
-	be->upload(be, GROUPS(m), m->lay.ints + m->lay.groups, tf_batch_group_ids(m) * sizeof(int32_t));
+	grouped = tf_batch_group_ids(m);
+	if (grouped == 0)
+	{
+		snprintf(err, errlen, "out of memory for the embedding gradient's workspace (%d ids)", c->vocab_size);
+		return TF_ERROR;
+	}
+	be->upload(be, GROUPS(m), m->lay.ints + m->lay.groups, grouped * sizeof(int32_t));
 	be->embed_backward(be, m->grads + m->off_embedding, m->g_a, Ns, m->dec_x0, Nt, SRC_IDS(m), GROUPS(m),
 					   m->lay.unique, d, emb_scale);
 	if (m->reduce_grads)

@@ -115,8 +115,8 @@ typedef struct BatchLayout
 	int32_t    *ints;
 	size_t		ints_used,
 				staging_bytes;
-	int32_t    *counts;			/* tf_group_by_id's workspace: [vocab_size] */
-	size_t		counts_capacity;
+	int32_t    *counts;			/* tf_group_by_id's workspace: [vocab_size], at the
+								 * first backward */
 } BatchLayout;
 
 /*
@@ -217,7 +217,7 @@ int			tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen);
 /*
  * Groups the current batch's source and target rows by id into the host
  * layout (at lay.groups; lay.unique set) and returns how many ints that
- * took: 2 unique + 1 + Ns + Nt.
+ * took: 2 unique + 1 + Ns + Nt; 0 when out of memory for the workspace.
  */
 size_t		tf_batch_group_ids(TfModel *m);
 
