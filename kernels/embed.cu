@@ -67,6 +67,13 @@ embed_kernel(float *out, __nv_bfloat16 *out16, const int32_t *ids, const int32_t
  */
 #define EMBED_WARPS 4
 
+/* Column col of gradient row r: dout's rows first, dout2's from rows_first on ([rows, d] each). */
+static __device__ __forceinline__ float
+gradient_at(const float *dout, int rows_first, const float *dout2, int r, int d, int col)
+{
+	return (r < rows_first ? dout + (size_t) r * d : dout2 + (size_t) (r - rows_first) * d)[col];
+}
+
 __global__ void
 embed_backward_kernel(float *dembedding, const float *dout, int rows_first, const float *dout2, const int32_t *groups,
 					  int unique, int d, float scale)
@@ -100,7 +107,7 @@ embed_backward_kernel(float *dembedding, const float *dout, int rows_first, cons
 				{
 					int			r = __shfl_sync(0xffffffffu, mine, t);
 
-					v[t] = (r < rows_first ? dout + (size_t) r * d : dout2 + (size_t) (r - rows_first) * d)[col];
+					v[t] = gradient_at(dout, rows_first, dout2, r, d, col);
 				}
 				UNROLL
 				for (int t = 0; t < 32; t++)
@@ -111,7 +118,7 @@ embed_backward_kernel(float *dembedding, const float *dout, int rows_first, cons
 				{
 					int			r = __shfl_sync(0xffffffffu, mine, t);
 
-					acc += scale * (r < rows_first ? dout + (size_t) r * d : dout2 + (size_t) (r - rows_first) * d)[col];
+					acc += scale * gradient_at(dout, rows_first, dout2, r, d, col);
 				}
 		}
 		if (c < d)

@@ -725,8 +725,8 @@ ensure_arena(TfModel *m, char *err, size_t errlen)
 				widest = (size_t) m->ldv,	/* logits; then d_ff and the fused QKV */
 				operand,
 				longs = 3 * (size_t) (lay->B + 1),
-				layout = longs * sizeof(int64_t) +
-		(lay->ints_used + 3 * (size_t) (lay->Ns + lay->Nt) + 1) * sizeof(int32_t);	/* and the grouped ids */
+				grouped = 3 * (size_t) (lay->Ns + lay->Nt) + 1,	/* the most the backward's grouped ids take */
+				layout = longs * sizeof(int64_t) + (lay->ints_used + grouped) * sizeof(int32_t);
 	int			longest = lay->max_src > lay->max_tgt ? lay->max_src : lay->max_tgt;
 
 	/*
