@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
+
 #include "check.h"
 #include "transformer.h"
 
@@ -21,6 +24,33 @@ int			check_count = 0;
 const char *test_device = "cpu";
 const char *test_cuda_library = NULL;
 const char *test_fixtures = "test/fixtures";
+
+/* oneDNN's effective ISA (ONEDNN_MAX_CPU_ISA caps it), by its variable's name. */
+static const char *
+onednn_isa(void)
+{
+	switch (dnnl_get_effective_cpu_isa())
+	{
+		case dnnl_cpu_isa_sse41:
+			return "SSE41";
+		case dnnl_cpu_isa_avx:
+			return "AVX";
+		case dnnl_cpu_isa_avx2:
+			return "AVX2";
+		case dnnl_cpu_isa_avx2_vnni:
+			return "AVX2_VNNI";
+		case dnnl_cpu_isa_avx512_core:
+			return "AVX512_CORE";
+		case dnnl_cpu_isa_avx512_core_vnni:
+			return "AVX512_CORE_VNNI";
+		case dnnl_cpu_isa_avx512_core_bf16:
+			return "AVX512_CORE_BF16";
+		case dnnl_cpu_isa_avx512_core_amx:
+			return "AVX512_CORE_AMX";
+		default:
+			return "other";
+	}
+}
 
 /* One suite: its name and entry point. */
 typedef struct Suite
@@ -52,6 +82,9 @@ main(int argc, char **argv)
 	test_fixtures = fixtures;
 	if (getenv("ATTENTION_TEST_NODE") != NULL)
 		return test_parallel_node();	/* test_parallel's second node, in this process */
+	/* the kernels this run's sums come from: fixtures must hold under every family */
+	printf("engine tests (%s): OpenBLAS's %s kernels, oneDNN's %s ISA\n", test_device, openblas_get_corename(),
+		   onednn_isa());
 
 	for (i = 0; i < sizeof(suites) / sizeof(suites[0]); i++)
 	{
