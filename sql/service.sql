@@ -159,18 +159,6 @@ SELECT count(*) FILTER (WHERE attention.translate(en, 'sv_tiny', 1) IS NOT DISTI
   FROM sv_bt JOIN sv_ref USING (id);
 SELECT model, state, requests > 0 AS served, automatic FROM attention.services WHERE model LIKE 'sv%';
 
--- on a GPU: the same kernels on the emulated CUDA library
-SELECT attention.stop_service('sv_tiny');
-SELECT current_database() AS db \gset
-ALTER DATABASE :"db" SET attention.cuda_library = '$libdir/attention_cuda_emu.so';
-SELECT attention.start_service('sv_tiny', 'cuda') > 0 AS started_on_cuda;
-SELECT device FROM attention.services WHERE model LIKE 'sv%';
-SELECT count(*) FILTER (WHERE t IS NOT DISTINCT FROM greedy) AS cuda_greedy_equal  -- (one request)
-  FROM (SELECT id, attention.translate(en, 'sv_tiny', 1) AS t FROM sv_bt WHERE id <= 8) AS x JOIN sv_ref USING (id);
-SELECT max(abs(attention.score(en, 'das Paket enthält Dateien', 'sv_tiny') - score)) < 1e-4 AS cuda_scores_close
-  FROM sv_bt JOIN sv_ref USING (id) WHERE id <= 12;  -- (one request each)
-SELECT attention.stop_service('sv_tiny');
-ALTER DATABASE :"db" RESET attention.cuda_library;
 
 RESET attention.use_service;
 DROP TABLE sv_bt, sv_ref, sv_nbest_ref, sv_array_ref, sv_row, sv_batch;

@@ -1023,15 +1023,20 @@ cpu_cache_gather(TfBackend *be, void *dst, size_t dst_stride, const void *src, s
 	cpu_gather(be, dst, dst_stride, src, src_stride, rows, n, count);
 }
 
-/* Eight floats (GCC/Clang vector extension: AVX with -march=native, else two SSE halves). */
+/*
+ * Eight floats (GCC/Clang vector extension: one AVX register where the code is
+ * compiled for AVX, else two SSE halves), passed by address: by value their ABI
+ * depends on the ISA the code is compiled for (-Wpsabi).
+ */
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 
-/* fast_expf on eight lanes, the same arithmetic (so the same results). */
-static inline v8f
-fast_expf8(v8f x)
+/* fast_expf on eight lanes in place, the same arithmetic (so the same results). */
+static inline void
+fast_expf8(v8f *v)
 {
 	const v8f	lo = {-87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f};
+	v8f			x = *v;
 	v8i			above = x > lo;
 	v8f			n,
 				r,
@@ -1044,7 +1049,7 @@ fast_expf8(v8f x)
 	p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666672e-1f + r * (4.16666679e-2f +
 			r * (8.33333377e-3f + r * 1.38888892e-3f)))));
 	bits = (__builtin_convertvector(n, v8i) + 127) << 23;
-	return p * (v8f) bits;
+	*v = p * (v8f) bits;
 }
 
 /* Sum of exp(x[j] - mx) over n values, eight lanes at a time. */
@@ -1061,7 +1066,9 @@ sum_exp(const float *x, int n, float mx)
 		v8f			v;
 
 		memcpy(&v, x + j, sizeof(v));
-		acc += fast_expf8(v - mx);
+		v -= mx;
+		fast_expf8(&v);
+		acc += v;
 	}
 	for (; j < n; j++)
 		sum += fast_expf(x[j] - mx);
