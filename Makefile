@@ -9,7 +9,7 @@ MODULE_big = attention
 # the SQL glue lives in src/pg/.
 ENGINE_C = src/bleu.c src/safetensors.c
 ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tensors.c src/score.c \
-	src/decode.c src/backend.c src/backend_cpu.c src/cpu_matmul.c src/quantize.c src/parallel.c src/marian.c \
+	src/decode.c src/backend.c src/backend_cpu.c src/blas.c src/cpu_matmul.c src/quantize.c src/parallel.c src/marian.c \
 	src/signals.c
 ENGINE_CXX = src/spm.cc
 # src/pg/common/: the leaves of the SQL glue (settings, catalogue, the model
@@ -53,10 +53,13 @@ PG_CXXFLAGS = $(WARNINGS) -std=c++17 -Isrc
 OPTFLAGS ?=
 
 # OpenBLAS's OpenMP build: its threads are OpenMP's, which the engine starts
-# with every signal blocked.
+# with every signal blocked. The engine loads it itself (src/blas.h: with a kernel
+# family for the CPU, which OpenBLAS's own table may not know), so nothing links it
+# but the programs that call it directly (OPENBLAS_LIBS).
 OPENBLAS_DIR = /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp
 OPENBLAS_INC = /usr/include/$(shell gcc -print-multiarch)/openblas-openmp
-ENGINE_LIBS = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -ldnnl -fopenmp -lm
+OPENBLAS_LIBS = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas
+ENGINE_LIBS = -ldnnl -fopenmp -lm -ldl
 # Only the entry points PostgreSQL calls are exported (scripts/check-structure
 # checks the result): the magic block, _PG_init, every SQL function with its
 # pg_finfo_ record, and the background workers' entry points. Everything else,
@@ -93,7 +96,8 @@ sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
 
 # The engine's objects inside attention.so: C11, OPTFLAGS (above), OpenMP, and
 # OpenBLAS's headers.
-$(ENGINE_NN:.c=.o): override CFLAGS += -std=c11 -O3 $(OPTFLAGS) -fopenmp -isystem $(OPENBLAS_INC)
+$(ENGINE_NN:.c=.o): override CFLAGS += -std=c11 -O3 $(OPTFLAGS) -fopenmp -isystem $(OPENBLAS_INC) \
+	-DTF_OPENBLAS_LIBRARY='"$(OPENBLAS_DIR)/libopenblas.so.0"'
 
 # PGXS tracks no header dependencies: every object depends on the headers it may include.
 $(OBJS): $(wildcard src/*.h src/pg/*.h bgworker/*.h)
@@ -127,7 +131,7 @@ NCCL_LIB ?= $(dir $(firstword $(wildcard $(CUDA_HOME)/lib/libnccl.so $(CUDA_HOME
 EMU_CXXFLAGS = -std=c++17 -O2 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror -Wno-unused-parameter \
 	-Isrc -Ikernels -I$(CUDA_HOME)/include -isystem $(OPENBLAS_INC)
 EMU_SHIMS = kernels/emu/cublas_emu.cc kernels/emu/nccl_emu.cc
-EMU_LIBS = -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -pthread
+EMU_LIBS = $(OPENBLAS_LIBS) -pthread
 ifneq ($(USE_CUDA),0)
 ifneq ($(NVCC),)
 CUDA_LIB = attention_cuda$(DLSUFFIX)
@@ -211,7 +215,8 @@ check-cuda: $(ENGINE_TEST_BIN) $(CUDA_LIB)
 # ---------------------------------------------------------------------------
 # Engine unit tests: a standalone C program (no PostgreSQL) built with the
 # engine sources; it also runs on the GPU machine.
-ENGINE_STD_CFLAGS = -std=c11 -O3 $(OPTFLAGS) -g -fopenmp $(WARNINGS) -Isrc -isystem $(OPENBLAS_INC)
+ENGINE_STD_CFLAGS = -std=c11 -O3 $(OPTFLAGS) -g -fopenmp $(WARNINGS) -Isrc -isystem $(OPENBLAS_INC) \
+	-DTF_OPENBLAS_LIBRARY='"$(OPENBLAS_DIR)/libopenblas.so.0"'
 EXTRA_CLEAN += $(ENGINE_TEST_BIN) test/engine/spm.o test/engine/spm_asan.o
 
 test/engine/spm.o: $(ENGINE_CXX) src/spm.h
@@ -245,7 +250,7 @@ bench/decode: bench/decode.c bench/device.h $(ENGINE_NN) $(wildcard src/*.h)
 bench/census_step: bench/census_step.c bench/device.h $(ENGINE_NN) $(wildcard src/*.h)
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/census_step.c $(ENGINE_NN) $(ENGINE_LIBS) -ldl
 bench/cpu_matmul: bench/cpu_matmul.c
-	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/cpu_matmul.c $(ENGINE_LIBS)
+	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/cpu_matmul.c $(ENGINE_LIBS) $(OPENBLAS_LIBS)
 bench/parallel_counts: bench/parallel_counts.c $(ENGINE_NN) $(wildcard src/*.h)
 	$(CC) $(ENGINE_STD_CFLAGS) -o $@ bench/parallel_counts.c $(ENGINE_NN) $(ENGINE_LIBS) -ldl
 

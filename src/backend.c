@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blas.h"
 #include "signals.h"
 #include "transformer.h"
 
@@ -54,6 +55,9 @@ load_cuda(char *err, size_t errlen)
 	CudaLibrary *lib;
 	void	   *handle;
 
+	/* the emulated library links OpenBLAS: loaded first here, its kernels are the engine's (blas.h) */
+	if (tf_blas(err, errlen) == NULL)
+		return NULL;
 	pthread_mutex_lock(&cuda_lock);
 	path = cuda_library != NULL ? cuda_library : DEFAULT_CUDA_LIBRARY;
 	for (lib = cuda_loaded; lib != NULL && strcmp(lib->path, path) != 0; lib = lib->next)
@@ -131,6 +135,8 @@ tf_backend_create(const char *kind, int device, int threads, char *err, size_t e
 			snprintf(err, errlen, "the CPU backend has no device %d", device);
 			return NULL;
 		}
+		if (tf_blas(err, errlen) == NULL)
+			return NULL;
 		be = tf_backend_cpu_create(threads);
 		if (be == NULL)
 			snprintf(err, errlen, "out of memory creating the CPU backend");

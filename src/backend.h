@@ -463,7 +463,7 @@ void		tf_positional_encoding_fairseq(float *pe, int positions, int d, int first)
  */
 TfBackend  *tf_backend_create(const char *kind, int device, int threads, char *err, size_t errlen);
 
-/* The CPU backend (backend_cpu.c); NULL when out of memory. */
+/* The CPU backend (backend_cpu.c); NULL when out of memory or OpenBLAS cannot be loaded (tf_blas says why). */
 TfBackend  *tf_backend_cpu_create(int threads);
 
 /*

@@ -1,5 +1,5 @@
 /*
- * backend_cpu.c - the CPU backend (backend.h): OpenBLAS cblas_sgemm for the
+ * backend_cpu.c - the CPU backend (backend.h): OpenBLAS's sgemm (blas.h) for the
  * matrix products of training, oneDNN (cpu_matmul.c) for inference's
  * products with fixed weights (fp32 and int8), plain C with OpenMP for the
  * rest.
@@ -12,7 +12,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "backend.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -22,9 +21,13 @@
 #include <sys/mman.h>
 
 #include "activation.h"
+#include "blas.h"
 #include "cpu_matmul.h"
 #include "rng.h"
 #include "transformer.h"
+
+/* OpenBLAS (blas.h), loaded before the first CPU backend is made */
+static const TfBlas *blas;
 
 /* Columns per block in column-parallel reductions (bias, LayerNorm, embedding grads). */
 #define COLUMN_BLOCK 64
@@ -142,12 +145,12 @@ cpu_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float a
 		int			i;
 
 		for (i = 0; i < m; i++)
-			cblas_sgemv(CblasRowMajor, trans_b ? CblasNoTrans : CblasTrans, trans_b ? n : k, trans_b ? k : n,
+			blas->sgemv(CblasRowMajor, trans_b ? CblasNoTrans : CblasTrans, trans_b ? n : k, trans_b ? k : n,
 						alpha, b, ldb, trans_a ? a + i : a + (size_t) i * lda, trans_a ? lda : 1,
 						beta, c + (size_t) i * ldc, 1);
 		return;
 	}
-	cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+	blas->sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
 				m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -685,7 +688,7 @@ visible_keys(const TfAttentionShape *sh, const AttnPair *a, int i)
 static void
 pair_scores(float *p, const AttnPair *a, const float *qb, int ldq, const float *kb, int ldk, int dk, float scale)
 {
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a->lq, a->lk, dk,
+	blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a->lq, a->lk, dk,
 				scale, qb, ldq, kb, ldk, 0.0f, p, a->lk);
 }
 
@@ -765,7 +768,7 @@ cpu_attention(TfBackend *be, float *ctx, float *lse, float *probs, const float *
 			for (e = 0; e < n; e++)
 				pd[e] = kept(sh, a.p_off + e) ? p[e] * keep_scale : 0.0f;
 		}
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a.lq, dk, a.lk,
+		blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a.lq, dk, a.lk,
 					1.0f, sh->dropout > 0.0f ? pd : p, a.lk, vb, ldk, 0.0f, cb, d);
 	}
 }
@@ -831,10 +834,10 @@ cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const flo
 		for (e = 0; e < n; e++)
 			dp[e] = kept(sh, a.p_off + e) ? p[e] * keep_scale : 0.0f;
 		/* dV = Pd^T dctx */
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a.lk, hd, a.lq,
+		blas->sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a.lk, hd, a.lq,
 					1.0f, dp, a.lk, dc, d, 0.0f, dv + koff, ldk);
 		/* dPd = dctx V^T, then through the dropout mask */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a.lq, a.lk, hd,
+		blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a.lq, a.lk, hd,
 					1.0f, dc, d, v + koff, ldk, 0.0f, dp, a.lk);
 		if (sh->dropout > 0.0f)
 			for (e = 0; e < n; e++)
@@ -862,9 +865,9 @@ cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const flo
 				drow[j] = prow[j] * (drow[j] - (float) dot) * scale;
 		}
 		/* dQ = dS K, dK = dS^T Q */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a.lq, hd, a.lk,
+		blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a.lq, hd, a.lk,
 					1.0f, dp, a.lk, k + koff, ldk, 0.0f, dq + qoff, ldq);
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a.lk, hd, a.lq,
+		blas->sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a.lk, hd, a.lq,
 					1.0f, dp, a.lk, q + qoff, ldq, 0.0f, dk + koff, ldk);
 	}
 }
@@ -986,7 +989,7 @@ start_threads(int threads)
 
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	openblas_set_num_threads(threads);
+	blas->set_num_threads(threads);
 #pragma omp parallel num_threads(threads)
 	{
 		/* nothing: creates the pool's threads now, inheriting the blocked mask */
@@ -1192,7 +1195,7 @@ tf_backend_cpu_create(int threads)
 
 	if (threads < 1)
 		threads = 1;
-	if (be == NULL || st == NULL || (st->partials = calloc(threads, sizeof(double))) == NULL ||
+	if ((blas = tf_blas(NULL, 0)) == NULL || be == NULL || st == NULL || (st->partials = calloc(threads, sizeof(double))) == NULL ||
 		(st->matmul = cpu_matmul_create()) == NULL)
 	{
 		if (st != NULL)

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include "blas.h"
 #include "check.h"
 #include "transformer.h"
 
@@ -82,9 +82,22 @@ main(int argc, char **argv)
 	test_fixtures = fixtures;
 	if (getenv("ATTENTION_TEST_NODE") != NULL)
 		return test_parallel_node();	/* test_parallel's second node, in this process */
-	/* the kernels this run's sums come from: fixtures must hold under every family */
-	printf("engine tests (%s): OpenBLAS's %s kernels, oneDNN's %s ISA\n", test_device, openblas_get_corename(),
-		   onednn_isa());
+	/*
+	 * the kernels this run's sums come from (fixtures must hold under every
+	 * family); loading OpenBLAS first makes them the engine's choice
+	 */
+	{
+		char		err[512];
+		const TfBlas *blas = tf_blas(err, sizeof(err));
+
+		if (blas == NULL)
+		{
+			fprintf(stderr, "%s\n", err);
+			return 1;
+		}
+		printf("engine tests (%s): OpenBLAS's %s kernels, oneDNN's %s ISA\n", test_device, blas->get_corename(),
+			   onednn_isa());
+	}
 
 	for (i = 0; i < sizeof(suites) / sizeof(suites[0]); i++)
 	{

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
 #include <ctype.h>
 
+#include "blas.h"
 #include "check.h"
 #include "fixture.h"
 #include "model.h"
@@ -682,7 +682,7 @@ check_model(const char *fixtures)
 				ref32;
 	const float *spread;
 	const FixTensor *core;
-	const char *our_core = openblas_get_corename();
+	const char *our_core = tf_blas(NULL, 0)->get_corename();	/* loaded by main */
 	bool		same_family;
 	TfTensor   *tensors;
 	int			n;
