@@ -4,7 +4,9 @@
  * per-row translate() calls and, under shared_preload_libraries,
  * registers the launcher that resumes interrupted training jobs (not in
  * pg_upgrade's binary-upgrade mode) and reserves the translation services'
- * registry and the CPU budget in shared memory.
+ * registry and the CPU budget in shared memory. It also loads OpenBLAS
+ * (src/blas.h) so that, preloaded, every backend and worker inherits it from
+ * the postmaster, as when the library linked it.
  */
 #include "postgres.h"
 
@@ -12,6 +14,7 @@
 #include "miscadmin.h"
 
 #include "batch_translate.h"
+#include "blas.h"
 #include "cpu_budget.h"
 #include "service_registry.h"
 #include "settings.h"
@@ -26,6 +29,8 @@ _PG_init(void)
 {
 	attention_define_settings();
 	batch_translate_init();
+	/* a failure is reported where a model first needs the CPU backend, with the reason */
+	(void) tf_blas(NULL, 0);
 	if (process_shared_preload_libraries_in_progress)
 	{
 		/*
