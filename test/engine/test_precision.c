@@ -671,7 +671,8 @@ check_model(const char *fixtures)
 				error16,
 				tolerance,
 				loss_tolerance,
-				train_tolerance;
+				train_tolerance,
+				loss16;			/* the bf16 scoring forward's mean loss */
 	size_t		count;
 	float	   *logits,
 			   *want16,
@@ -707,12 +708,17 @@ check_model(const char *fixtures)
 		  fixture_core, FIXTURE_BLAS_CORE);
 	CHECK(spread[0] > 0.0f && spread[0] < 1e-2f, "the fixture's spread across kernel families, %.3g, is measured",
 		  spread[0]);
-	same_family = same_core(our_core, fixture_core);
+	/*
+	 * OpenBLAS multiplies only under emulation (the emulated cuBLAS calls it):
+	 * on a real GPU cuBLAS does, and the comparisons stay as they were
+	 */
+	same_family = same_core(our_core, fixture_core) || strstr(test_cuda_library, "_emu") == NULL;
 	tolerance = 1e-3 + (same_family ? 0.0 : spread[0]);
 	ref16 = *(float *) fixture_get(&bf, "loss")->data;
 	ref_train = *(float *) fixture_get(&bf, "loss_train")->data;
 	ref32 = *(float *) fixture_get(&fx, "loss")->data;
-	loss_tolerance = 1e-3 * fabs(ref16) + (same_family ? 0.0 : spread[1]);
+	/* a quarter of the rules' effect on the loss (bf16 against fp32), and the spread */
+	loss_tolerance = 0.25 * fabs(ref16 - ref32) + (same_family ? 0.0 : spread[1]);
 	train_tolerance = 1e-5 * fabs(ref_train) + (same_family ? 0.0 : spread[2]);
 	printf("  bf16 fixture: made under OpenBLAS's %s kernels, here %s: %s (spread: logits %.3g, loss %.3g, "
 		   "training %.3g)\n", fixture_core, our_core, same_family ? "compared as made" : "compared within the spread",
@@ -723,6 +729,7 @@ check_model(const char *fixtures)
 	CHECK(tf_model_set_precision(m, TF_BF16, err, sizeof(err)) == TF_OK, "bf16: %s", err);
 	CHECK(tf_model_precision(m) == TF_BF16, "precision reads back");
 	logits = forward(m, &fx, &loss, &count);
+	loss16 = loss;
 	error16 = norm_error(logits, want16, count);
 	printf("  bf16 fixture: logits %.3g off PyTorch's bf16 rules, %.3g off fp32 (PyTorch: %.3g); loss %.6f "
 		   "(rules %.6f, fp32 %.6f)\n", error16, norm_error(logits, want32, count),
@@ -732,7 +739,10 @@ check_model(const char *fixtures)
 		  loss_tolerance);
 	CHECK(norm_error(logits, want32, count) < 1e-2 && norm_error(logits, want32, count) > 1e-4,
 		  "bf16 logits against fp32: %.3g (expected in (1e-4, 1e-2))", norm_error(logits, want32, count));
-	/* the rules' effect stands well above what separates the engine from them: its own error, or the families' spread */
+	/*
+	 * the rules' effect stands well above what separates the engine from
+	 * them: its own error, or (a check of the fixture) the families' spread
+	 */
 	CHECK(norm_error(want16, want32, count) > 3 * (same_family ? error16 : spread[0]),
 		  "the rules matter: PyTorch bf16 vs fp32 %.3g is not well above %s %.3g", norm_error(want16, want32, count),
 		  same_family ? "the engine's error" : "the kernel families' spread", same_family ? error16 : spread[0]);
@@ -768,9 +778,9 @@ check_model(const char *fixtures)
 			CHECK(fabs(first - ref_train) < train_tolerance,
 				  "bf16 training loss %.6f: PyTorch's rules with rounded logits %.6f (allowed %.3g)", first, ref_train,
 				  train_tolerance);
-			CHECK(fabs(first - own_train) < 1e-5 * fabs(own_train) && fabs(own_train - loss) > 10 * fabs(first - own_train),
+			CHECK(fabs(first - own_train) < 1e-5 * fabs(own_train) && fabs(own_train - loss16) > 10 * fabs(first - own_train),
 				  "bf16 training loss %.6f: the engine's scoring logits rounded to bf16 give %.6f, unrounded %.6f",
-				  first, own_train, loss);
+				  first, own_train, loss16);
 		}
 		last = loss / tokens;
 	}
