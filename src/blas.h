@@ -29,8 +29,11 @@ typedef struct TfBlas
 } TfBlas;
 
 /*
- * OpenBLAS, loaded on the first call (thread-safe; later calls return the
- * same table). NULL when it cannot be loaded, with the reason in err (err
+ * OpenBLAS, loaded on the first call (later calls, from any thread, return
+ * the same table). The first call sets and clears OPENBLAS_CORETYPE, which
+ * races with getenv in other threads: make it where the process has one
+ * thread (the engine does in tf_backend_create, before starting ranks, and
+ * the glue in _PG_init). NULL when it cannot be loaded, with the reason in err (err
  * may be NULL). Call it before any code that may load OpenBLAS as a
  * dependency (the emulated CUDA library links it): the first load chooses
  * the kernels for the process.

@@ -5,6 +5,7 @@
  * for all of them.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "blas.h"
 #include "parallel.h"
 
 #include <pthread.h>
@@ -421,6 +422,8 @@ tf_parallel_create(const TfConfig *config, uint64_t seed, const char *device, in
 			tf_parallel_free(p);
 			return NULL;
 		}
+		/* OpenBLAS is loaded before the rank threads: its load sets the environment (blas.h) */
+		(void) tf_blas(NULL, 0);
 		/* engine threads start with every signal blocked: the caller's handlers stay the caller's */
 		tf_block_signals(&old);
 		for (int i = 0; i < count; i++)

@@ -29,8 +29,13 @@ _PG_init(void)
 {
 	attention_define_settings();
 	batch_translate_init();
-	/* a failure is reported where a model first needs the CPU backend, with the reason */
-	(void) tf_blas(NULL, 0);
+	/* a failure is reported again where a model first needs the CPU backend */
+	{
+		char		err[512];
+
+		if (tf_blas(err, sizeof(err)) == NULL)
+			elog(LOG, "attention: %s", err);
+	}
 	if (process_shared_preload_libraries_in_progress)
 	{
 		/*
