@@ -30,6 +30,7 @@
 #include "utils/snapmgr.h"
 
 #include "entry_points.h"
+#include "rights.h"
 #include "workers.h"
 
 /* A job interrupted more often than this (e.g. one that crashes the server) is left interrupted. */
@@ -144,6 +145,8 @@ attention_resume_worker_main(Datum arg)
 				why = "the training worker exited without finishing too often; resume it with attention.resume_training";
 			else if (!OidIsValid(role))
 				why = "the role that submitted the job no longer exists";
+			else
+				why = job_entitlement(job_id, role);	/* rows of any version, whoever wrote them */
 			if (why != NULL)
 			{
 				SPI_execute_with_args("UPDATE attention.jobs SET status = 'interrupted', finished_at = now(), "

@@ -52,6 +52,7 @@
 #include "history.h"
 #include "parallel.h"
 #include "ranks.h"
+#include "rights.h"
 #include "settings.h"
 #include "entry_points.h"
 #include "train_options.h"
@@ -300,8 +301,9 @@ resume_engine(Job *j)
 	/* continue from the job's newest checkpoint */
 	j->resumed_pairs = -1;
 	rows_query(j->remote, &rows, "SELECT checkpoint_id FROM attention.checkpoints WHERE job_id = $1 "
-			   "AND kind = 'trained' ORDER BY step DESC, checkpoint_id DESC LIMIT 1", 1, (Oid[]) {INT8OID},
-			   (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false, 1);
+			   "AND model_id = $2 AND kind = 'trained' ORDER BY step DESC, checkpoint_id DESC LIMIT 1", 2,
+			   (Oid[]) {INT8OID, INT4OID}, (Datum[]) {Int64GetDatum(j->job_id), Int32GetDatum(j->model_id)}, NULL,
+			   false, 1);
 	if (rows.n == 1)
 	{
 		int64		checkpoint_id = DatumGetInt64(SPI_getbinval(rows.vals[0], rows.desc, 1, &isnull));
@@ -333,6 +335,29 @@ resume_engine(Job *j)
 	}
 	else if (j->o.init_checkpoint > 0)
 		start_from_checkpoint(j);
+}
+
+/*
+ * Whether this worker's role may run job `job_id` (job_entitlement: checked
+ * at every start, whoever queued the job). If not, the job is held
+ * interrupted with the reason, written as the tables' owner (the role may no
+ * longer see the row), and the caller runs nothing. Inside a transaction.
+ */
+static bool
+entitled(int64 job_id)
+{
+	char	   *why = job_entitlement(job_id, GetUserId());
+	AsTableOwner saved;
+
+	if (why == NULL)
+		return true;
+	ereport(LOG, (errmsg("attention: training job %lld not run: %s", (long long) job_id, why)));
+	as_table_owner(&saved);
+	SPI_execute_with_args("UPDATE attention.jobs SET status = 'interrupted', finished_at = now(), updated_at = now(), "
+						  "error = $2 WHERE job_id = $1", 2, (Oid[]) {INT8OID, TEXTOID},
+						  (Datum[]) {Int64GetDatum(job_id), CStringGetTextDatum(why)}, NULL, false, 0);
+	end_as_table_owner(&saved);
+	return false;
 }
 
 /*
@@ -371,6 +396,11 @@ claim_job(Job *j, MemoryContext ctx)
 		SPI_execute_with_args("UPDATE attention.jobs SET status = 'cancelled', finished_at = now(), updated_at = now() "
 							  "WHERE job_id = $1", 1, (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(j->job_id)},
 							  NULL, false, 0);
+		worker_commit();
+		return false;
+	}
+	if (!entitled(j->job_id))
+	{
 		worker_commit();
 		return false;
 	}
@@ -960,6 +990,16 @@ run_node(Job *j, MemoryContext ctx, const char *coordinator)
 		ranks_use(j->remote);
 	}
 	worker_begin();
+	/* a node of another server's job runs as the role that joined it there (docs/security.md) */
+	if (j->remote == NULL)
+	{
+		char	   *why = job_entitlement(j->job_id, GetUserId());
+
+		if (why != NULL)
+			ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+							errmsg("training job %lld: this node's worker may not run it: %s", (long long) j->job_id,
+								   why)));
+	}
 	rows_query(j->remote, &rows, psprintf(JOB_QUERY, vocabulary_columns(), ""), 1, (Oid[]) {INT8OID},
 			   (Datum[]) {Int64GetDatum(j->job_id)}, NULL, false, 1);
 	if (rows.n != 1)
@@ -1118,7 +1158,7 @@ record_error(int64 job_id, ErrorData *edata)
 static void
 require_known_schema(int64 job_id)
 {
-	static const char *const known[] = {"0.1.0", "0.2.0", "0.3.0"};
+	static const char *const known[] = {"0.1.0", "0.2.0", "0.3.0", "0.4.0"};
 	char	   *version = NULL;
 	size_t		i;
 

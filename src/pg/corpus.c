@@ -19,9 +19,11 @@
 #include "utils/memutils.h"
 
 #include "catalog.h"
+#include "rights.h"
 
 PG_FUNCTION_INFO_V1(attention_import_corpus);
 PG_FUNCTION_INFO_V1(attention_load_corpus);
+PG_FUNCTION_INFO_V1(attention_drop_corpus);
 
 #define PAIR_BATCH_SIZE 1000
 
@@ -102,36 +104,6 @@ batch_add(PairBatch *batch, const char *source, int source_len, const char *targ
 }
 
 /*
- * Id of the corpus name when the current role may add pairs to it (is a
- * member of its owner role, as row-level security on corpus_pairs demands);
- * ERROR naming the corpus otherwise. Schemas before 0.3.0 have no owners
- * (the row has no owner field): any role with the table grants may. Needs an
- * SPI connection.
- */
-static int32
-owned_corpus_id(const char *name)
-{
-	int32		id = attention_corpus_id(name);
-	bool		isnull;
-	Datum		member;
-
-	if (SPI_execute_with_args("SELECT o, pg_catalog.pg_has_role(o::pg_catalog.regrole, 'MEMBER') "
-							  "FROM attention.corpora c, LATERAL (SELECT pg_catalog.to_jsonb(c) ->> 'owner') r(o) "
-							  "WHERE c.corpus_id = $1",
-							  1, (Oid[]) {INT4OID}, (Datum[]) {Int32GetDatum(id)}, NULL, true, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
-		elog(ERROR, "could not read the owner of corpus \"%s\"", name);
-	member = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
-	if (!isnull && !DatumGetBool(member))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to add pairs to corpus \"%s\"", name),
-				 errhint("Only members of its owner role %s may.",
-						 SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1))));
-	return id;
-}
-
-/*
  * import_corpus(corpus text, query text, split text) -> bigint
  * Runs the query with the caller's privileges; its two columns (any types,
  * taken in their text form) become source and target.
@@ -149,7 +121,7 @@ attention_import_corpus(PG_FUNCTION_ARGS)
 
 	check_split(text_to_cstring(split));
 	SPI_connect();
-	batch_init(&batch, owned_corpus_id(corpus), split);
+	batch_init(&batch, require_owner("corpus", corpus, "add pairs to"), split);
 
 	plan = SPI_prepare(query, 0, NULL);
 	if (plan == NULL)
@@ -270,7 +242,7 @@ attention_load_corpus(PG_FUNCTION_ARGS)
 	check_split(text_to_cstring(split));
 
 	SPI_connect();
-	batch_init(&batch, owned_corpus_id(corpus), split);
+	batch_init(&batch, require_owner("corpus", corpus, "add pairs to"), split);
 	source_file = open_corpus_file(source_path);
 	target_file = open_corpus_file(target_path);
 	initStringInfo(&source_line);
@@ -298,4 +270,62 @@ attention_load_corpus(PG_FUNCTION_ARGS)
 	FreeFile(target_file);
 	SPI_finish();
 	PG_RETURN_INT64(batch.inserted);
+}
+
+/*
+ * drop_corpus(name text, cascade boolean) returns void: drops a corpus the
+ * current role owns, with its pairs. The training jobs that used it, every
+ * role's, refuse the drop unless cascade, which deletes them (their
+ * checkpoints stay), as DROP ... CASCADE drops other owners' dependent
+ * objects; a queued or running one refuses it either way. The jobs are read,
+ * locked and deleted as the tables' owner, since the caller may not see other
+ * roles' jobs (rights.h).
+ */
+Datum
+attention_drop_corpus(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	bool		cascade = PG_GETARG_BOOL(1);
+	Datum		id;
+	AsTableOwner saved;
+	uint64		r;
+
+	SPI_connect();
+	id = Int32GetDatum(require_owner("corpus", name, "drop"));
+	as_table_owner(&saved);
+	/* the jobs stay as read until the drop commits (the launcher resumes none of them meanwhile) */
+	if (SPI_execute_with_args("SELECT 1 FROM attention.jobs WHERE corpus_id = $1 FOR UPDATE", 1, (Oid[]) {INT4OID},
+							  &id, NULL, false, 0) != SPI_OK_SELECT ||
+		SPI_execute_with_args("SELECT v.job_id, v.status, m.name, m.owner FROM attention.training_jobs v "
+							  "JOIN attention.models m ON m.model_id = v.model_id WHERE v.corpus_id = $1 "
+							  "ORDER BY v.job_id", 1, (Oid[]) {INT4OID}, &id, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the training jobs of corpus \"%s\"", name);
+	for (r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	   *status = SPI_getvalue(tup, desc, 2);
+
+		if (!cascade)
+			ereport(ERROR, (errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+							errmsg("corpus \"%s\" is used by training job %s of model \"%s\"", name,
+								   SPI_getvalue(tup, desc, 1), SPI_getvalue(tup, desc, 3)),
+							errhint("attention.drop_corpus(name, cascade => true) drops the corpus with every job "
+									"that used it (their checkpoints stay).")));
+		if (strcmp(status, "queued") == 0 || strcmp(status, "running") == 0)
+			ereport(ERROR, (errcode(ERRCODE_OBJECT_IN_USE),
+							errmsg("corpus \"%s\" is used by training job %s of model \"%s\", which is %s", name,
+								   SPI_getvalue(tup, desc, 1), SPI_getvalue(tup, desc, 3), status),
+							errhint("The members of role %s, which owns the model, cancel it with "
+									"attention.cancel_training(job).", SPI_getvalue(tup, desc, 4))));
+	}
+	if (SPI_execute_with_args("DELETE FROM attention.jobs WHERE corpus_id = $1", 1, (Oid[]) {INT4OID}, &id, NULL,
+							  false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not delete the training jobs of corpus \"%s\"", name);
+	end_as_table_owner(&saved);
+	if (SPI_execute_with_args("DELETE FROM attention.corpora WHERE corpus_id = $1", 1, (Oid[]) {INT4OID}, &id, NULL,
+							  false, 0) != SPI_OK_DELETE || SPI_processed != 1)
+		elog(ERROR, "could not delete corpus \"%s\"", name);
+	SPI_finish();
+	PG_RETURN_VOID();
 }

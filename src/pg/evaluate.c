@@ -20,6 +20,7 @@
 #include "spm.h"
 #include "transformer.h"
 #include "translation.h"
+#include "rights.h"
 
 PG_FUNCTION_INFO_V1(attention_evaluate);
 
@@ -141,7 +142,7 @@ attention_evaluate(PG_FUNCTION_ARGS)
 			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
 							errmsg("could not load checkpoint %lld of model \"%s\": %s", (long long) checkpoint_id,
 								   model, err)));
-		data_load(&d, attention_corpus_id(corpus), split, vocab, c.max_positions, EVALUATE_BATCH_TOKENS, PG_INT32_MAX);
+		data_load(&d, require_usable("corpus", corpus, "evaluate on"), split, vocab, c.max_positions, EVALUATE_BATCH_TOKENS, PG_INT32_MAX);
 		if (d.num_references == 0)
 			ereport(ERROR, (errcode(ERRCODE_NO_DATA),
 							errmsg("split %s of corpus \"%s\" has no pairs", split, corpus)));

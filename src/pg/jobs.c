@@ -19,6 +19,7 @@
 #include "utils/syscache.h"
 
 #include "catalog.h"
+#include "rights.h"
 #include "train_options.h"
 #include "workers.h"
 
@@ -48,10 +49,21 @@ require_login(Oid role)
 						errhint("Submit the job as a role with LOGIN (a member of the model's owner role).")));
 }
 
+/* ERROR unless the current role may run job `job_id` as its worker (job_entitlement, rights.h). */
+static void
+require_entitled(int64 job_id)
+{
+	char	   *why = job_entitlement(job_id, GetUserId());
+
+	if (why != NULL)
+		ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						errmsg("permission denied to run training job %lld: %s", (long long) job_id, why)));
+}
+
 /*
  * Reads job `job_id` (locked with for_update) into *o and returns its
  * status; ERROR when it does not exist, or unless the current role owns its
- * model and can log in (its worker connects as this role). Inside SPI.
+ * model and may run it (its worker connects as this role). Inside SPI.
  */
 static char *
 read_job(int64 job_id, bool for_update, TrainOptions *o)
@@ -73,7 +85,7 @@ read_job(int64 job_id, bool for_update, TrainOptions *o)
 	train_options_parse(DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)),
 						false, o);
 	require_model_owner(model, "train");
-	require_login(GetUserId());
+	require_entitled(job_id);
 	return status;
 }
 
@@ -98,8 +110,7 @@ attention_train(PG_FUNCTION_ARGS)
 	train_options_check(&o);
 	SPI_connect();
 	model_id = require_model_owner(model, "train");
-	corpus_id = attention_corpus_id(corpus);
-	require_login(GetUserId());
+	corpus_id = require_usable("corpus", corpus, "train on");
 	if (SPI_execute_with_args("SELECT job_id FROM attention.training_jobs WHERE model_id = $1 "
 							  "AND status IN ('queued', 'running') LIMIT 1", 1, (Oid[]) {INT4OID},
 							  (Datum[]) {Int32GetDatum(model_id)}, NULL, false, 1) != SPI_OK_SELECT)
@@ -117,6 +128,7 @@ attention_train(PG_FUNCTION_ARGS)
 								  JsonbPGetDatum(train_options_to_jsonb(&o))}, NULL, false, 1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert a training job");
 	job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	require_entitled(job_id);
 	launch_training_worker(job_id, GetUserId(), false, NULL);
 	SPI_finish();
 	PG_RETURN_INT64(job_id);

@@ -18,6 +18,7 @@
 
 #include "catalog.h"
 #include "spm.h"
+#include "rights.h"
 
 PG_FUNCTION_INFO_V1(attention_create_model);
 PG_FUNCTION_INFO_V1(attention_initialize_checkpoint);
@@ -40,6 +41,7 @@ attention_create_model(PG_FUNCTION_ARGS)
 	int32		id;
 
 	SPI_connect();
+	(void) require_usable("vocabulary", vocabulary, "build a model on");
 	if (SPI_execute_with_args("SELECT vocabulary_id, vocab_size, pad_id, bos_id, eos_id "
 							  "FROM attention.vocabularies WHERE name = $1",
 							  1, types, (Datum[]) {CStringGetTextDatum(vocabulary)}, NULL, true, 1) != SPI_OK_SELECT)

@@ -37,9 +37,11 @@
 #include "compat.h"
 #include "cpu_budget.h"
 #include "spm.h"
+#include "rights.h"
 
 PG_FUNCTION_INFO_V1(attention_train_vocabulary);
 PG_FUNCTION_INFO_V1(attention_import_vocabulary);
+PG_FUNCTION_INFO_V1(attention_drop_vocabulary);
 PG_FUNCTION_INFO_V1(attention_encode);
 PG_FUNCTION_INFO_V1(attention_tokenize);
 PG_FUNCTION_INFO_V1(attention_decode);
@@ -509,7 +511,7 @@ attention_train_vocabulary(PG_FUNCTION_ARGS)
 	check_insert_privilege();
 	SPI_connect();
 	check_vocabulary_name_free(name);
-	corpus_id = attention_corpus_id(corpus);
+	corpus_id = require_usable("corpus", corpus, "train a vocabulary on");
 	n = read_train_sentences(corpus_id, max_pairs, &sentences, &lengths);
 	if (n == 0)
 		ereport(ERROR,
@@ -677,4 +679,59 @@ attention_vocabulary_pieces(PG_FUNCTION_ARGS)
 			CHECK_FOR_INTERRUPTS();
 	}
 	return (Datum) 0;
+}
+
+/*
+ * drop_vocabulary(name text, cascade boolean) returns void: drops a
+ * vocabulary the current role owns. The models built on it, every role's,
+ * refuse the drop unless cascade, which drops them with their checkpoints and
+ * jobs (as DROP ... CASCADE drops other owners' dependent objects); a model
+ * with a queued or running job refuses it either way. The models are read,
+ * locked and deleted as the tables' owner, whose rights the caller lacks on
+ * other roles' models (rights.h).
+ */
+Datum
+attention_drop_vocabulary(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	bool		cascade = PG_GETARG_BOOL(1);
+	Datum		id;
+	AsTableOwner saved;
+	uint64		r;
+
+	SPI_connect();
+	id = Int32GetDatum(require_owner("vocabulary", name, "drop"));
+	as_table_owner(&saved);
+	if (SPI_execute_with_args("SELECT m.name, m.owner, (SELECT v.job_id FROM attention.training_jobs v "
+							  "WHERE v.model_id = m.model_id AND v.status IN ('queued', 'running') LIMIT 1) "
+							  "FROM attention.models m WHERE m.vocabulary_id = $1 ORDER BY m.model_id FOR UPDATE OF m",
+							  1, (Oid[]) {INT4OID}, &id, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the models of vocabulary \"%s\"", name);
+	for (r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	   *job = SPI_getvalue(tup, desc, 3);
+
+		if (!cascade)
+			ereport(ERROR, (errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+							errmsg("vocabulary \"%s\" is used by model \"%s\"", name, SPI_getvalue(tup, desc, 1)),
+							errhint("attention.drop_vocabulary(name, cascade => true) drops the vocabulary with every "
+									"model built on it.")));
+		if (job != NULL)
+			ereport(ERROR, (errcode(ERRCODE_OBJECT_IN_USE),
+							errmsg("vocabulary \"%s\" is used by model \"%s\", whose training job %s is queued or "
+								   "running", name, SPI_getvalue(tup, desc, 1), job),
+							errhint("The members of role %s, which owns the model, cancel it with "
+									"attention.cancel_training(job).", SPI_getvalue(tup, desc, 2))));
+	}
+	if (SPI_execute_with_args("DELETE FROM attention.models WHERE vocabulary_id = $1", 1, (Oid[]) {INT4OID}, &id,
+							  NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not drop the models of vocabulary \"%s\"", name);
+	end_as_table_owner(&saved);
+	if (SPI_execute_with_args("DELETE FROM attention.vocabularies WHERE vocabulary_id = $1", 1, (Oid[]) {INT4OID}, &id,
+							  NULL, false, 0) != SPI_OK_DELETE || SPI_processed != 1)
+		elog(ERROR, "could not delete vocabulary \"%s\"", name);
+	SPI_finish();
+	PG_RETURN_VOID();
 }

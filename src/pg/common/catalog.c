@@ -19,6 +19,7 @@
 #include "utils/memutils.h"
 
 #include "catalog.h"
+#include "rights.h"
 
 int32
 attention_corpus_id(const char *name)
@@ -484,7 +485,10 @@ TfTensor *
 read_tensors_from(Remote *remote, int64 checkpoint_id, TensorSet set, int *count)
 {
 	static const char *const queries[] = {
-		[TENSORS_DEPLOYED] = "SELECT name, chunk, dtype, shape, bytes FROM attention.deployed_tensors($1)",
+		[TENSORS_DEPLOYED] = "SELECT t.name, t.chunk, t.dtype, t.shape, t.bytes FROM attention.checkpoint_tensors t "
+		"JOIN attention.checkpoints c ON c.checkpoint_id = t.checkpoint_id WHERE t.checkpoint_id = $1 AND c.deployed "
+		"AND t.name NOT LIKE 'optimizer.%' AND t.name NOT LIKE 'rng.%' AND t.name NOT LIKE 'data.%' "
+		"ORDER BY t.name, t.chunk",
 		[TENSORS_PARAMETERS] = "SELECT name, chunk, dtype, shape, bytes FROM attention.checkpoint_tensors "
 		"WHERE checkpoint_id = $1 AND name NOT LIKE 'optimizer.%' AND name NOT LIKE 'rng.%' "
 		"AND name NOT LIKE 'data.%' ORDER BY name, chunk",
@@ -517,7 +521,18 @@ read_tensors_from(Remote *remote, int64 checkpoint_id, TensorSet set, int *count
 		answer = AllocSetContextCreate(caller, "checkpoint rows from the coordinator", ALLOCSET_DEFAULT_SIZES);
 		MemoryContextSwitchTo(answer);
 	}
-	rows_query(remote, &rows, queries[set], 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL, true, 0);
+	if (set == TENSORS_DEPLOYED)
+	{
+		/* deployed parameters are every role's to translate with, read as the tables' owner (rights.h) */
+		AsTableOwner saved;
+
+		Assert(remote == NULL);
+		as_table_owner(&saved);
+		rows_query(NULL, &rows, queries[set], 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL, true, 0);
+		end_as_table_owner(&saved);
+	}
+	else
+		rows_query(remote, &rows, queries[set], 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL, true, 0);
 	MemoryContextSwitchTo(caller);
 	t = palloc0(Max(rows.n, 1) * sizeof(TfTensor));
 	for (r = 0; r < rows.n; r++)

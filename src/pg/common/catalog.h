@@ -123,7 +123,7 @@ void		write_tensors(int64 checkpoint_id, const TfTensor *tensors, int count);
 /* Which tensors of a checkpoint read_tensors reads. */
 typedef enum TensorSet
 {
-	TENSORS_DEPLOYED,			/* parameters of a deployed checkpoint (any role) */
+	TENSORS_DEPLOYED,			/* parameters of a deployed checkpoint (any role: read as the tables' owner; here only) */
 	TENSORS_PARAMETERS,			/* parameters (the model's owner) */
 	TENSORS_ALL					/* parameters and training state (the model's owner) */
 } TensorSet;

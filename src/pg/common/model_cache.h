@@ -85,8 +85,8 @@ void		attention_model_languages(const char *model, DeployedModel *d);
 
 /*
  * The checkpoint d describes, from the cache or loaded on `device` ("cpu"
- * or "cuda"): its parameters read through deployed_tensors() (any role;
- * nothing when it is no longer deployed) or, with `owner`, from
+ * or "cuda"): its parameters read as the tables' owner while it is
+ * deployed (any role translates with it; TENSORS_DEPLOYED) or, with `owner`, from
  * checkpoint_tensors (the caller runs as the model's owner). ERROR when it
  * does not load. Connects to SPI itself.
  */

@@ -1,0 +1,192 @@
+-- attention 0.3.0 -> 0.4.0 (ALTER EXTENSION attention UPDATE): roles. A job runs only as a
+-- role entitled to it, corpora and vocabularies are used under USAGE grants, a model's
+-- tensors are its owners' (docs/security.md). The statements after the first are those
+-- of sql/attention.sql's last section, word for word.
+\echo Use "ALTER EXTENSION attention UPDATE TO '0.4.0'" to load this file. \quit
+
+-- translation reads deployed tensors in C as the tables' owner (src/pg/common/rights.c)
+DROP FUNCTION deployed_tensors(bigint);
+
+-----------------------------------------------------------------------------
+-- Roles (0.4.0; docs/security.md): a job runs only as a role entitled to
+-- it, corpora and vocabularies are used under USAGE grants, and a model's
+-- tensors are its owners' (translation reads deployed ones in C as the
+-- tables' owner). attention--0.3.0--0.4.0.sql holds the same statements.
+-----------------------------------------------------------------------------
+
+-- Who may use a corpus or vocabulary besides its owner role's members
+-- (PostgreSQL's aclitem; USAGE, U, only): none for a corpus, PUBLIC for a
+-- vocabulary unless its owner revokes it.
+ALTER TABLE corpora ADD COLUMN acl aclitem[] NOT NULL DEFAULT '{}';
+ALTER TABLE vocabularies ADD COLUMN acl aclitem[] NOT NULL
+    DEFAULT ARRAY[pg_catalog.makeaclitem(0, quote_ident(current_user)::regrole, 'USAGE', false)];
+UPDATE vocabularies SET acl = ARRAY[pg_catalog.makeaclitem(0, owner, 'USAGE', false)];
+COMMENT ON COLUMN corpora.acl IS
+'USAGE grants (attention.grant_usage): the roles besides its owner role''s members whose jobs, vocabularies and evaluations may read the corpus; none by default.';
+COMMENT ON COLUMN vocabularies.acl IS
+'USAGE grants (attention.grant_usage): the roles besides its owner role''s members that may build models on the vocabulary; PUBLIC by default.';
+GRANT UPDATE (acl) ON corpora, vocabularies TO PUBLIC;
+
+CREATE FUNCTION may_use(owner regrole, acl aclitem[])
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_has_role(owner, 'MEMBER')
+        OR EXISTS (SELECT 1 FROM aclexplode(acl) a
+                    WHERE a.privilege_type = 'USAGE'
+                      AND CASE WHEN a.grantee = 0 THEN true
+                               WHEN NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = a.grantee) THEN false
+                               ELSE pg_has_role(a.grantee, 'MEMBER') END)
+$$;
+COMMENT ON FUNCTION may_use(regrole, aclitem[]) IS
+'True when the current role may use an object with this owner and acl: a member of the owner role, or of a role granted USAGE (PUBLIC: every role).';
+
+CREATE FUNCTION change_usage(object_type text, object_name text, grantee text, allow boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tbl text;
+    gid oid;
+    owner_role regrole;
+BEGIN
+    IF object_type NOT IN ('corpus', 'vocabulary') THEN
+        RAISE EXCEPTION 'object_type must be corpus or vocabulary, not "%"', object_type
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    tbl := CASE object_type WHEN 'corpus' THEN 'corpora' ELSE 'vocabularies' END;
+    IF lower(grantee) = 'public' THEN
+        gid := 0;
+    ELSE
+        SELECT r.oid INTO gid FROM pg_roles r WHERE r.rolname = grantee;
+        IF gid IS NULL THEN
+            RAISE EXCEPTION 'role "%" does not exist', grantee USING ERRCODE = 'undefined_object';
+        END IF;
+    END IF;
+    EXECUTE format('SELECT t.owner FROM attention.%I t WHERE t.name = $1', tbl) INTO owner_role USING object_name;
+    IF owner_role IS NULL THEN
+        RAISE EXCEPTION '% "%" does not exist', object_type, object_name USING ERRCODE = 'undefined_object';
+    END IF;
+    IF NOT pg_has_role(owner_role, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to % usage of % "%"', CASE WHEN allow THEN 'grant' ELSE 'revoke' END,
+                        object_type, object_name
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('Only members of its owner role %s may.', owner_role);
+    END IF;
+    EXECUTE format('UPDATE attention.%I t SET acl = ARRAY(SELECT makeaclitem(a.grantee, a.grantor, a.privilege_type, '
+                   'a.is_grantable) FROM aclexplode(t.acl) a WHERE a.grantee <> $2) '
+                   '|| CASE WHEN $3 THEN ARRAY[makeaclitem($2, t.owner, ''USAGE'', false)] ELSE ''{}'' END '
+                   'WHERE t.name = $1', tbl)
+        USING object_name, gid, allow;
+END
+$$;
+COMMENT ON FUNCTION change_usage(text, text, text, boolean) IS
+'What grant_usage (allow) and revoke_usage do; its owner role''s members only.';
+
+CREATE FUNCTION grant_usage(object_type text, object_name text, grantee text)
+RETURNS void
+LANGUAGE sql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT attention.change_usage(object_type, object_name, grantee, true);
+END;
+COMMENT ON FUNCTION grant_usage(text, text, text) IS
+'Lets a role (grantee, or PUBLIC: every role) use a corpus (object_type corpus: train, train a vocabulary and evaluate on it) or a vocabulary (build models on it), as GRANT USAGE does; its owner role''s members only.';
+
+CREATE FUNCTION revoke_usage(object_type text, object_name text, grantee text)
+RETURNS void
+LANGUAGE sql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT attention.change_usage(object_type, object_name, grantee, false);
+END;
+COMMENT ON FUNCTION revoke_usage(text, text, text) IS
+'Takes back what grant_usage gave a role (or PUBLIC); jobs already queued are held interrupted at their next start; its owner role''s members only.';
+
+-- A model is built on a vocabulary its creator may use.
+DROP POLICY models_create ON models;
+CREATE POLICY models_create ON models FOR INSERT WITH CHECK (pg_has_role(owner, 'MEMBER')
+    AND (SELECT attention.may_use(v.owner, v.acl) FROM attention.vocabularies v
+          WHERE v.vocabulary_id = models.vocabulary_id));
+
+-- A job's worker runs as its submitted_by role: only that role, or a
+-- superuser, writes a row naming it (checked again in C at every start:
+-- rights.c, job_entitlement), and only on a corpus that role may use. Writes
+-- that leave who, what and on which data alone (progress, a teammate's
+-- cancel_training, a final status) pass.
+CREATE FUNCTION check_job_submitter()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    corpus record;
+BEGIN
+    IF (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = current_user) THEN
+        RETURN NEW;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.submitted_by = OLD.submitted_by AND NEW.model_id = OLD.model_id
+       AND NEW.corpus_id = OLD.corpus_id AND NEW.options = OLD.options
+       AND (NEW.status = OLD.status OR NEW.status NOT IN ('queued', 'running')) THEN
+        RETURN NEW;
+    END IF;
+    IF NEW.submitted_by <> current_user THEN
+        RAISE EXCEPTION 'permission denied to queue a training job as role "%"', NEW.submitted_by
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'A job''s worker runs as its submitted_by role: queue jobs as yourself (attention.train, attention.resume_training).';
+    END IF;
+    SELECT c.name, c.owner, attention.may_use(c.owner, c.acl) AS usable INTO corpus
+      FROM attention.corpora c WHERE c.corpus_id = NEW.corpus_id;
+    IF NOT corpus.usable THEN
+        RAISE EXCEPTION 'permission denied to train on corpus "%"', corpus.name
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('Its owner role %s may grant you USAGE: attention.grant_usage(''corpus'', %L, role).',
+                                corpus.owner, corpus.name);
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION check_job_submitter() IS
+'Trigger of jobs: ERROR unless a row a role other than a superuser queues or re-targets names that role as submitted_by and a corpus it may use.';
+CREATE TRIGGER jobs_submitter BEFORE INSERT OR UPDATE ON jobs
+    FOR EACH ROW EXECUTE FUNCTION check_job_submitter();
+
+-- A role sees the jobs it submitted and those of the models it owns, as
+-- pg_cron shows each user only their own jobs; the history likewise.
+DROP POLICY jobs_read ON jobs;
+CREATE POLICY jobs_read ON jobs FOR SELECT USING (attention.owns_model(model_id) OR submitted_by = current_user);
+ALTER VIEW training_jobs SET (security_invoker = true);
+DROP POLICY training_history_read ON training_history;
+CREATE POLICY training_history_read ON training_history FOR SELECT
+    USING (attention.owns_model((SELECT j.model_id FROM attention.jobs j WHERE j.job_id = training_history.job_id)));
+COMMENT ON TABLE training_history IS 'Every progress update and validation of a training job, one row per step (the worker writes them; a resumed job''s later rows replace those of the steps it repeats); at most the job''s keep_history rows, thinned evenly beyond that; deleted with the job; readable by the members of the model''s owner role, as its jobs are.';
+COMMENT ON COLUMN training_jobs.submitted_by IS 'Role the worker connects as: a member of the model''s owner role that may use the corpus (checked at every start); the job reads only what it can read.';
+
+-- A checkpoint names only a job of its own model (a resumed job continues
+-- from its job's newest checkpoint).
+DROP POLICY checkpoints_write ON checkpoints;
+CREATE POLICY checkpoints_write ON checkpoints FOR INSERT WITH CHECK (attention.owns_model(model_id)
+    AND (job_id IS NULL OR EXISTS (SELECT 1 FROM attention.jobs j
+                                    WHERE j.job_id = checkpoints.job_id AND j.model_id = checkpoints.model_id)));
+DROP POLICY checkpoints_update ON checkpoints;
+CREATE POLICY checkpoints_update ON checkpoints FOR UPDATE USING (attention.owns_model(model_id))
+    WITH CHECK (attention.owns_model(model_id)
+    AND (job_id IS NULL OR EXISTS (SELECT 1 FROM attention.jobs j
+                                    WHERE j.job_id = checkpoints.job_id AND j.model_id = checkpoints.model_id)));
+
+-- Dropping removes every role's dependents (as DROP ... CASCADE), which the
+-- caller may not see: in C, as the tables' owner (rights.h).
+CREATE OR REPLACE FUNCTION drop_corpus(name text, "cascade" boolean DEFAULT false)
+RETURNS void
+AS 'MODULE_PATHNAME', 'attention_drop_corpus'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION drop_corpus(text, boolean) IS
+'Drops a corpus and its pairs (its owners only); refuses while training jobs of any role used it, unless cascade, which also deletes those jobs (their checkpoints stay; vocabularies trained on it stay, corpus_id NULL); refuses while one of them is queued or running.';
+CREATE OR REPLACE FUNCTION drop_vocabulary(name text, "cascade" boolean DEFAULT false)
+RETURNS void
+AS 'MODULE_PATHNAME', 'attention_drop_vocabulary'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION drop_vocabulary(text, boolean) IS
+'Drops a vocabulary (its owners only); refuses while models of any role use it, unless cascade, which drops those models with their checkpoints and jobs; refuses while one of them has a job queued or running.';
