@@ -1167,12 +1167,14 @@ RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+    -- aclexplode refuses an empty array
     SELECT pg_has_role(owner, 'MEMBER')
-        OR EXISTS (SELECT 1 FROM aclexplode(acl) a
-                    WHERE a.privilege_type = 'USAGE'
-                      AND CASE WHEN a.grantee = 0 THEN true
-                               WHEN NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = a.grantee) THEN false
-                               ELSE pg_has_role(a.grantee, 'MEMBER') END)
+        OR CASE WHEN coalesce(cardinality(acl), 0) = 0 THEN false
+                ELSE EXISTS (SELECT 1 FROM aclexplode(acl) a
+                              WHERE a.privilege_type = 'USAGE'
+                                AND CASE WHEN a.grantee = 0 THEN true
+                                         WHEN NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = a.grantee) THEN false
+                                         ELSE pg_has_role(a.grantee, 'MEMBER') END) END
 $$;
 COMMENT ON FUNCTION may_use(regrole, aclitem[]) IS
 'True when the current role may use an object with this owner and acl: a member of the owner role, or of a role granted USAGE (PUBLIC: every role).';
@@ -1210,8 +1212,8 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   HINT = format('Only members of its owner role %s may.', owner_role);
     END IF;
-    EXECUTE format('UPDATE attention.%I t SET acl = ARRAY(SELECT makeaclitem(a.grantee, a.grantor, a.privilege_type, '
-                   'a.is_grantable) FROM aclexplode(t.acl) a WHERE a.grantee <> $2) '
+    EXECUTE format('UPDATE attention.%I t SET acl = ARRAY(SELECT i FROM unnest(t.acl) i '
+                   'WHERE NOT EXISTS (SELECT 1 FROM aclexplode(ARRAY[i]) e WHERE e.grantee = $2)) '
                    '|| CASE WHEN $3 THEN ARRAY[makeaclitem($2, t.owner, ''USAGE'', false)] ELSE ''{}'' END '
                    'WHERE t.name = $1', tbl)
         USING object_name, gid, allow;

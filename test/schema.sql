@@ -1,4 +1,4 @@
--- The schema of attention 0.3.0 (0.1.0 and its upgrade scripts): tables, keys,
+-- The schema of attention 0.4.0 (0.1.0 and its upgrade scripts): tables, keys,
 -- constraints, comments, function labels, and registration for pg_dump.
 BEGIN;
 SELECT plan(32);
@@ -50,7 +50,7 @@ SELECT is_empty($$SELECT c.relname FROM pg_class c
                      AND c.oid <> ALL ((SELECT extconfig FROM pg_extension WHERE extname = 'attention')::oid[])$$,
                 'every table and sequence is registered with pg_extension_config_dump');
 
-SELECT is((SELECT extversion::text FROM pg_extension WHERE extname = 'attention'), '0.3.0', 'version 0.3.0');
+SELECT is((SELECT extversion::text FROM pg_extension WHERE extname = 'attention'), '0.4.0', 'version 0.4.0');
 SELECT is((SELECT extrelocatable FROM pg_extension WHERE extname = 'attention'), false, 'not relocatable');
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                    WHERE p.pronamespace = 'attention'::regnamespace

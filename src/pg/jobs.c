@@ -111,6 +111,7 @@ attention_train(PG_FUNCTION_ARGS)
 	SPI_connect();
 	model_id = require_model_owner(model, "train");
 	corpus_id = require_usable("corpus", corpus, "train on");
+	require_login(GetUserId());
 	if (SPI_execute_with_args("SELECT job_id FROM attention.training_jobs WHERE model_id = $1 "
 							  "AND status IN ('queued', 'running') LIMIT 1", 1, (Oid[]) {INT4OID},
 							  (Datum[]) {Int32GetDatum(model_id)}, NULL, false, 1) != SPI_OK_SELECT)

@@ -267,13 +267,15 @@ check_train_options(int32 vocab_size, const char *model_type, double character_c
 
 /*
  * Reads the source and target sentences of the corpus's train split (the
- * first max_pairs pairs by pair_id when max_pairs > 0); call inside SPI.
+ * first max_pairs pairs by pair_id when max_pairs > 0), as the tables' owner
+ * (the caller has checked the current role may use the corpus); inside SPI.
  * Returns the number of sentences, with pointers and byte lengths in the
  * palloc'd arrays *sentences and *lengths (of the current context).
  */
 static int64
 read_train_sentences(int32 corpus_id, int32 max_pairs, char ***sentences, size_t **lengths)
 {
+	AsTableOwner saved;
 	Oid			argtypes[2] = {INT4OID, INT8OID};
 	Datum		values[2];
 	SPIPlanPtr	plan;
@@ -286,6 +288,7 @@ read_train_sentences(int32 corpus_id, int32 max_pairs, char ***sentences, size_t
 	*lengths = palloc(cap * sizeof(size_t));
 	values[0] = Int32GetDatum(corpus_id);
 	values[1] = Int64GetDatum(max_pairs > 0 ? (int64) max_pairs : PG_INT64_MAX);
+	as_table_owner(&saved);		/* the caller may use the corpus (require_usable); rights.h */
 	plan = SPI_prepare("SELECT source, target FROM attention.corpus_pairs "
 					   "WHERE corpus_id = $1 AND split = 'train' ORDER BY pair_id LIMIT $2",
 					   2, argtypes);
@@ -326,6 +329,7 @@ read_train_sentences(int32 corpus_id, int32 max_pairs, char ***sentences, size_t
 		CHECK_FOR_INTERRUPTS();
 	}
 	SPI_cursor_close(portal);
+	end_as_table_owner(&saved);
 	return n;
 }
 

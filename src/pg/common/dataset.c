@@ -23,6 +23,7 @@
 #include "bleu.h"
 #include "cpu_budget.h"
 #include "dataset.h"
+#include "rights.h"
 #include "rng.h"
 
 /* Philox stream of the batch order of an epoch (distinct from dropout streams). */
@@ -179,10 +180,12 @@ data_load_from(Remote *remote, DataSet *d, int32 corpus_id, const char *split, c
 		add_remote_pairs(remote, &l, query, types, values);
 	else
 	{
-		/* this server's rows FETCH_ROWS at a time through a cursor */
+		/* this server's rows FETCH_ROWS at a time through a cursor, as the tables' owner (dataset.h) */
 		SPIPlanPtr	plan = SPI_prepare(query, 2, types);
 		Portal		portal;
+		AsTableOwner saved;
 
+		as_table_owner(&saved);
 		if (plan == NULL)
 			elog(ERROR, "could not prepare the corpus query");
 		portal = SPI_cursor_open(NULL, plan, values, NULL, true);
@@ -198,6 +201,7 @@ data_load_from(Remote *remote, DataSet *d, int32 corpus_id, const char *split, c
 		}
 		SPI_cursor_close(portal);
 		SPI_freeplan(plan);
+		end_as_table_owner(&saved);
 	}
 	all = l.all;
 	n = l.n;

@@ -47,9 +47,11 @@ typedef struct DataSet
 } DataSet;
 
 /*
- * Reads split `split` of corpus `corpus_id` (in pair_id order, with the
- * current role's privileges) from this server, or with `remote` from
- * another (a node of a job across machines reads the coordinator's),
+ * Reads split `split` of corpus `corpus_id` (in pair_id order) from this
+ * server as the tables' owner (the caller has checked that the current role
+ * may use the corpus: job_entitlement, require_usable), or with `remote`
+ * from another with the remote role's privileges (a node of a job across
+ * machines reads the coordinator's),
  * encodes it with `vocab`, drops pairs that exceed max_positions, sorts by
  * length and groups into batches of at most batch_tokens ids per side
  * (padding included). Keeps the target text and ids of the first

@@ -236,7 +236,5 @@ job_entitlement(int64 job_id, Oid role)
 	if (!role_may_use(role, "corpus", corpus_id, &corpus, &corpus_owner))
 		return psprintf("role \"%s\" may not use corpus \"%s\" of role %s (attention.grant_usage grants USAGE)",
 						role_name, corpus, corpus_owner);
-	if (pg_class_aclcheck(attention_table("corpus_pairs"), role, ACL_SELECT) != ACLCHECK_OK)
-		return psprintf("role \"%s\" may not read attention.corpus_pairs (GRANT SELECT on it)", role_name);
 	return NULL;
 }
