@@ -149,6 +149,7 @@ attention_resume_worker_main(Datum arg)
 				why = job_entitlement(job_id, role);	/* rows of any version, whoever wrote them */
 			if (why != NULL)
 			{
+				ereport(LOG, (errmsg("attention: training job %lld not resumed: %s", (long long) job_id, why)));
 				SPI_execute_with_args("UPDATE attention.jobs SET status = 'interrupted', finished_at = now(), "
 									  "error = $2 WHERE job_id = $1", 2, (Oid[]) {INT8OID, TEXTOID},
 									  (Datum[]) {Int64GetDatum(job_id), CStringGetTextDatum(why)}, NULL, false, 0);

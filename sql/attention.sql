@@ -1149,35 +1149,37 @@ COMMENT ON FUNCTION plot_alignment(text, text, text, text, text) IS
 -- tables' owner). attention--0.3.0--0.4.0.sql holds the same statements.
 -----------------------------------------------------------------------------
 
--- Who may use a corpus or vocabulary besides its owner role's members
--- (PostgreSQL's aclitem; USAGE, U, only): none for a corpus, PUBLIC for a
--- vocabulary unless its owner revokes it.
-ALTER TABLE corpora ADD COLUMN acl aclitem[] NOT NULL DEFAULT '{}';
-ALTER TABLE vocabularies ADD COLUMN acl aclitem[] NOT NULL
-    DEFAULT ARRAY[pg_catalog.makeaclitem(0, quote_ident(current_user)::regrole, 'USAGE', false)];
-UPDATE vocabularies SET acl = ARRAY[pg_catalog.makeaclitem(0, owner, 'USAGE', false)];
-COMMENT ON COLUMN corpora.acl IS
-'USAGE grants (attention.grant_usage): the roles besides its owner role''s members whose jobs, vocabularies and evaluations may read the corpus; none by default.';
-COMMENT ON COLUMN vocabularies.acl IS
-'USAGE grants (attention.grant_usage): the roles besides its owner role''s members that may build models on the vocabulary; PUBLIC by default.';
-GRANT UPDATE (acl) ON corpora, vocabularies TO PUBLIC;
+-- Who may use a corpus or vocabulary besides its owner role's members: every
+-- role (public_usage; a vocabulary's by default) or the roles listed (regrole,
+-- whose oids pg_upgrade keeps; aclitem's format changed in PostgreSQL 16, and
+-- pg_upgrade refuses user tables holding it).
+ALTER TABLE corpora ADD COLUMN public_usage boolean NOT NULL DEFAULT false;
+ALTER TABLE corpora ADD COLUMN usage_roles regrole[] NOT NULL DEFAULT '{}';
+ALTER TABLE vocabularies ADD COLUMN public_usage boolean NOT NULL DEFAULT true;
+ALTER TABLE vocabularies ADD COLUMN usage_roles regrole[] NOT NULL DEFAULT '{}';
+COMMENT ON COLUMN corpora.public_usage IS
+'Whether every role may use the corpus (attention.grant_usage to PUBLIC): its jobs, vocabularies and evaluations read it; false by default.';
+COMMENT ON COLUMN corpora.usage_roles IS
+'The roles granted USAGE of the corpus (attention.grant_usage) besides its owner role''s members; their members may use it.';
+COMMENT ON COLUMN vocabularies.public_usage IS
+'Whether every role may build models on the vocabulary (attention.grant_usage to PUBLIC); true by default.';
+COMMENT ON COLUMN vocabularies.usage_roles IS
+'The roles granted USAGE of the vocabulary (attention.grant_usage) besides its owner role''s members.';
+GRANT UPDATE (public_usage, usage_roles) ON corpora, vocabularies TO PUBLIC;
 
-CREATE FUNCTION may_use(owner regrole, acl aclitem[])
+CREATE FUNCTION may_use(owner regrole, public_usage boolean, usage_roles regrole[])
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- aclexplode refuses an empty array
-    SELECT pg_has_role(owner, 'MEMBER')
-        OR CASE WHEN coalesce(cardinality(acl), 0) = 0 THEN false
-                ELSE EXISTS (SELECT 1 FROM aclexplode(acl) a
-                              WHERE a.privilege_type = 'USAGE'
-                                AND CASE WHEN a.grantee = 0 THEN true
-                                         WHEN NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = a.grantee) THEN false
-                                         ELSE pg_has_role(a.grantee, 'MEMBER') END) END
+    -- a role dropped since its grant is no one's
+    SELECT pg_has_role(owner, 'MEMBER') OR coalesce(public_usage, false)
+        OR EXISTS (SELECT 1 FROM unnest(usage_roles) g
+                    WHERE CASE WHEN NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = g) THEN false
+                               ELSE pg_has_role(g, 'MEMBER') END)
 $$;
-COMMENT ON FUNCTION may_use(regrole, aclitem[]) IS
-'True when the current role may use an object with this owner and acl: a member of the owner role, or of a role granted USAGE (PUBLIC: every role).';
+COMMENT ON FUNCTION may_use(regrole, boolean, regrole[]) IS
+'True when the current role may use a corpus or vocabulary with this owner and these grants: a member of the owner role or of a role granted USAGE, or every role with public_usage.';
 
 CREATE FUNCTION change_usage(object_type text, object_name text, grantee text, allow boolean)
 RETURNS void
@@ -1212,11 +1214,14 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   HINT = format('Only members of its owner role %s may.', owner_role);
     END IF;
-    EXECUTE format('UPDATE attention.%I t SET acl = ARRAY(SELECT i FROM unnest(t.acl) i '
-                   'WHERE NOT EXISTS (SELECT 1 FROM aclexplode(ARRAY[i]) e WHERE e.grantee = $2)) '
-                   '|| CASE WHEN $3 THEN ARRAY[makeaclitem($2, t.owner, ''USAGE'', false)] ELSE ''{}'' END '
-                   'WHERE t.name = $1', tbl)
-        USING object_name, gid, allow;
+    IF gid = 0 THEN
+        EXECUTE format('UPDATE attention.%I t SET public_usage = $2 WHERE t.name = $1', tbl)
+            USING object_name, allow;
+    ELSE
+        EXECUTE format('UPDATE attention.%I t SET usage_roles = array_remove(t.usage_roles, $2::regrole) '
+                       '|| CASE WHEN $3 THEN ARRAY[$2::regrole] ELSE ''{}'' END WHERE t.name = $1', tbl)
+            USING object_name, gid, allow;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION change_usage(text, text, text, boolean) IS
@@ -1245,7 +1250,7 @@ COMMENT ON FUNCTION revoke_usage(text, text, text) IS
 -- A model is built on a vocabulary its creator may use.
 DROP POLICY models_create ON models;
 CREATE POLICY models_create ON models FOR INSERT WITH CHECK (pg_has_role(owner, 'MEMBER')
-    AND (SELECT attention.may_use(v.owner, v.acl) FROM attention.vocabularies v
+    AND (SELECT attention.may_use(v.owner, v.public_usage, v.usage_roles) FROM attention.vocabularies v
           WHERE v.vocabulary_id = models.vocabulary_id));
 
 -- A job's worker runs as its submitted_by role: only that role, or a
@@ -1274,7 +1279,7 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'A job''s worker runs as its submitted_by role: queue jobs as yourself (attention.train, attention.resume_training).';
     END IF;
-    SELECT c.name, c.owner, attention.may_use(c.owner, c.acl) AS usable INTO corpus
+    SELECT c.name, c.owner, attention.may_use(c.owner, c.public_usage, c.usage_roles) AS usable INTO corpus
       FROM attention.corpora c WHERE c.corpus_id = NEW.corpus_id;
     IF NOT corpus.usable THEN
         RAISE EXCEPTION 'permission denied to train on corpus "%"', corpus.name

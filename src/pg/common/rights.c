@@ -12,6 +12,7 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -66,23 +67,20 @@ end_as_table_owner(const AsTableOwner *saved)
 	SetUserIdAndSecContext(saved->user, saved->sec_context);
 }
 
-/* Whether the acl (aclitem[], NULL: none) grants USAGE to `role` or PUBLIC; an acl that is not a plain array grants nothing. */
+/* Whether `role` is a member of a role in `roles` (oid[]; NULL: none). */
 static bool
-acl_grants_usage(Oid role, Datum acl, bool isnull)
+member_of_any(Oid role, Datum roles, bool isnull)
 {
-	Acl		   *a;
-	AclItem    *items;
-	int			i;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n,
+				i;
 
 	if (isnull)
 		return false;
-	a = DatumGetAclP(acl);
-	if (ARR_NDIM(a) != 1 || ARR_HASNULL(a) || ARR_ELEMTYPE(a) != ACLITEMOID)
-		return false;
-	items = ACL_DAT(a);
-	for (i = 0; i < ACL_NUM(a); i++)
-		if ((ACLITEM_GET_PRIVS(items[i]) & ACL_USAGE) &&
-			(items[i].ai_grantee == ACL_ID_PUBLIC || is_member_of_role(role, items[i].ai_grantee)))
+	deconstruct_array(DatumGetArrayTypeP(roles), OIDOID, sizeof(Oid), true, TYPALIGN_INT, &elems, &nulls, &n);
+	for (i = 0; i < n; i++)
+		if (!nulls[i] && is_member_of_role(role, DatumGetObjectId(elems[i])))
 			return true;
 	return false;
 }
@@ -111,16 +109,19 @@ role_may_use(Oid role, const char *kind, int32 id, char **name, char **owner)
 	const char *table = corpus ? "corpora" : "vocabularies";
 	Oid			relid = attention_table(table);
 	bool		has_owner = get_attnum(relid, "owner") != InvalidAttrNumber,
-				has_acl = get_attnum(relid, "acl") != InvalidAttrNumber,
+				has_grants = get_attnum(relid, "usage_roles") != InvalidAttrNumber,
 				isnull,
-				acl_null;
+				public_null,
+				roles_null;
 	int			level = pin_search_path();
 	Oid			owner_id;
-	Datum		acl;
+	Datum		public_usage,
+				roles;
 
 	if (SPI_execute_with_args(psprintf("SELECT t.name, %s, %s FROM attention.%s t WHERE t.%s = $1",
 									   has_owner ? "t.owner::oid" : "NULL::oid",
-									   has_acl ? "t.acl" : "NULL::aclitem[]", table, id_column(kind)),
+									   has_grants ? "t.public_usage, t.usage_roles::oid[]" : "NULL::boolean, NULL::oid[]",
+									   table, id_column(kind)),
 							  1, (Oid[]) {INT4OID}, (Datum[]) {Int32GetDatum(id)}, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read attention.%s", table);
 	AtEOXact_GUC(true, level);
@@ -128,13 +129,14 @@ role_may_use(Oid role, const char *kind, int32 id, char **name, char **owner)
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("%s %d does not exist", kind, id)));
 	*name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	owner_id = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	acl = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &acl_null);
+	public_usage = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &public_null);
+	roles = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &roles_null);
 	*owner = isnull ? NULL : GetUserNameFromId(owner_id, true);
 	if (isnull || superuser_arg(role) || is_member_of_role(role, owner_id))
 		return true;
-	if (!has_acl)
+	if (!has_grants)
 		return !corpus;			/* before 0.4.0: 0.4.0's defaults */
-	return acl_grants_usage(role, acl, acl_null);
+	return (!public_null && DatumGetBool(public_usage)) || member_of_any(role, roles, roles_null);
 }
 
 int32
@@ -229,9 +231,10 @@ job_entitlement(int64 job_id, Oid role)
 	if (!is_member_of_role_nosuper(role, model_owner))
 	{
 		model_owner_name = GetUserNameFromId(model_owner, true);
-		return psprintf("role \"%s\" is not a member of role \"%s\", which owns model \"%s\" (a superuser trains "
-						"another role's model as a member of its owner role: SET ROLE)", role_name,
-						model_owner_name ? model_owner_name : "(dropped)", model);
+		return psprintf("role \"%s\" is not a member of role \"%s\", which owns model \"%s\"%s", role_name,
+						model_owner_name ? model_owner_name : "(dropped)", model,
+						superuser_arg(role) ? " (a superuser trains another role's model as a member of its owner role: "
+						"SET ROLE)" : "");
 	}
 	if (!role_may_use(role, "corpus", corpus_id, &corpus, &corpus_owner))
 		return psprintf("role \"%s\" may not use corpus \"%s\" of role %s (attention.grant_usage grants USAGE)",

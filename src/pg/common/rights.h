@@ -1,7 +1,7 @@
 /*
  * rights.h - who may do what, where row-level security cannot say it
  * (rights.c; docs/security.md): whether a role may use a corpus or a
- * vocabulary (its owner role's members, and the USAGE grants of its acl),
+ * vocabulary (its owner role's members, and the roles granted USAGE),
  * whether a role may run a training job, and reading as the owner of the
  * extension's tables (translation's load of deployed weights, the drops that
  * remove other roles' dependent rows).
@@ -33,10 +33,10 @@ void		end_as_table_owner(const AsTableOwner *saved);
 
 /*
  * Whether role `role` may use corpus (`kind` "corpus") or vocabulary
- * ("vocabulary") `id`: a superuser, a member of its owner role, or a member
- * of a role its acl grants USAGE (PUBLIC: every role). Reads schemas of every
+ * ("vocabulary") `id`: a superuser, a member of its owner role or of a role
+ * in its usage_roles, or any role with public_usage. Reads schemas of every
  * version: before 0.3.0 rows have no owner (any role may), before 0.4.0 no
- * acl (corpora their owners', vocabularies every role's, 0.4.0's defaults).
+ * grants (corpora their owners', vocabularies every role's, 0.4.0's defaults).
  * Sets *name to the object's name and *owner to its owner role's name (NULL
  * without one). Inside SPI; ERROR when the row does not exist.
  */
