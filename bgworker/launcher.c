@@ -121,6 +121,7 @@ attention_resume_worker_main(Datum arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(db, InvalidOid, 0);
+	worker_pin_search_path();
 	worker_begin();
 	pgstat_report_activity(STATE_RUNNING, "resuming interrupted training jobs");
 	if (OidIsValid(get_extension_oid("attention", true)))

@@ -261,9 +261,13 @@ service_model(int64 checkpoint_id)
 	d.checkpoint_id = checkpoint_id;
 	d.xmin = InvalidTransactionId;	/* a checkpoint's tensors never change */
 
-	/* the tensors as the owner reads them (row-level security); an ERROR restores the user */
+	/*
+	 * the tensors as the owner reads them (row-level security), a
+	 * security-restricted operation under the pinned search_path
+	 * (worker_pin_search_path); an ERROR restores the user
+	 */
 	GetUserIdAndSecContext(&save_user, &save_sec);
-	SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
+	SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 	loaded = NULL;				/* loading another checkpoint frees the one loaded */
 	am = attention_model_load(&d, device, true);
 	SetUserIdAndSecContext(save_user, save_sec);
@@ -857,6 +861,7 @@ attention_service_main(Datum arg)
 	before_shmem_exit(service_exit, (Datum) 0);
 
 	BackgroundWorkerInitializeConnectionByOid(database, InvalidOid, 0);
+	worker_pin_search_path();
 	pgstat_report_appname(psprintf("attention service %s", model));
 	load_deployed(model);
 	SpinLockAcquire(&slot->mutex);

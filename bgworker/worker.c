@@ -1192,6 +1192,7 @@ attention_training_worker_main(Datum arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(args.database, args.role, 0);
+	worker_pin_search_path();
 	snprintf(name, sizeof(name), "attention training %s %lld", args.node ? "node, job" : "job",
 			 (long long) args.job_id);
 	SetConfigOption("application_name", name, PGC_USERSET, PGC_S_SESSION);

@@ -1255,9 +1255,10 @@ CREATE POLICY models_create ON models FOR INSERT WITH CHECK (pg_has_role(owner, 
 
 -- A job's worker runs as its submitted_by role: only that role, or a
 -- superuser, writes a row naming it (checked again in C at every start:
--- rights.c, job_entitlement), and only on a corpus that role may use. Writes
--- that leave who, what and on which data alone (progress, a teammate's
--- cancel_training, a final status) pass.
+-- rights.c, job_entitlement), and only on a corpus that role may use. Of
+-- another member's job a teammate may only ask for a cancel or mark it
+-- cancelled (cancel_training), or take it over (resume_training: the job
+-- becomes theirs).
 CREATE FUNCTION check_job_submitter()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -1269,15 +1270,21 @@ BEGIN
     IF (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = current_user) THEN
         RETURN NEW;
     END IF;
-    IF TG_OP = 'UPDATE' AND NEW.submitted_by = OLD.submitted_by AND NEW.model_id = OLD.model_id
-       AND NEW.corpus_id = OLD.corpus_id AND NEW.options = OLD.options
+    IF TG_OP = 'UPDATE' AND NEW.submitted_by = OLD.submitted_by AND NEW.submitted_by <> current_user
+       AND to_jsonb(NEW) - '{cancel_requested,status,finished_at,error,updated_at}'::text[]
+           = to_jsonb(OLD) - '{cancel_requested,status,finished_at,error,updated_at}'::text[]
+       AND NEW.cancel_requested >= OLD.cancel_requested AND NEW.status IN (OLD.status, 'cancelled') THEN
+        RETURN NEW;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.submitted_by = OLD.submitted_by AND NEW.submitted_by = current_user
+       AND NEW.model_id = OLD.model_id AND NEW.corpus_id = OLD.corpus_id AND NEW.options = OLD.options
        AND (NEW.status = OLD.status OR NEW.status NOT IN ('queued', 'running')) THEN
         RETURN NEW;
     END IF;
     IF NEW.submitted_by <> current_user THEN
-        RAISE EXCEPTION 'permission denied to queue a training job as role "%"', NEW.submitted_by
+        RAISE EXCEPTION 'permission denied to write a training job of role "%"', NEW.submitted_by
             USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'A job''s worker runs as its submitted_by role: queue jobs as yourself (attention.train, attention.resume_training).';
+                  HINT = 'A job''s worker runs as its submitted_by role: queue jobs as yourself (attention.train, attention.resume_training); of another role''s job, only cancel_training.';
     END IF;
     SELECT c.name, c.owner, attention.may_use(c.owner, c.public_usage, c.usage_roles) AS usable INTO corpus
       FROM attention.corpora c WHERE c.corpus_id = NEW.corpus_id;
@@ -1291,7 +1298,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION check_job_submitter() IS
-'Trigger of jobs: ERROR unless a row a role other than a superuser queues or re-targets names that role as submitted_by and a corpus it may use.';
+'Trigger of jobs: ERROR unless a row a role other than a superuser writes names that role as submitted_by and a corpus it may use; of another role''s job only a cancel request or the status cancelled may change.';
 CREATE TRIGGER jobs_submitter BEFORE INSERT OR UPDATE ON jobs
     FOR EACH ROW EXECUTE FUNCTION check_job_submitter();
 
@@ -1306,17 +1313,16 @@ CREATE POLICY training_history_read ON training_history FOR SELECT
 COMMENT ON TABLE training_history IS 'Every progress update and validation of a training job, one row per step (the worker writes them; a resumed job''s later rows replace those of the steps it repeats); at most the job''s keep_history rows, thinned evenly beyond that; deleted with the job; readable by the members of the model''s owner role, as its jobs are.';
 COMMENT ON COLUMN training_jobs.submitted_by IS 'Role the worker connects as: a member of the model''s owner role that may use the corpus (checked at every start); the job reads only what it can read.';
 
--- A checkpoint names only a job of its own model (a resumed job continues
--- from its job's newest checkpoint).
+-- A checkpoint names only a job of its own model that its writer submitted
+-- (a resumed job continues from its job's newest checkpoint).
 DROP POLICY checkpoints_write ON checkpoints;
 CREATE POLICY checkpoints_write ON checkpoints FOR INSERT WITH CHECK (attention.owns_model(model_id)
     AND (job_id IS NULL OR EXISTS (SELECT 1 FROM attention.jobs j
-                                    WHERE j.job_id = checkpoints.job_id AND j.model_id = checkpoints.model_id)));
-DROP POLICY checkpoints_update ON checkpoints;
-CREATE POLICY checkpoints_update ON checkpoints FOR UPDATE USING (attention.owns_model(model_id))
-    WITH CHECK (attention.owns_model(model_id)
-    AND (job_id IS NULL OR EXISTS (SELECT 1 FROM attention.jobs j
-                                    WHERE j.job_id = checkpoints.job_id AND j.model_id = checkpoints.model_id)));
+                                    WHERE j.job_id = checkpoints.job_id AND j.model_id = checkpoints.model_id
+                                      AND j.submitted_by = current_user)));
+-- and only deploy changes in a row once written (deploy)
+REVOKE UPDATE ON checkpoints FROM PUBLIC;
+GRANT UPDATE (deployed) ON checkpoints TO PUBLIC;
 
 -- Dropping removes every role's dependents (as DROP ... CASCADE), which the
 -- caller may not see: in C, as the tables' owner (rights.h).

@@ -293,8 +293,14 @@ attention_drop_corpus(PG_FUNCTION_ARGS)
 	SPI_connect();
 	id = Int32GetDatum(require_owner("corpus", name, "drop"));
 	as_table_owner(&saved);
-	/* the jobs stay as read until the drop commits (the launcher resumes none of them meanwhile) */
-	if (SPI_execute_with_args("SELECT 1 FROM attention.jobs WHERE corpus_id = $1 FOR UPDATE", 1, (Oid[]) {INT4OID},
+	/*
+	 * the corpus row first: no new job can name it (the foreign key's share
+	 * lock waits) until the drop commits; then the jobs stay as read (the
+	 * launcher resumes none of them meanwhile)
+	 */
+	if (SPI_execute_with_args("SELECT 1 FROM attention.corpora WHERE corpus_id = $1 FOR UPDATE", 1,
+							  (Oid[]) {INT4OID}, &id, NULL, false, 0) != SPI_OK_SELECT ||
+		SPI_execute_with_args("SELECT 1 FROM attention.jobs WHERE corpus_id = $1 FOR UPDATE", 1, (Oid[]) {INT4OID},
 							  &id, NULL, false, 0) != SPI_OK_SELECT ||
 		SPI_execute_with_args("SELECT v.job_id, v.status, m.name, m.owner FROM attention.training_jobs v "
 							  "JOIN attention.models m ON m.model_id = v.model_id WHERE v.corpus_id = $1 "

@@ -706,6 +706,10 @@ attention_drop_vocabulary(PG_FUNCTION_ARGS)
 	SPI_connect();
 	id = Int32GetDatum(require_owner("vocabulary", name, "drop"));
 	as_table_owner(&saved);
+	/* the vocabulary row first: no new model can name it (the foreign key's share lock waits) */
+	if (SPI_execute_with_args("SELECT 1 FROM attention.vocabularies WHERE vocabulary_id = $1 FOR UPDATE", 1,
+							  (Oid[]) {INT4OID}, &id, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not lock vocabulary \"%s\"", name);
 	if (SPI_execute_with_args("SELECT m.name, m.owner, (SELECT v.job_id FROM attention.training_jobs v "
 							  "WHERE v.model_id = m.model_id AND v.status IN ('queued', 'running') LIMIT 1) "
 							  "FROM attention.models m WHERE m.vocabulary_id = $1 ORDER BY m.model_id FOR UPDATE OF m",

@@ -132,6 +132,8 @@ role_may_use(Oid role, const char *kind, int32 id, char **name, char **owner)
 	public_usage = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &public_null);
 	roles = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &roles_null);
 	*owner = isnull ? NULL : GetUserNameFromId(owner_id, true);
+	if (*owner == NULL)
+		*owner = pstrdup("(none)");
 	if (isnull || superuser_arg(role) || is_member_of_role(role, owner_id))
 		return true;
 	if (!has_grants)

@@ -37,8 +37,9 @@ void		end_as_table_owner(const AsTableOwner *saved);
  * in its usage_roles, or any role with public_usage. Reads schemas of every
  * version: before 0.3.0 rows have no owner (any role may), before 0.4.0 no
  * grants (corpora their owners', vocabularies every role's, 0.4.0's defaults).
- * Sets *name to the object's name and *owner to its owner role's name (NULL
- * without one). Inside SPI; ERROR when the row does not exist.
+ * Sets *name to the object's name and *owner to its owner role's name
+ * ("(none)" without one, or once dropped). Inside SPI; ERROR when the row
+ * does not exist.
  */
 bool		role_may_use(Oid role, const char *kind, int32 id, char **name, char **owner);
 

@@ -14,6 +14,7 @@
 #include "postmaster/bgworker.h"
 #include "storage/latch.h"
 #include "storage/procarray.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
 
@@ -158,4 +159,10 @@ register_launcher(void)
 
 	attention_worker_init(&worker, "attention_launcher_main", "attention launcher", 10, (Datum) 0, false);
 	RegisterBackgroundWorker(&worker);
+}
+
+void
+worker_pin_search_path(void)
+{
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 }

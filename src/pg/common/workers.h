@@ -59,6 +59,15 @@ int			launch_training_worker(int64 job_id, Oid role, bool node, const char *coor
  */
 char	   *worker_coordinator(dsm_handle handle);
 
+/*
+ * Pins search_path to pg_catalog, pg_temp for the rest of a worker's life,
+ * over the database's and the role's settings (PGC_S_OVERRIDE): a worker that
+ * runs as a superuser (the resumer, a translation service) or as a job's
+ * submitter must run nothing a database's or a model's owner put on its path
+ * (docs/security.md). Call right after connecting.
+ */
+void		worker_pin_search_path(void);
+
 /* Registers the launcher (from _PG_init under shared_preload_libraries). */
 void		register_launcher(void);
 
