@@ -139,6 +139,12 @@ EMU_SHIMS = kernels/emu/cublas_emu.cc kernels/emu/nccl_emu.cc
 EMU_LIBS = $(OPENBLAS_LIBS) -pthread
 ifneq ($(USE_CUDA),0)
 ifneq ($(NVCC),)
+# nvcc alone is not the toolkit: without cuBLAS's headers or NCCL the GPU library is left out, saying why
+ifeq ($(wildcard $(CUDA_HOME)/include/cublas_v2.h),)
+$(warning nvcc is $(NVCC), but $(CUDA_HOME)/include has no cublas_v2.h: the CUDA library is not built (set CUDA_HOME to the toolkit))
+else ifeq ($(NCCL_LIB),)
+$(warning no libnccl.so in $(CUDA_HOME)/lib, $(CUDA_HOME)/lib64 or /usr/lib: the CUDA library is not built (set NCCL_LIB))
+else
 CUDA_LIB = attention_cuda$(DLSUFFIX)
 NVCC_FLAGS = -O3 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden,$(CUDA_WARNINGS) -Werror all-warnings \
 	-Isrc -Ikernels -Xptxas -v \
@@ -156,6 +162,7 @@ install: install-cuda
 install-cuda: $(CUDA_LIB)
 	$(INSTALL_SHLIB) $(CUDA_LIB) '$(DESTDIR)$(pkglibdir)/$(CUDA_LIB)'
 EXTRA_CLEAN += $(CUDA_LIB) kernels/ptxas.log
+endif
 endif
 ifneq ($(wildcard $(CUDA_HOME)/include/cublas_v2.h),)
 CUDA_EMU_LIB = attention_cuda_emu$(DLSUFFIX)

@@ -13,7 +13,9 @@
  * M2M100Tokenizer, ids from vocab.json, then the language tokens __xx__,
  * then made-up words; NllbTokenizer, <s> <pad> </s> <unk>, then
  * SentencePiece id + 1, then the language codes, then <mask>. The language
- * codes are tokenizer_config.json's additional_special_tokens, in id order.
+ * codes are tokenizer_config.json's additional_special_tokens, in id order,
+ * or an M2M100Tokenizer's "language_codes" table where it lists none (as
+ * transformers' save_pretrained writes it).
  *
  * model.safetensors travels as a large object, read and written tensor by
  * tensor, so files over PostgreSQL's 1 GB value limit come in and go out
@@ -122,9 +124,69 @@ read_layout(Jsonb *tokenizer)
 	return LAYOUT_M2M100;		/* not reached */
 }
 
-/* tokenizer_config.json's additional_special_tokens (the language tokens, in id order); *n their number. */
+/*
+ * The language codes an M2M100Tokenizer derives from tokenizer_config.json's
+ * "language_codes" (transformers' FAIRSEQ_LANGUAGE_CODES in
+ * tokenization_m2m_100.py; "m2m100" when the key is absent), in id order:
+ * token "__xx__" of code i has id len(vocab.json) + i.
+ */
+static const char *const m2m100_codes[] = {
+	"af", "am", "ar", "ast", "az", "ba", "be", "bg", "bn", "br", "bs", "ca", "ceb", "cs", "cy", "da", "de", "el",
+	"en", "es", "et", "fa", "ff", "fi", "fr", "fy", "ga", "gd", "gl", "gu", "ha", "he", "hi", "hr", "ht", "hu", "hy",
+	"id", "ig", "ilo", "is", "it", "ja", "jv", "ka", "kk", "km", "kn", "ko", "lb", "lg", "ln", "lo", "lt", "lv", "mg",
+	"mk", "ml", "mn", "mr", "ms", "my", "ne", "nl", "no", "ns", "oc", "or", "pa", "pl", "ps", "pt", "ro", "ru", "sd",
+	"si", "sk", "sl", "so", "sq", "sr", "ss", "su", "sv", "sw", "ta", "th", "tl", "tn", "tr", "uk", "ur", "uz", "vi",
+	"wo", "xh", "yi", "yo", "zh", "zu"
+};
+static const char *const wmt21_codes[] = {"en", "ha", "is", "ja", "cs", "ru", "zh", "de"};
+
+/*
+ * An M2M100Tokenizer's language tokens "__xx__" from "language_codes", as
+ * transformers makes them when tokenizer_config.json lists none (its
+ * save_pretrained leaves them out unless they were given); *n their number.
+ */
 static char **
-read_language_tokens(Jsonb *tokenizer, int *n)
+derived_language_tokens(Jsonb *tokenizer, int *n)
+{
+	JsonbValue *v = config_value(tokenizer, "language_codes");
+	const char *name = "m2m100";
+	const char *const *codes;
+	char	  **out;
+	int			i;
+
+	if (v != NULL && v->type != jbvString)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("tokenizer_config.json: \"language_codes\" must be a string")));
+	if (v != NULL)
+		name = pnstrdup(v->val.string.val, v->val.string.len);
+	if (strcmp(name, "m2m100") == 0)
+	{
+		codes = m2m100_codes;
+		*n = lengthof(m2m100_codes);
+	}
+	else if (strcmp(name, "wmt21") == 0)
+	{
+		codes = wmt21_codes;
+		*n = lengthof(wmt21_codes);
+	}
+	else
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("tokenizer_config.json: \"language_codes\" is \"%s\"", name),
+						errhint("M2M100Tokenizer knows \"m2m100\" and \"wmt21\"; or list the language tokens in "
+								"\"additional_special_tokens\".")));
+	out = palloc(*n * sizeof(char *));
+	for (i = 0; i < *n; i++)
+		out[i] = psprintf("__%s__", codes[i]);
+	return out;
+}
+
+/*
+ * The language tokens, in id order: tokenizer_config.json's
+ * additional_special_tokens, or for an M2M100Tokenizer that lists none, the
+ * ones "language_codes" names (derived_language_tokens); *n their number.
+ */
+static char **
+read_language_tokens(Jsonb *tokenizer, Layout layout, int *n)
 {
 	JsonbValue *v = config_value(tokenizer, "additional_special_tokens");
 	JsonbIterator *it;
@@ -133,11 +195,14 @@ read_language_tokens(Jsonb *tokenizer, int *n)
 	char	  **out;
 	int			k = 0;
 
+	if ((v == NULL || (v->type == jbvBinary && JsonContainerIsArray(v->val.binary.data) &&
+					   JsonContainerSize(v->val.binary.data) == 0)) && layout == LAYOUT_M2M100)
+		return derived_language_tokens(tokenizer, n);
 	if (v == NULL || v->type != jbvBinary || !JsonContainerIsArray(v->val.binary.data) ||
 		JsonContainerSize(v->val.binary.data) == 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("tokenizer_config.json has no \"additional_special_tokens\": the language tokens"),
-						errhint("Save the tokenizer with transformers (tokenizer.save_pretrained), which lists them.")));
+						errhint("An NllbTokenizer's tokenizer_config.json lists them as NLLB-200 publishes it.")));
 	out = palloc(JsonContainerSize(v->val.binary.data) * sizeof(char *));
 	it = JsonbIteratorInit(v->val.binary.data);
 	while ((tok = JsonbIteratorNext(&it, &e, true)) != WJB_DONE)
@@ -412,6 +477,8 @@ import_tensors(Oid lo, const TfConfig *c, int64 checkpoint_id)
 	}
 	PG_END_TRY();
 	inv_close(fd);
+	/* pg_largeobject, which inv_open opened for the transaction: lo_open's end-of-transaction close runs only after an lo_* call */
+	close_lo_relation(true);
 }
 
 /* The text argument n, or NULL. */
@@ -468,7 +535,7 @@ attention_import_huggingface_m2m100(PG_FUNCTION_ARGS)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("tokenizer_config.json must be a JSON object")));
 	layout = read_layout(tokenizer);
-	tokens = read_language_tokens(tokenizer, &n_languages);
+	tokens = read_language_tokens(tokenizer, layout, &n_languages);
 	codes = palloc(n_languages * sizeof(char *));
 	ids = palloc(n_languages * sizeof(int32));
 	for (i = 0; i < n_languages; i++)
@@ -645,6 +712,7 @@ export_tensors(int64 checkpoint_id)
 		SPI_freetuptable(SPI_tuptable);
 	}
 	inv_close(fd);
+	close_lo_relation(true);	/* as import_tensors does */
 	return lo;
 }
 
