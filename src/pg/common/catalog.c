@@ -533,6 +533,9 @@ read_tensors_from(Remote *remote, int64 checkpoint_id, TensorSet set, int *count
 	}
 	else
 		rows_query(remote, &rows, queries[set], 1, types, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL, true, 0);
+	if (remote != NULL)
+		rows_require(&rows, 5, (Oid[]) {TEXTOID, INT4OID, TEXTOID, INT8ARRAYOID, BYTEAOID},
+					 "the coordinator's checkpoint tensors");
 	MemoryContextSwitchTo(caller);
 	t = palloc0(Max(rows.n, 1) * sizeof(TfTensor));
 	for (r = 0; r < rows.n; r++)

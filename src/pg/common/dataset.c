@@ -142,6 +142,7 @@ add_remote_pairs(Remote *remote, Loading *l, const char *query, Oid *types, Datu
 			MemoryContextSwitchTo(batch);
 			rows_query(remote, &rows, psprintf("FETCH %d FROM attention_pairs", FETCH_ROWS), 0, NULL, NULL,
 					   NULL, true, 0);
+			rows_require(&rows, 3, (Oid[]) {INT8OID, TEXTOID, TEXTOID}, "the coordinator's corpus pairs");
 			MemoryContextSwitchTo(ctx);
 			for (uint64 r = 0; r < rows.n; r++)
 				add_pair(l, rows.vals[r], rows.desc);

@@ -7,6 +7,7 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/transam.h"
 #include "executor/spi.h"
 #include "funcapi.h"
@@ -15,6 +16,7 @@
 #include "miscadmin.h"
 #include "portability/instr_time.h"
 #include "storage/latch.h"
+#include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/wait_event.h"
 
@@ -336,4 +338,26 @@ rows_query(Remote *r, Rows *rows, const char *sql, int nargs, const Oid *types, 
 		PQclear(last);
 	}
 	PG_END_TRY();
+}
+
+void
+rows_require(const Rows *rows, int natts, const Oid *types, const char *what)
+{
+	uint64		r;
+	int			i;
+
+	if (rows->desc->natts != natts)
+		ereport(ERROR, (errcode(ERRCODE_PROTOCOL_VIOLATION),
+						errmsg("%s: the answer has %d columns, not %d", what, rows->desc->natts, natts)));
+	for (i = 0; i < natts; i++)
+		if (TupleDescAttr(rows->desc, i)->atttypid != types[i])
+			ereport(ERROR, (errcode(ERRCODE_PROTOCOL_VIOLATION),
+							errmsg("%s: column %d of the answer has type %s, not %s", what, i + 1,
+								   format_type_be(TupleDescAttr(rows->desc, i)->atttypid), format_type_be(types[i]))));
+	for (r = 0; r < rows->n; r++)
+		for (i = 0; i < natts; i++)
+			if (heap_attisnull(rows->vals[r], i + 1, rows->desc))
+				ereport(ERROR, (errcode(ERRCODE_PROTOCOL_VIOLATION),
+								errmsg("%s: column %d of row %llu of the answer is NULL", what, i + 1,
+									   (unsigned long long) r + 1)));
 }

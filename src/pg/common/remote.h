@@ -59,4 +59,12 @@ void		remote_close(Remote *r);
 void		rows_query(Remote *r, Rows *rows, const char *sql, int nargs, const Oid *types, const Datum *values,
 					   const char *nulls, bool read_only, long count);
 
+/*
+ * ERROR (08P01, naming `what`) unless *rows has exactly `natts` columns of
+ * the given types and no NULL: what a caller checks of another server's
+ * answer before reading its values in binary (a coordinator that answers
+ * otherwise must not crash this server).
+ */
+void		rows_require(const Rows *rows, int natts, const Oid *types, const char *what);
+
 #endif
