@@ -1,21 +1,21 @@
 /*
  * backend_cpu.c - the CPU backend (backend.h): OpenBLAS's sgemm (blas.h) for the
  * matrix products of training, oneDNN (cpu_matmul.c) for inference's
- * products with fixed weights (fp32 and int8), plain C with OpenMP for the
- * rest.
+ * products with fixed weights (fp32 and int8), plain C for the rest, all
+ * spread over the backend's threads by its pool (pool.h), with OpenBLAS
+ * and oneDNN single-threaded inside each chunk.
  *
- * Determinism: every reduction is split into fixed per-thread (or
- * per-column-block) parts summed in a fixed order, so a run is bitwise
- * repeatable for a given thread count.
+ * Determinism: every loop is cut into chunks fixed by its shape alone (the
+ * grains below), products into fixed blocks of C with the whole of K in
+ * each, and every reduction keeps one partial per chunk (or per column
+ * block) summed in a fixed order: the same call gives the same bits on
+ * any number of threads.
  */
 #define _DEFAULT_SOURCE			/* MAP_ANONYMOUS */
 #define _POSIX_C_SOURCE 200809L
 #include "backend.h"
 
 #include <math.h>
-#include <omp.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -23,6 +23,7 @@
 #include "activation.h"
 #include "blas.h"
 #include "cpu_matmul.h"
+#include "pool.h"
 #include "rng.h"
 #include "transformer.h"
 
@@ -31,6 +32,18 @@ static const TfBlas *blas;
 
 /* Columns per block in column-parallel reductions (bias, LayerNorm, embedding grads). */
 #define COLUMN_BLOCK 64
+
+/*
+ * Elements per chunk of element-wise loops, and the work (elements) a chunk
+ * of row loops aims at: a decoding step's vectors (beam x d_model) stay on
+ * one thread, where waking another costs more than the loop (CTranslate2
+ * runs loops under 32,768 elements serially for the same reason).
+ */
+#define ELEMENT_GRAIN 16384
+/* Elements per partial of sum_squares (fixed: the partials are summed in their order). */
+#define SUM_GRAIN 65536
+/* Multiply-adds a chunk of attention pairs aims at. */
+#define ATTENTION_GRAIN (1 << 18)
 
 /*
  * exp(x) for x <= 88.7 (x below -87.3 gives ~1e-38), relative error ~2e-7: Cody-Waite
@@ -60,21 +73,33 @@ fast_expf(float x)
 	return p * u.f;
 }
 
-/* Backend state: thread count and scratch memory for attention. */
+/* Backend state: threads, scratch memory for attention, reduction partials. */
 typedef struct CpuState
 {
 	int			threads;
+	TfPool	   *pool;
 	float	   *scratch;		/* 2 * threads * scratch_per_thread floats */
 	size_t		scratch_per_thread;
-	double	   *partials;		/* threads doubles */
+	double	   *partials;		/* one per chunk of sum_squares */
+	size_t		partials_capacity;
 	CpuMatmul  *matmul;			/* oneDNN products (linear) */
 	char		error[TF_ERRLEN];	/* the first error since the last status call, or "" */
 } CpuState;
 
-static int
-nthreads(TfBackend *be)
+/* fn over [0, n) in chunks of grain on the backend's threads (pool.h). */
+static void
+par_for(TfBackend *be, long n, long grain, TfPoolFn fn, void *arg)
 {
-	return ((CpuState *) be->state)->threads;
+	CpuState   *st = be->state;
+
+	tf_pool_for(st->pool, st->threads, n, grain, fn, arg);
+}
+
+/* Rows per chunk of a loop over rows of `cols` elements. */
+static long
+row_grain(long cols)
+{
+	return cols >= ELEMENT_GRAIN ? 1 : ELEMENT_GRAIN / (cols > 0 ? cols : 1);
 }
 
 /*
@@ -130,28 +155,97 @@ cpu_copy_floats(TfBackend *be, float *dst, const float *src, size_t n)
 	memcpy(dst, src, n * sizeof(float));
 }
 
+/* Multiply-adds under which a product runs as one block on one thread. */
+#define GEMM_SERIAL_WORK (1 << 20)
+/* Blocks a product is cut into where its size allows (for up to as many threads). */
+#define GEMM_TARGET_BLOCKS 32
+
+/* A product C = alpha op(A) op(B) + beta C cut into bm x bn blocks of C, row-block major. */
+typedef struct GemmArgs
+{
+	bool		trans_a,
+				trans_b;
+	int			m,
+				n,
+				k,
+				lda,
+				ldb,
+				ldc,
+				bm,
+				bn,
+				blocks_n;
+	float		alpha,
+				beta;
+	const float *a,
+			   *b;
+	float	   *c;
+} GemmArgs;
+
+static void
+gemm_chunk(void *arg, long begin, long end, int worker)
+{
+	const GemmArgs *g = arg;
+	long		blk;
+
+	(void) worker;
+	for (blk = begin; blk < end; blk++)
+	{
+		int			m0 = (int) (blk / g->blocks_n) * g->bm;
+		int			n0 = (int) (blk % g->blocks_n) * g->bn;
+		int			mc = g->m - m0 < g->bm ? g->m - m0 : g->bm;
+		int			nc = g->n - n0 < g->bn ? g->n - n0 : g->bn;
+		const float *a = g->trans_a ? g->a + m0 : g->a + (size_t) m0 * g->lda;
+		const float *b = g->trans_b ? g->b + (size_t) n0 * g->ldb : g->b + n0;
+		float	   *c = g->c + (size_t) m0 * g->ldc + n0;
+
+		/*
+		 * Up to four rows (a decoding step of one sentence and its beams): sgemm
+		 * would pack the whole of B for them, costing more than the product
+		 * (measured: 5x slower greedy decoding); sgemv streams B once per row.
+		 */
+		if (g->m <= 4)
+		{
+			int			i;
+
+			for (i = 0; i < mc; i++)
+				blas->sgemv(CblasRowMajor, g->trans_b ? CblasNoTrans : CblasTrans, g->trans_b ? nc : g->k,
+							g->trans_b ? g->k : nc, g->alpha, b, g->ldb,
+							g->trans_a ? a + i : a + (size_t) i * g->lda, g->trans_a ? g->lda : 1,
+							g->beta, c + (size_t) i * g->ldc, 1);
+			continue;
+		}
+		blas->sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
+					mc, nc, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+	}
+}
+
+/*
+ * C's blocks: 256 x 512 (the whole K in each, so no sum is split), halved
+ * (columns to 128, then rows to 64) until there are GEMM_TARGET_BLOCKS or
+ * they are that small; one block under GEMM_SERIAL_WORK. Chosen by the
+ * shape alone, never by the thread count.
+ */
 static void
 cpu_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
 		 const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
-	(void) be;
-	/*
-	 * Up to four rows (a decoding step of one sentence and its beams): sgemm
-	 * would pack the whole of B for them, costing more than the product
-	 * (measured: 5x slower greedy decoding); sgemv streams B once per row.
-	 */
-	if (m <= 4)
-	{
-		int			i;
+	GemmArgs	g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, m, n, 1, alpha, beta, a, b, c};
+	long		blocks = 1;
 
-		for (i = 0; i < m; i++)
-			blas->sgemv(CblasRowMajor, trans_b ? CblasNoTrans : CblasTrans, trans_b ? n : k, trans_b ? k : n,
-						alpha, b, ldb, trans_a ? a + i : a + (size_t) i * lda, trans_a ? lda : 1,
-						beta, c + (size_t) i * ldc, 1);
+	if (m <= 0 || n <= 0)
 		return;
+	if ((double) m * n * k >= GEMM_SERIAL_WORK)
+	{
+		g.bm = m <= 4 ? m : 256;
+		g.bn = 512;
+		while (((long) (m + g.bm - 1) / g.bm) * ((n + g.bn - 1) / g.bn) < GEMM_TARGET_BLOCKS && g.bn > 128)
+			g.bn /= 2;
+		while (((long) (m + g.bm - 1) / g.bm) * ((n + g.bn - 1) / g.bn) < GEMM_TARGET_BLOCKS && g.bm > 64)
+			g.bm /= 2;
+		g.blocks_n = (n + g.bn - 1) / g.bn;
+		blocks = (long) ((m + g.bm - 1) / g.bm) * g.blocks_n;
 	}
-	blas->sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-				m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+	par_for(be, blocks, 1, gemm_chunk, &g);
 }
 
 static void cpu_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols, int ld);
@@ -181,42 +275,86 @@ cpu_linear(TfBackend *be, TfWeightType type, float *y, const float *x, const voi
 		cpu_gemm(be, false, true, rows, out, in, 1.0f, x, in, w, in, bias != NULL ? 1.0f : 0.0f, y, out);
 		return;
 	}
-	if (!cpu_matmul_linear(st->matmul, st->threads, type, y, x, w, scales, bias, rows, in, out, err, sizeof(err)) &&
+	if (!cpu_matmul_linear(st->matmul, st->pool, st->threads, type, y, x, w, scales, bias, rows, in, out, err,
+						   sizeof(err)) &&
 		st->error[0] == '\0')
 		snprintf(st->error, sizeof(st->error), "%s", err);
+}
+
+/*
+ * The arguments of the simple loops below (each names what it reads): out
+ * and x the row or element arrays, and the shape.
+ */
+typedef struct LoopArgs
+{
+	float	   *out;
+	const float *x,
+			   *y,
+			   *z;
+	const int32_t *ids,
+			   *positions;
+	const void *table;
+	int			rows,
+				rows2,
+				cols,
+				ld;
+	float		scale,
+				p;
+	TfActivation f;
+	const uint8_t *mask;
+	uint8_t    *keep_mask;
+	uint64_t	seed,
+				stream;
+} LoopArgs;
+
+static void
+bias_rows_chunk(void *arg, long begin, long end, int worker)
+{
+	const LoopArgs *l = arg;
+	long		r;
+
+	(void) worker;
+	for (r = begin; r < end; r++)
+		memcpy(l->out + (size_t) r * l->ld, l->x, (size_t) l->cols * sizeof(float));
 }
 
 static void
 cpu_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols, int ld)
 {
-	int			r;
+	LoopArgs	l = {.out = out, .x = bias, .cols = cols, .ld = ld};
 
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (r = 0; r < rows; r++)
-		memcpy(out + (size_t) r * ld, bias, (size_t) cols * sizeof(float));
+	par_for(be, rows, row_grain(cols), bias_rows_chunk, &l);
+}
+
+static void
+bias_backward_chunk(void *arg, long begin, long end, int worker)
+{
+	const LoopArgs *l = arg;
+	long		blk;
+
+	(void) worker;
+	for (blk = begin; blk < end; blk++)
+	{
+		int			c0 = (int) blk * COLUMN_BLOCK;
+		int			c1 = c0 + COLUMN_BLOCK < l->cols ? c0 + COLUMN_BLOCK : l->cols;
+		float		acc[COLUMN_BLOCK] = {0};
+		int			r,
+					c;
+
+		for (r = 0; r < l->rows; r++)
+			for (c = c0; c < c1; c++)
+				acc[c - c0] += l->x[(size_t) r * l->ld + c];
+		for (c = c0; c < c1; c++)
+			l->out[c] += l->scale * acc[c - c0];
+	}
 }
 
 static void
 cpu_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int cols, int ld, float scale)
 {
-	int			blocks = (cols + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
-	int			blk;
+	LoopArgs	l = {.out = dbias, .x = dout, .rows = rows, .cols = cols, .ld = ld, .scale = scale};
 
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (blk = 0; blk < blocks; blk++)
-	{
-		int			c0 = blk * COLUMN_BLOCK;
-		int			c1 = c0 + COLUMN_BLOCK < cols ? c0 + COLUMN_BLOCK : cols;
-		float		acc[COLUMN_BLOCK] = {0};
-		int			r,
-					c;
-
-		for (r = 0; r < rows; r++)
-			for (c = c0; c < c1; c++)
-				acc[c - c0] += dout[(size_t) r * ld + c];
-		for (c = c0; c < c1; c++)
-			dbias[c] += scale * acc[c - c0];
-	}
+	par_for(be, (cols + COLUMN_BLOCK - 1) / COLUMN_BLOCK, 1, bias_backward_chunk, &l);
 }
 
 void
@@ -257,41 +395,53 @@ tf_positional_encoding_fairseq(float *pe, int positions, int d, int first)
 static void cpu_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64_t seed,
 						uint64_t stream, uint8_t *keep_mask);
 
+static void
+embed_chunk(void *arg, long begin, long end, int worker)
+{
+	const LoopArgs *l = arg;
+	int			d = l->cols;
+	long		r;
+
+	(void) worker;
+	for (r = begin; r < end; r++)
+	{
+		const float *e = (const float *) l->table + (size_t) l->ids[r] * d;
+		const float *pos = l->x + (size_t) l->positions[r] * d;
+		float	   *o = l->out + (size_t) r * d;
+		int			j;
+
+		for (j = 0; j < d; j++)
+			o[j] = e[j] * l->scale + pos[j];
+	}
+}
+
 /* The embeddings, then dropout in place: two passes. */
 static void
 cpu_embed(TfBackend *be, float *out, const int32_t *ids, const int32_t *positions, const float *embedding,
 		  const float *pe, int rows, int d, float scale, float p, uint64_t seed, uint64_t stream,
 		  uint8_t *keep_mask)
 {
-	int			r;
+	LoopArgs	l = {.out = out, .x = pe, .ids = ids, .positions = positions, .table = embedding, .cols = d,
+	.scale = scale};
 
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (r = 0; r < rows; r++)
-	{
-		const float *e = embedding + (size_t) ids[r] * d;
-		const float *pos = pe + (size_t) positions[r] * d;
-		float	   *o = out + (size_t) r * d;
-		int			j;
-
-		for (j = 0; j < d; j++)
-			o[j] = e[j] * scale + pos[j];
-	}
+	par_for(be, rows, row_grain(d), embed_chunk, &l);
 	cpu_dropout(be, out, out, (size_t) rows * d, p, seed, stream, keep_mask);
 }
 
 static void
-cpu_embed_int8(TfBackend *be, float *out, const int32_t *ids, const int32_t *positions, const int8_t *embedding,
-			   const float *escale, const float *pe, int rows, int d, float scale)
+embed_int8_chunk(void *arg, long begin, long end, int worker)
 {
-	int			r;
+	const LoopArgs *l = arg;
+	int			d = l->cols;
+	long		r;
 
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (r = 0; r < rows; r++)
+	(void) worker;
+	for (r = begin; r < end; r++)
 	{
-		const int8_t *e = embedding + (size_t) ids[r] * d;
-		const float *p = pe + (size_t) positions[r] * d;
-		float	   *o = out + (size_t) r * d;
-		float		s = escale[ids[r]] * scale;
+		const int8_t *e = (const int8_t *) l->table + (size_t) l->ids[r] * d;
+		const float *p = l->x + (size_t) l->positions[r] * d;
+		float	   *o = l->out + (size_t) r * d;
+		float		s = l->y[l->ids[r]] * l->scale;
 		int			j;
 
 		for (j = 0; j < d; j++)
@@ -300,28 +450,82 @@ cpu_embed_int8(TfBackend *be, float *out, const int32_t *ids, const int32_t *pos
 }
 
 static void
-cpu_embed_backward(TfBackend *be, float *dembedding, const float *dout, int rows, const float *dout2, int rows2,
-				   const int32_t *ids, const int32_t *groups, int unique, int d, float scale)
+cpu_embed_int8(TfBackend *be, float *out, const int32_t *ids, const int32_t *positions, const int8_t *embedding,
+			   const float *escale, const float *pe, int rows, int d, float scale)
 {
-	int			blocks = (d + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
-	int			blk;
+	LoopArgs	l = {.out = out, .x = pe, .y = escale, .ids = ids, .positions = positions, .table = embedding,
+	.cols = d, .scale = scale};
 
-	/* column blocks: each thread owns some columns of every row, in row order */
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (blk = 0; blk < blocks; blk++)
+	par_for(be, rows, row_grain(d), embed_int8_chunk, &l);
+}
+
+/* Column blocks: each chunk owns some columns of every row, in row order. */
+static void
+embed_backward_chunk(void *arg, long begin, long end, int worker)
+{
+	const LoopArgs *l = arg;
+	int			d = l->cols,
+				rows = l->rows;
+	long		blk;
+
+	(void) worker;
+	for (blk = begin; blk < end; blk++)
 	{
-		int			c0 = blk * COLUMN_BLOCK;
+		int			c0 = (int) blk * COLUMN_BLOCK;
 		int			c1 = c0 + COLUMN_BLOCK < d ? c0 + COLUMN_BLOCK : d;
 		int			r,
 					c;
 
-		for (r = 0; r < rows + rows2; r++)
+		for (r = 0; r < rows + l->rows2; r++)
 		{
-			float	   *de = dembedding + (size_t) ids[r] * d;
-			const float *g = r < rows ? dout + (size_t) r * d : dout2 + (size_t) (r - rows) * d;
+			float	   *de = l->out + (size_t) l->ids[r] * d;
+			const float *g = r < rows ? l->x + (size_t) r * d : l->y + (size_t) (r - rows) * d;
 
 			for (c = c0; c < c1; c++)
-				de[c] += scale * g[c];
+				de[c] += l->scale * g[c];
+		}
+	}
+}
+
+static void
+cpu_embed_backward(TfBackend *be, float *dembedding, const float *dout, int rows, const float *dout2, int rows2,
+				   const int32_t *ids, const int32_t *groups, int unique, int d, float scale)
+{
+	LoopArgs	l = {.out = dembedding, .x = dout, .y = dout2, .ids = ids, .rows = rows, .rows2 = rows2, .cols = d,
+	.scale = scale};
+
+	(void) groups;
+	(void) unique;
+	par_for(be, (d + COLUMN_BLOCK - 1) / COLUMN_BLOCK, 1, embed_backward_chunk, &l);
+}
+
+/* One Philox block gives the words of 4 consecutive elements (tf_random_u32). */
+static void
+dropout_chunk(void *arg, long begin, long end, int worker)
+{
+	const LoopArgs *l = arg;
+	float		keep_scale = 1.0f / (1.0f - l->p);
+	uint32_t	s0 = (uint32_t) l->stream,
+				s1 = (uint32_t) (l->stream >> 32),
+				k0 = (uint32_t) l->seed,
+				k1 = (uint32_t) (l->seed >> 32);
+	long		blk;
+
+	(void) worker;
+	for (blk = begin; blk < end; blk++)
+	{
+		uint32_t	w[4];
+		int			k;
+
+		tf_philox((uint32_t) blk, (uint32_t) ((uint64_t) blk >> 32), s0, s1, k0, k1, w);
+		for (k = 0; k < 4; k++)
+		{
+			size_t		e = (size_t) blk * 4 + k;
+			bool		keep = tf_word_uniform(w[k]) >= l->p;
+
+			l->out[e] = keep ? l->x[e] * keep_scale : 0.0f;
+			if (l->keep_mask != NULL)
+				l->keep_mask[e] = keep;
 		}
 	}
 }
@@ -332,11 +536,7 @@ cpu_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64
 {
 	long		full = (long) (n / 4);
 	float		keep_scale = 1.0f / (1.0f - p);
-	uint32_t	s0 = (uint32_t) stream,
-				s1 = (uint32_t) (stream >> 32),
-				k0 = (uint32_t) seed,
-				k1 = (uint32_t) (seed >> 32);
-	long		blk;
+	LoopArgs	l = {.out = out, .x = x, .p = p, .seed = seed, .stream = stream, .keep_mask = keep_mask};
 	size_t		i;
 
 	if (p <= 0.0f)
@@ -345,24 +545,7 @@ cpu_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64
 			memcpy(out, x, n * sizeof(float));
 		return;
 	}
-	/* one Philox block gives the words of 4 consecutive elements (tf_random_u32) */
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (blk = 0; blk < full; blk++)
-	{
-		uint32_t	w[4];
-		int			k;
-
-		tf_philox((uint32_t) blk, (uint32_t) ((uint64_t) blk >> 32), s0, s1, k0, k1, w);
-		for (k = 0; k < 4; k++)
-		{
-			size_t		e = (size_t) blk * 4 + k;
-			bool		keep = tf_word_uniform(w[k]) >= p;
-
-			out[e] = keep ? x[e] * keep_scale : 0.0f;
-			if (keep_mask != NULL)
-				keep_mask[e] = keep;
-		}
-	}
+	par_for(be, full, ELEMENT_GRAIN / 4, dropout_chunk, &l);
 	for (i = (size_t) full * 4; i < n; i++)
 	{
 		bool		keep = tf_random_uniform(seed, stream, i) >= p;
@@ -374,10 +557,22 @@ cpu_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64
 }
 
 static void
+dropout_backward_chunk(void *arg, long begin, long end, int worker)
+{
+	const LoopArgs *l = arg;
+	float		keep_scale = 1.0f / (1.0f - l->p);
+	long		i;
+
+	(void) worker;
+#pragma omp simd
+	for (i = begin; i < end; i++)
+		l->out[i] = l->mask[i] ? l->x[i] * keep_scale : 0.0f;
+}
+
+static void
 cpu_dropout_backward(TfBackend *be, float *dx, const float *dout, size_t n, float p, const uint8_t *keep_mask)
 {
-	float		keep_scale = 1.0f / (1.0f - p);
-	long		i;
+	LoopArgs	l = {.out = dx, .x = dout, .p = p, .mask = keep_mask};
 
 	if (p <= 0.0f)
 	{
@@ -385,66 +580,106 @@ cpu_dropout_backward(TfBackend *be, float *dx, const float *dout, size_t n, floa
 			memcpy(dx, dout, n * sizeof(float));
 		return;
 	}
-#pragma omp parallel for simd num_threads(nthreads(be)) schedule(static)
-	for (i = 0; i < (long) n; i++)
-		dx[i] = keep_mask[i] ? dout[i] * keep_scale : 0.0f;
+	par_for(be, (long) n, ELEMENT_GRAIN, dropout_backward_chunk, &l);
+}
+
+static void
+add_chunk(void *arg, long begin, long end, int worker)
+{
+	const LoopArgs *l = arg;
+	long		i;
+
+	(void) worker;
+	for (i = begin; i < end; i++)
+		l->out[i] = l->x[i] + l->y[i];
 }
 
 static void
 cpu_add(TfBackend *be, float *out, const float *a, const float *b, size_t n)
 {
+	LoopArgs	l = {.out = out, .x = a, .y = b};
+
+	par_for(be, (long) n, ELEMENT_GRAIN, add_chunk, &l);
+}
+
+static void
+activation_chunk(void *arg, long begin, long end, int worker)
+{
+	const LoopArgs *l = arg;
 	long		i;
 
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (i = 0; i < (long) n; i++)
-		out[i] = a[i] + b[i];
+	(void) worker;
+	if (l->f == TF_RELU)
+		for (i = begin; i < end; i++)
+			l->out[i] = l->x[i] > 0.0f ? l->x[i] : 0.0f;
+	else
+		for (i = begin; i < end; i++)
+			l->out[i] = tf_activation_value(l->f, l->x[i]);
 }
 
 static void
 cpu_activation(TfBackend *be, TfActivation f, float *out, const float *x, size_t n)
 {
+	LoopArgs	l = {.out = out, .x = x, .f = f};
+
+	par_for(be, (long) n, ELEMENT_GRAIN, activation_chunk, &l);
+}
+
+/* dx = dout * f'(x): out dx, x dout, y x. */
+static void
+activation_backward_chunk(void *arg, long begin, long end, int worker)
+{
+	const LoopArgs *l = arg;
 	long		i;
 
-	if (f == TF_RELU)
-	{
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-		for (i = 0; i < (long) n; i++)
-			out[i] = x[i] > 0.0f ? x[i] : 0.0f;
-		return;
-	}
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (i = 0; i < (long) n; i++)
-		out[i] = tf_activation_value(f, x[i]);
+	(void) worker;
+	if (l->f == TF_RELU)
+		for (i = begin; i < end; i++)
+			l->out[i] = l->y[i] > 0.0f ? l->x[i] : 0.0f;
+	else
+		for (i = begin; i < end; i++)
+			l->out[i] = l->x[i] * tf_activation_slope(l->f, l->y[i]);
 }
 
 static void
 cpu_activation_backward(TfBackend *be, TfActivation f, float *dx, const float *dout, const float *x, size_t n)
 {
-	long		i;
+	LoopArgs	l = {.out = dx, .x = dout, .y = x, .f = f};
 
-	if (f == TF_RELU)
-	{
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-		for (i = 0; i < (long) n; i++)
-			dx[i] = x[i] > 0.0f ? dout[i] : 0.0f;
-		return;
-	}
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (i = 0; i < (long) n; i++)
-		dx[i] = dout[i] * tf_activation_slope(f, x[i]);
+	par_for(be, (long) n, ELEMENT_GRAIN, activation_backward_chunk, &l);
 }
 
-static void
-cpu_layernorm(TfBackend *be, float *out, float *mean, float *rstd, const float *x,
-			  const float *gamma, const float *beta, int rows, int d, float eps)
+/* LayerNorm's arguments, forward and backward. */
+typedef struct NormArgs
 {
-	int			r;
+	float	   *out,
+			   *mean,
+			   *rstd,
+			   *dgamma,
+			   *dbeta;
+	const float *x,
+			   *dout,
+			   *gamma,
+			   *beta,
+			   *mean_in,
+			   *rstd_in;
+	int			rows,
+				d;
+	float		eps;
+} NormArgs;
 
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (r = 0; r < rows; r++)
+static void
+layernorm_chunk(void *arg, long begin, long end, int worker)
+{
+	const NormArgs *a = arg;
+	int			d = a->d;
+	long		r;
+
+	(void) worker;
+	for (r = begin; r < end; r++)
 	{
-		const float *xr = x + (size_t) r * d;
-		float	   *o = out + (size_t) r * d;
+		const float *xr = a->x + (size_t) r * d;
+		float	   *o = a->out + (size_t) r * d;
 		double		s = 0.0,
 					ss = 0.0;
 		float		m,
@@ -462,12 +697,103 @@ cpu_layernorm(TfBackend *be, float *out, float *mean, float *rstd, const float *
 
 			ss += t * t;
 		}
-		rs = (float) (1.0 / sqrt(ss / d + eps));
+		rs = (float) (1.0 / sqrt(ss / d + a->eps));
 #pragma omp simd
 		for (j = 0; j < d; j++)
-			o[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
-		mean[r] = m;
-		rstd[r] = rs;
+			o[j] = (xr[j] - m) * rs * a->gamma[j] + a->beta[j];
+		a->mean[r] = m;
+		a->rstd[r] = rs;
+	}
+}
+
+static void
+cpu_layernorm(TfBackend *be, float *out, float *mean, float *rstd, const float *x,
+			  const float *gamma, const float *beta, int rows, int d, float eps)
+{
+	NormArgs	a = {.out = out, .mean = mean, .rstd = rstd, .x = x, .gamma = gamma, .beta = beta, .rows = rows,
+	.d = d, .eps = eps};
+
+	par_for(be, rows, row_grain(d), layernorm_chunk, &a);
+}
+
+/* dx row by row. */
+static void
+layernorm_backward_rows(void *arg, long begin, long end, int worker)
+{
+	const NormArgs *a = arg;
+	int			d = a->d;
+	const float *mean = a->mean_in,
+			   *rstd = a->rstd_in,
+			   *gamma = a->gamma;
+	long		r;
+
+	(void) worker;
+	for (r = begin; r < end; r++)
+	{
+		const float *xr = a->x + (size_t) r * d;
+		const float *g = a->dout + (size_t) r * d;
+		float	   *o = a->out + (size_t) r * d;
+		double		sum_dxhat = 0.0,
+					sum_dxhat_xhat = 0.0;
+		float		ca,
+					cb;
+		int			j;
+
+#pragma omp simd reduction(+:sum_dxhat, sum_dxhat_xhat)
+		for (j = 0; j < d; j++)
+		{
+			float		xhat = (xr[j] - mean[r]) * rstd[r];
+			float		dxhat = g[j] * gamma[j];
+
+			sum_dxhat += dxhat;
+			sum_dxhat_xhat += (double) dxhat * xhat;
+		}
+		ca = (float) (sum_dxhat / d);
+		cb = (float) (sum_dxhat_xhat / d);
+#pragma omp simd
+		for (j = 0; j < d; j++)
+		{
+			float		xhat = (xr[j] - mean[r]) * rstd[r];
+
+			o[j] = rstd[r] * (g[j] * gamma[j] - ca - xhat * cb);
+		}
+	}
+}
+
+/* dgamma and dbeta by column blocks, every row in order. */
+static void
+layernorm_backward_columns(void *arg, long begin, long end, int worker)
+{
+	const NormArgs *a = arg;
+	int			d = a->d;
+	long		blk;
+
+	(void) worker;
+	for (blk = begin; blk < end; blk++)
+	{
+		int			c0 = (int) blk * COLUMN_BLOCK;
+		int			c1 = c0 + COLUMN_BLOCK < d ? c0 + COLUMN_BLOCK : d;
+		float		ag[COLUMN_BLOCK] = {0},
+					ab[COLUMN_BLOCK] = {0};
+		int			rr,
+					c;
+
+		for (rr = 0; rr < a->rows; rr++)
+		{
+			const float *xr = a->x + (size_t) rr * d;
+			const float *g = a->dout + (size_t) rr * d;
+
+			for (c = c0; c < c1; c++)
+			{
+				ag[c - c0] += g[c] * (xr[c] - a->mean_in[rr]) * a->rstd_in[rr];
+				ab[c - c0] += g[c];
+			}
+		}
+		for (c = c0; c < c1; c++)
+		{
+			a->dgamma[c] += ag[c - c0];
+			a->dbeta[c] += ab[c - c0];
+		}
 	}
 }
 
@@ -476,71 +802,11 @@ cpu_layernorm_backward(TfBackend *be, float *dx, float *dgamma, float *dbeta, co
 					   const float *x, const float *mean, const float *rstd, const float *gamma,
 					   int rows, int d)
 {
-	int			blocks = (d + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
-	int			r,
-				blk;
+	NormArgs	a = {.out = dx, .dgamma = dgamma, .dbeta = dbeta, .x = x, .dout = dout, .gamma = gamma,
+	.mean_in = mean, .rstd_in = rstd, .rows = rows, .d = d};
 
-#pragma omp parallel num_threads(nthreads(be))
-	{
-#pragma omp for schedule(static)
-		for (r = 0; r < rows; r++)
-		{
-			const float *xr = x + (size_t) r * d;
-			const float *g = dout + (size_t) r * d;
-			float	   *o = dx + (size_t) r * d;
-			double		sum_dxhat = 0.0,
-						sum_dxhat_xhat = 0.0;
-			float		a,
-						b;
-			int			j;
-
-#pragma omp simd reduction(+:sum_dxhat, sum_dxhat_xhat)
-			for (j = 0; j < d; j++)
-			{
-				float		xhat = (xr[j] - mean[r]) * rstd[r];
-				float		dxhat = g[j] * gamma[j];
-
-				sum_dxhat += dxhat;
-				sum_dxhat_xhat += (double) dxhat * xhat;
-			}
-			a = (float) (sum_dxhat / d);
-			b = (float) (sum_dxhat_xhat / d);
-#pragma omp simd
-			for (j = 0; j < d; j++)
-			{
-				float		xhat = (xr[j] - mean[r]) * rstd[r];
-
-				o[j] = rstd[r] * (g[j] * gamma[j] - a - xhat * b);
-			}
-		}
-#pragma omp for schedule(static)
-		for (blk = 0; blk < blocks; blk++)
-		{
-			int			c0 = blk * COLUMN_BLOCK;
-			int			c1 = c0 + COLUMN_BLOCK < d ? c0 + COLUMN_BLOCK : d;
-			float		ag[COLUMN_BLOCK] = {0},
-						ab[COLUMN_BLOCK] = {0};
-			int			rr,
-						c;
-
-			for (rr = 0; rr < rows; rr++)
-			{
-				const float *xr = x + (size_t) rr * d;
-				const float *g = dout + (size_t) rr * d;
-
-				for (c = c0; c < c1; c++)
-				{
-					ag[c - c0] += g[c] * (xr[c] - mean[rr]) * rstd[rr];
-					ab[c - c0] += g[c];
-				}
-			}
-			for (c = c0; c < c1; c++)
-			{
-				dgamma[c] += ag[c - c0];
-				dbeta[c] += ab[c - c0];
-			}
-		}
-	}
+	par_for(be, rows, row_grain(d), layernorm_backward_rows, &a);
+	par_for(be, (d + COLUMN_BLOCK - 1) / COLUMN_BLOCK, 1, layernorm_backward_columns, &a);
 }
 
 /* The post-norm residual as dropout, add and layernorm in turn (backend.h). */
@@ -692,20 +958,68 @@ pair_scores(float *p, const AttnPair *a, const float *qb, int ldq, const float *
 				scale, qb, ldq, kb, ldk, 0.0f, p, a->lk);
 }
 
-static void
-cpu_attention(TfBackend *be, float *ctx, float *lse, float *probs, const float *q, int ldq,
-			  const float *k, const float *v, int ldk, const TfAttentionShape *sh)
+/* An attention call's arguments (forward and backward). */
+typedef struct AttnArgs
 {
-	CpuState   *st = be->state;
-	int			pairs = sh->batch * sh->num_heads;
+	const CpuState *st;
+	const TfAttentionShape *sh;
+	float	   *ctx,
+			   *lse,
+			   *probs,
+			   *dq,
+			   *dk,
+			   *dv;
+	const float *q,
+			   *k,
+			   *v,
+			   *dctx,
+			   *lse_in;
+	int			ldq,
+				ldk;
+} AttnArgs;
+
+/*
+ * Pairs per chunk: whole sentences (all their heads), as many as make
+ * about ATTENTION_GRAIN multiply-adds of Q K^T and P V, from the shape alone.
+ */
+static long
+attention_grain(const TfAttentionShape *sh)
+{
+	double		work = 0.0;
+	long		sentences;
+	int			b;
+
+	for (b = 0; b < sh->batch; b++)
+	{
+		int			lq = sh->q_start[b + 1] - sh->q_start[b];
+		int			lk = sh->k_len != NULL ? sh->k_len[b] : sh->k_start[b + 1] - sh->k_start[b];
+
+		work += 2.0 * lq * lk * sh->head_dim * sh->num_heads;
+	}
+	sentences = work <= ATTENTION_GRAIN ? sh->batch : (long) (sh->batch * (ATTENTION_GRAIN / work));
+	return (long) sh->num_heads * (sentences > 1 ? sentences : 1);
+}
+
+static void
+attention_chunk(void *arg, long begin, long end, int worker)
+{
+	const AttnArgs *aa = arg;
+	const CpuState *st = aa->st;
+	const TfAttentionShape *sh = aa->sh;
 	int			dk = sh->head_dim;
 	int			d = sh->num_heads * dk;
 	float		scale = 1.0f / sqrtf((float) dk);
-	int			pair;
+	const float *q = aa->q,
+			   *k = aa->k,
+			   *v = aa->v;
+	float	   *ctx = aa->ctx,
+			   *lse = aa->lse,
+			   *probs = aa->probs;
+	int			ldq = aa->ldq,
+				ldk = aa->ldk;
+	long		pair;
 
-	/* a sentence's heads at a time, to whichever thread is free: sentences differ in length */
-#pragma omp parallel for num_threads(st->threads) schedule(dynamic, sh->num_heads)
-	for (pair = 0; pair < pairs; pair++)
+	for (pair = begin; pair < end; pair++)
 	{
 		AttnPair	a = attn_pair(sh, pair);
 		int			h = pair % sh->num_heads;
@@ -713,7 +1027,7 @@ cpu_attention(TfBackend *be, float *ctx, float *lse, float *probs, const float *
 		const float *kb = k + a.k_row * ldk + h * dk;
 		const float *vb = v + a.k_row * ldk + h * dk;
 		float	   *cb = ctx + a.q_row * d + h * dk;
-		float	   *plane = st->scratch + (size_t) omp_get_thread_num() * 2 * st->scratch_per_thread;
+		float	   *plane = st->scratch + (size_t) worker * 2 * st->scratch_per_thread;
 		float	   *p = probs != NULL ? probs + a.p_off : plane;
 		float	   *pd = plane + st->scratch_per_thread;
 		float	   *lb = lse != NULL ? lse + a.q_row * sh->num_heads + h : NULL;
@@ -774,20 +1088,38 @@ cpu_attention(TfBackend *be, float *ctx, float *lse, float *probs, const float *
 }
 
 static void
-cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const float *dctx,
-					   const float *lse, const float *q, int ldq, const float *k, const float *v,
-					   int ldk, const TfAttentionShape *sh)
+cpu_attention(TfBackend *be, float *ctx, float *lse, float *probs, const float *q, int ldq,
+			  const float *k, const float *v, int ldk, const TfAttentionShape *sh)
 {
-	CpuState   *st = be->state;
-	int			pairs = sh->batch * sh->num_heads;
+	AttnArgs	aa = {.st = be->state, .sh = sh, .ctx = ctx, .lse = lse, .probs = probs, .q = q, .k = k, .v = v,
+	.ldq = ldq, .ldk = ldk};
+
+	par_for(be, (long) sh->batch * sh->num_heads, attention_grain(sh), attention_chunk, &aa);
+}
+
+static void
+attention_backward_chunk(void *arg, long begin, long end, int worker)
+{
+	const AttnArgs *aa = arg;
+	const CpuState *st = aa->st;
+	const TfAttentionShape *sh = aa->sh;
 	int			hd = sh->head_dim;
 	int			d = sh->num_heads * hd;
 	float		scale = 1.0f / sqrtf((float) hd);
 	float		keep_scale = sh->dropout > 0.0f ? 1.0f / (1.0f - sh->dropout) : 1.0f;
-	int			pair;
+	const float *q = aa->q,
+			   *k = aa->k,
+			   *v = aa->v,
+			   *dctx = aa->dctx,
+			   *lse = aa->lse_in;
+	float	   *dq = aa->dq,
+			   *dk = aa->dk,
+			   *dv = aa->dv;
+	int			ldq = aa->ldq,
+				ldk = aa->ldk;
+	long		pair;
 
-#pragma omp parallel for num_threads(st->threads) schedule(static)
-	for (pair = 0; pair < pairs; pair++)
+	for (pair = begin; pair < end; pair++)
 	{
 		AttnPair	a = attn_pair(sh, pair);
 		int			h = pair % sh->num_heads;
@@ -795,7 +1127,7 @@ cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const flo
 		size_t		koff = a.k_row * ldk + h * hd;
 		const float *dc = dctx + a.q_row * d + h * hd;
 		const float *lb = lse + a.q_row * sh->num_heads + h;
-		float	   *p = st->scratch + (size_t) omp_get_thread_num() * 2 * st->scratch_per_thread;
+		float	   *p = st->scratch + (size_t) worker * 2 * st->scratch_per_thread;
 		float	   *dp = p + st->scratch_per_thread;	/* first the dropped-out P, then dP */
 		size_t		n = (size_t) a.lq * a.lk;
 		int			i,
@@ -873,15 +1205,46 @@ cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const flo
 }
 
 static void
-cpu_cross_entropy(TfBackend *be, float *logits, bool gradient, const int32_t *labels, int rows,
-				  int vocab, int ld, int pad_id, float label_smoothing, double *row_loss)
+cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const float *dctx,
+					   const float *lse, const float *q, int ldq, const float *k, const float *v,
+					   int ldk, const TfAttentionShape *sh)
 {
-	int			r;
+	AttnArgs	aa = {.st = be->state, .sh = sh, .dq = dq, .dk = dk, .dv = dv, .q = q, .k = k, .v = v,
+	.dctx = dctx, .lse_in = lse, .ldq = ldq, .ldk = ldk};
 
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (r = 0; r < rows; r++)
+	par_for(be, (long) sh->batch * sh->num_heads, attention_grain(sh), attention_backward_chunk, &aa);
+}
+
+/* Cross-entropy's arguments. */
+typedef struct CrossEntropyArgs
+{
+	float	   *logits;
+	bool		gradient;
+	const int32_t *labels;
+	int			vocab,
+				ld,
+				pad_id;
+	float		label_smoothing;
+	double	   *row_loss;
+} CrossEntropyArgs;
+
+static void
+cross_entropy_chunk(void *arg, long begin, long end, int worker)
+{
+	const CrossEntropyArgs *ce = arg;
+	float	   *logits = ce->logits;
+	bool		gradient = ce->gradient;
+	const int32_t *labels = ce->labels;
+	int			vocab = ce->vocab,
+				pad_id = ce->pad_id;
+	float		label_smoothing = ce->label_smoothing;
+	double	   *row_loss = ce->row_loss;
+	long		r;
+
+	(void) worker;
+	for (r = begin; r < end; r++)
 	{
-		float	   *x = logits + (size_t) r * ld;
+		float	   *x = logits + (size_t) r * ce->ld;
 		float		mx = -INFINITY;
 		float		sum = 0.0f,
 					sum_x = 0.0f,
@@ -926,6 +1289,15 @@ cpu_cross_entropy(TfBackend *be, float *logits, bool gradient, const int32_t *la
 }
 
 static void
+cpu_cross_entropy(TfBackend *be, float *logits, bool gradient, const int32_t *labels, int rows,
+				  int vocab, int ld, int pad_id, float label_smoothing, double *row_loss)
+{
+	CrossEntropyArgs ce = {logits, gradient, labels, vocab, ld, pad_id, label_smoothing, row_loss};
+
+	par_for(be, rows, row_grain(vocab), cross_entropy_chunk, &ce);
+}
+
+static void
 cpu_accumulate(TfBackend *be, double *out, const double *x, size_t n)
 {
 	double		total = 0.0;
@@ -937,70 +1309,134 @@ cpu_accumulate(TfBackend *be, double *out, const double *x, size_t n)
 	*out += total;
 }
 
+/* Sum of squares' arguments: one partial per chunk of SUM_GRAIN elements. */
+typedef struct SumArgs
+{
+	const float *x;
+	double	   *partials;
+} SumArgs;
+
+static void
+sum_squares_chunk(void *arg, long begin, long end, int worker)
+{
+	const SumArgs *a = arg;
+	double		local = 0.0;
+	long		i;
+
+	(void) worker;
+	for (i = begin; i < end; i++)
+		local += (double) a->x[i] * a->x[i];
+	a->partials[begin / SUM_GRAIN] = local;
+}
+
+/*
+ * The partials summed in chunk order, whoever ran them. Out of memory for
+ * them: NaN, and the backend's status reports the error.
+ */
 static void
 cpu_sum_squares(TfBackend *be, const float *x, size_t n, double *out)
 {
 	CpuState   *st = be->state;
+	size_t		chunks = (n + SUM_GRAIN - 1) / SUM_GRAIN;
+	SumArgs		a = {x, NULL};
 	double		total = 0.0;
-	int			t;
+	size_t		c;
 
-	memset(st->partials, 0, st->threads * sizeof(double));
-#pragma omp parallel num_threads(st->threads)
+	if (chunks > st->partials_capacity)
 	{
-		double		local = 0.0;
-		long		i;
+		double	   *p = realloc(st->partials, chunks * sizeof(double));
 
-#pragma omp for schedule(static)
-		for (i = 0; i < (long) n; i++)
-			local += (double) x[i] * x[i];
-		st->partials[omp_get_thread_num()] = local;
+		if (p == NULL)
+		{
+			if (st->error[0] == '\0')
+				snprintf(st->error, sizeof(st->error), "out of memory for %zu partial sums", chunks);
+			*out = NAN;
+			return;
+		}
+		st->partials = p;
+		st->partials_capacity = chunks;
 	}
-	for (t = 0; t < st->threads; t++)
-		total += st->partials[t];
+	a.partials = st->partials;
+	par_for(be, (long) n, SUM_GRAIN, sum_squares_chunk, &a);
+	for (c = 0; c < chunks; c++)
+		total += st->partials[c];
 	*out = total;
+}
+
+/* Adam's arguments. */
+typedef struct AdamArgs
+{
+	float	   *params,
+			   *grads,
+			   *m,
+			   *v;
+	float		grad_scale,
+				step_size,
+				beta1,
+				beta2,
+				eps,
+				sqrt_bc2;
+} AdamArgs;
+
+static void
+adam_chunk(void *arg, long begin, long end, int worker)
+{
+	const AdamArgs *a = arg;
+	float	   *params = a->params,
+			   *grads = a->grads,
+			   *m = a->m,
+			   *v = a->v;
+	long		i;
+
+	(void) worker;
+	for (i = begin; i < end; i++)
+	{
+		float		g = grads[i] * a->grad_scale;
+
+		m[i] = a->beta1 * m[i] + (1.0f - a->beta1) * g;
+		v[i] = a->beta2 * v[i] + (1.0f - a->beta2) * g * g;
+		params[i] -= a->step_size * m[i] / (sqrtf(v[i]) / a->sqrt_bc2 + a->eps);
+		grads[i] = 0.0f;
+	}
 }
 
 static void
 cpu_adam(TfBackend *be, float *params, float *grads, float *m, float *v, size_t n, float grad_scale,
 		 float lr, float beta1, float beta2, float eps, float bc1, float bc2)
 {
-	float		step_size = lr / bc1;
-	float		sqrt_bc2 = sqrtf(bc2);
-	long		i;
+	AdamArgs	a = {params, grads, m, v, grad_scale, lr / bc1, beta1, beta2, eps, sqrtf(bc2)};
 
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (i = 0; i < (long) n; i++)
-	{
-		float		g = grads[i] * grad_scale;
-
-		m[i] = beta1 * m[i] + (1.0f - beta1) * g;
-		v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
-		params[i] -= step_size * m[i] / (sqrtf(v[i]) / sqrt_bc2 + eps);
-		grads[i] = 0.0f;
-	}
+	par_for(be, (long) n, ELEMENT_GRAIN, adam_chunk, &a);
 }
 
-/* The thread-safe parts of tf_backend_cpu_create: start the pool with every signal blocked. */
-static void
-start_threads(int threads)
+/* Gather's arguments. */
+typedef struct GatherArgs
 {
-	sigset_t	all,
-				old;
+	float	   *dst;
+	size_t		dst_stride;
+	const float *src;
+	size_t		src_stride;
+	const int32_t *rows;
+	size_t		count;
+} GatherArgs;
 
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	blas->set_num_threads(threads);
-#pragma omp parallel num_threads(threads)
-	{
-		/* nothing: creates the pool's threads now, inheriting the blocked mask */
-	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+static void
+gather_chunk(void *arg, long begin, long end, int worker)
+{
+	const GatherArgs *g = arg;
+	long		i;
+
+	(void) worker;
+	for (i = begin; i < end; i++)
+		memcpy(g->dst + (size_t) i * g->dst_stride,
+			   g->src + (size_t) (g->rows != NULL ? g->rows[i] : i) * g->src_stride, g->count * sizeof(float));
 }
 
 static void
 cpu_gather(TfBackend *be, float *dst, size_t dst_stride, const float *src, size_t src_stride,
 		   const int32_t *rows, int n, size_t count)
 {
+	GatherArgs	g = {dst, dst_stride, src, src_stride, rows, count};
 	int			i;
 
 	if (dst == src)
@@ -1011,10 +1447,7 @@ cpu_gather(TfBackend *be, float *dst, size_t dst_stride, const float *src, size_
 				memcpy(dst + (size_t) i * dst_stride, src + (size_t) rows[i] * src_stride, count * sizeof(float));
 		return;
 	}
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static) if (n * count > 65536)
-	for (i = 0; i < n; i++)
-		memcpy(dst + (size_t) i * dst_stride,
-			   src + (size_t) (rows != NULL ? rows[i] : i) * src_stride, count * sizeof(float));
+	par_for(be, n, row_grain((long) count), gather_chunk, &g);
 }
 
 /* The CPU's caches are fp32: gather. */
@@ -1080,14 +1513,37 @@ sum_exp(const float *x, int n, float mx)
 	return sum;
 }
 
-static void
-cpu_log_softmax_topk(TfBackend *be, const float *logits, int rows, int vocab, int ld, int k,
-					 float *top_logp, int32_t *top_id, int skip_id, int eos_id, float *eos_logp)
+/* log_softmax_topk's arguments. */
+typedef struct TopkArgs
 {
-	int			r;
+	const float *logits;
+	int			vocab,
+				ld,
+				k,
+				skip_id,
+				eos_id;
+	float	   *top_logp,
+			   *eos_logp;
+	int32_t    *top_id;
+} TopkArgs;
 
-#pragma omp parallel for num_threads(nthreads(be)) schedule(static)
-	for (r = 0; r < rows; r++)
+static void
+topk_chunk(void *arg, long begin, long end, int worker)
+{
+	const TopkArgs *a = arg;
+	const float *logits = a->logits;
+	int			vocab = a->vocab,
+				ld = a->ld,
+				k = a->k,
+				skip_id = a->skip_id,
+				eos_id = a->eos_id;
+	float	   *top_logp = a->top_logp,
+			   *eos_logp = a->eos_logp;
+	int32_t    *top_id = a->top_id;
+	long		r;
+
+	(void) worker;
+	for (r = begin; r < end; r++)
 	{
 		const float *x = logits + (size_t) r * ld;
 		float	   *tv = top_logp + (size_t) r * k;
@@ -1124,16 +1580,21 @@ cpu_log_softmax_topk(TfBackend *be, const float *logits, int rows, int vocab, in
 	}
 }
 
-/* Grows the per-thread buffers for `threads` threads; false when out of memory. */
+static void
+cpu_log_softmax_topk(TfBackend *be, const float *logits, int rows, int vocab, int ld, int k,
+					 float *top_logp, int32_t *top_id, int skip_id, int eos_id, float *eos_logp)
+{
+	TopkArgs	a = {logits, vocab, ld, k, skip_id, eos_id, top_logp, eos_logp, top_id};
+
+	par_for(be, rows, row_grain(vocab), topk_chunk, &a);
+}
+
+/* Grows the attention scratch for `threads` threads; false when out of memory. */
 static bool
 cpu_reserve_threads(CpuState *st, int threads)
 {
-	double	   *partials = realloc(st->partials, threads * sizeof(double));
 	float	   *scratch;
 
-	if (partials == NULL)
-		return false;
-	st->partials = partials;
 	if (st->scratch_per_thread == 0)
 		return true;
 	scratch = realloc(st->scratch, 2 * st->scratch_per_thread * threads * sizeof(float));
@@ -1143,10 +1604,7 @@ cpu_reserve_threads(CpuState *st, int threads)
 	return true;
 }
 
-/*
- * OpenBLAS's thread count is process-wide: every model of the process
- * follows the last call. Out of memory keeps the old count.
- */
+/* The pool starts helpers when a call first wants them. Out of memory keeps the old count. */
 static void
 cpu_set_threads(TfBackend *be, int threads)
 {
@@ -1154,20 +1612,24 @@ cpu_set_threads(TfBackend *be, int threads)
 
 	if (threads < 1 || threads == st->threads)
 		return;
+	if (threads > TF_POOL_MAX_THREADS)
+		threads = TF_POOL_MAX_THREADS;
 	if (threads > st->threads && !cpu_reserve_threads(st, threads))
 		return;
 	st->threads = threads;
-	start_threads(threads);
 }
 
 /* Releases the backend. */
 static void
 cpu_destroy(TfBackend *be)
 {
-	cpu_matmul_free(((CpuState *) be->state)->matmul);
-	free(((CpuState *) be->state)->scratch);
-	free(((CpuState *) be->state)->partials);
-	free(be->state);
+	CpuState   *st = be->state;
+
+	tf_pool_free(st->pool);
+	cpu_matmul_free(st->matmul);
+	free(st->scratch);
+	free(st->partials);
+	free(st);
 	free(be);
 }
 
@@ -1195,15 +1657,19 @@ tf_backend_cpu_create(int threads)
 
 	if (threads < 1)
 		threads = 1;
-	if ((blas = tf_blas(NULL, 0)) == NULL || be == NULL || st == NULL || (st->partials = calloc(threads, sizeof(double))) == NULL ||
+	if (threads > TF_POOL_MAX_THREADS)
+		threads = TF_POOL_MAX_THREADS;
+	if ((blas = tf_blas(NULL, 0)) == NULL || be == NULL || st == NULL || (st->pool = tf_pool_create()) == NULL ||
 		(st->matmul = cpu_matmul_create()) == NULL)
 	{
 		if (st != NULL)
-			free(st->partials);
+			tf_pool_free(st->pool);
 		free(st);
 		free(be);
 		return NULL;
 	}
+	/* the pool spreads the products; OpenBLAS (process-wide) runs each block on its caller's thread */
+	blas->set_num_threads(1);
 	st->threads = threads;
 	be->state = st;
 	be->name = "cpu";
@@ -1247,6 +1713,5 @@ tf_backend_cpu_create(int threads)
 	be->linear = cpu_linear;
 	be->embed_int8 = cpu_embed_int8;
 	be->int8_weight_max = cpu_matmul_int8_weight_max();
-	start_threads(threads);
 	return be;
 }

@@ -3,9 +3,13 @@
  * matmul (cpu_matmul.h): fp32, and int8 with per-row weight scales and
  * activations quantized per row on the fly.
  *
- * One primitive per (weight type, in, out, bias, thread count), created on
- * first use with the row count a run-time dimension and kept: oneDNN
- * primitives are bound to the OpenMP thread count they were created under.
+ * A product is cut into fixed blocks of output columns (chosen by its
+ * shape alone, so the bits never depend on the thread count), each
+ * computed by oneDNN on one thread of the backend's pool (pool.h) with its
+ * own stream; oneDNN's OpenMP build runs single-threaded there (the pool
+ * sets every thread's OpenMP count to one), so no OpenMP team ever spins.
+ * One primitive per (weight type, in, block width, out, bias), created on
+ * first use with the row count a run-time dimension and kept.
  * Weights are read where they lie, as a [in, out] matrix in oneDNN's "ba"
  * layout, which is the nn.Linear layout [out, in] row-major, so the model
  * holds one copy of each weight (the int8 embedding serves both the lookup
@@ -22,18 +26,26 @@
 #include <dnnl.h>
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_PRIMITIVES 64
+#define MAX_PRIMITIVES 128
+/* Multiply-adds under which a product is one block on one thread. */
+#define LINEAR_SERIAL_WORK (1 << 20)
+/* Blocks a larger product is cut into, at most, and their narrowest width (columns). */
+#define LINEAR_BLOCKS 16
+#define LINEAR_MIN_COLUMNS 128
+/* Quantized rows per chunk: about 16,384 elements. */
+#define QUANTIZE_GRAIN_ELEMENTS 16384
 
 typedef struct Primitive
 {
 	TfWeightType type;
 	int			in,
-				out,
-				threads;
+				cols,
+				out;
 	bool		bias;
 	dnnl_primitive_t prim;
 } Primitive;
@@ -41,7 +53,7 @@ typedef struct Primitive
 struct CpuMatmul
 {
 	dnnl_engine_t engine;
-	dnnl_stream_t stream;
+	dnnl_stream_t streams[TF_POOL_MAX_THREADS];	/* one per pool thread, made when first wanted */
 	Primitive	prims[MAX_PRIMITIVES];
 	int			num_prims;
 	int8_t	   *xq;				/* quantized activations [rows, in] */
@@ -71,12 +83,6 @@ cpu_matmul_create(void)
 		free(mm);
 		return NULL;
 	}
-	if (dnnl_stream_create(&mm->stream, mm->engine, dnnl_stream_default_flags) != dnnl_success)
-	{
-		dnnl_engine_destroy(mm->engine);
-		free(mm);
-		return NULL;
-	}
 	return mm;
 }
 
@@ -89,7 +95,9 @@ cpu_matmul_free(CpuMatmul *mm)
 		return;
 	for (i = 0; i < mm->num_prims; i++)
 		dnnl_primitive_destroy(mm->prims[i].prim);
-	dnnl_stream_destroy(mm->stream);
+	for (i = 0; i < TF_POOL_MAX_THREADS; i++)
+		if (mm->streams[i] != NULL)
+			dnnl_stream_destroy(mm->streams[i]);
 	dnnl_engine_destroy(mm->engine);
 	free(mm->xq);
 	free(mm->xs);
@@ -105,9 +113,26 @@ cpu_matmul_int8_weight_max(void)
 	return (isa & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni ? 127 : 63;
 }
 
-/* The cached primitive for a product, created now if new; NULL when oneDNN fails. */
+/*
+ * A [rows, cols] f32 destination whose rows are `ld` apart (rows may be
+ * DNNL_RUNTIME_DIM_VAL); false when oneDNN refuses it.
+ */
+static bool
+md_dst(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld)
+{
+	dnnl_dims_t dims = {rows, cols};
+	dnnl_dims_t strides = {ld, 1};
+
+	return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_f32, strides) == dnnl_success;
+}
+
+/*
+ * The cached primitive for a block of `cols` output columns of a product
+ * with `out` in all (the destination's row stride), created now if new;
+ * NULL when oneDNN fails.
+ */
 static dnnl_primitive_t
-primitive(CpuMatmul *mm, TfWeightType type, int in, int out, bool bias, int threads)
+primitive(CpuMatmul *mm, TfWeightType type, int in, int cols, int out, bool bias)
 {
 	dnnl_data_type_t dt = type == TF_WEIGHTS_INT8 ? dnnl_s8 : dnnl_f32;
 	dnnl_memory_desc_t src,
@@ -124,12 +149,12 @@ primitive(CpuMatmul *mm, TfWeightType type, int in, int out, bool bias, int thre
 	for (i = 0; i < mm->num_prims; i++)
 	{
 		p = &mm->prims[i];
-		if (p->type == type && p->in == in && p->out == out && p->bias == bias && p->threads == threads)
+		if (p->type == type && p->in == in && p->cols == cols && p->out == out && p->bias == bias)
 			return p->prim;
 	}
-	if (!md2(&src, DNNL_RUNTIME_DIM_VAL, in, dt, dnnl_ab) || !md2(&wei, in, out, dt, dnnl_ba) ||
-		!md2(&dst, DNNL_RUNTIME_DIM_VAL, out, dnnl_f32, dnnl_ab) ||
-		(bias && !md2(&bmd, 1, out, dnnl_f32, dnnl_ab)) ||
+	if (!md2(&src, DNNL_RUNTIME_DIM_VAL, in, dt, dnnl_ab) || !md2(&wei, in, cols, dt, dnnl_ba) ||
+		!md_dst(&dst, DNNL_RUNTIME_DIM_VAL, cols, out) ||
+		(bias && !md2(&bmd, 1, cols, dnnl_f32, dnnl_ab)) ||
 		dnnl_matmul_desc_init(&desc, &src, &wei, bias ? &bmd : NULL, &dst) != dnnl_success ||
 		dnnl_primitive_attr_create(&attr) != dnnl_success)
 		return NULL;
@@ -156,9 +181,9 @@ primitive(CpuMatmul *mm, TfWeightType type, int in, int out, bool bias, int thre
 	p = &mm->prims[mm->num_prims++];
 	p->type = type;
 	p->in = in;
+	p->cols = cols;
 	p->out = out;
 	p->bias = bias;
-	p->threads = threads;
 	p->prim = prim;
 	return prim;
 
@@ -169,20 +194,43 @@ fail:
 	return NULL;
 }
 
+/* One product's arguments, shared by its chunks. */
+typedef struct LinearArgs
+{
+	CpuMatmul  *mm;
+	TfWeightType type;
+	float	   *y;
+	const float *x;
+	const void *w;
+	const float *scales,
+			   *bias;
+	int			rows,
+				in,
+				out,
+				cols;			/* block width; the last block may be narrower */
+	dnnl_primitive_t prim_full,
+				prim_last;
+	_Atomic bool failed;
+} LinearArgs;
+
 /*
  * Row-wise symmetric quantization of x [rows, in] into mm->xq with scales
- * mm->xs. Round to nearest even by adding and subtracting 1.5 * 2^23 (exact
- * for |v| <= 127), which vectorizes where lrintf would not.
+ * mm->xs, rows [begin, end). Round to nearest even by adding and
+ * subtracting 1.5 * 2^23 (exact for |v| <= 127), which vectorizes where
+ * lrintf would not.
  */
 static void
-quantize_rows(CpuMatmul *mm, const float *x, int rows, int in, int threads)
+quantize_chunk(void *arg, long begin, long end, int worker)
 {
-	int			r;
+	const LinearArgs *la = arg;
+	CpuMatmul  *mm = la->mm;
+	int			in = la->in;
+	long		r;
 
-#pragma omp parallel for num_threads(threads) schedule(static)
-	for (r = 0; r < rows; r++)
+	(void) worker;
+	for (r = begin; r < end; r++)
 	{
-		const float *xr = x + (size_t) r * in;
+		const float *xr = la->x + (size_t) r * in;
 		int8_t	   *q = mm->xq + (size_t) r * in;
 		float		amax = 0.0f,
 					inv;
@@ -224,88 +272,141 @@ reserve(CpuMatmul *mm, int rows, int in)
 	return true;
 }
 
+/* Blocks [begin, end) of output columns: oneDNN's product, then (int8) the row scales and the bias. */
+static void
+linear_chunk(void *arg, long begin, long end, int worker)
+{
+	LinearArgs *la = arg;
+	CpuMatmul  *mm = la->mm;
+	bool		int8 = la->type == TF_WEIGHTS_INT8;
+	dnnl_data_type_t dt = int8 ? dnnl_s8 : dnnl_f32;
+	size_t		wsize = int8 ? 1 : sizeof(float);
+	long		blk;
+
+	for (blk = begin; blk < end; blk++)
+	{
+		int			n0 = (int) blk * la->cols;
+		int			cols = la->out - n0 < la->cols ? la->out - n0 : la->cols;
+		dnnl_memory_desc_t src_md,
+					wei_md,
+					dst_md,
+					vec_md;
+		dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
+		dnnl_exec_arg_t args[4];
+		int			nargs = 3,
+					i;
+		bool		ok;
+
+		ok = md2(&src_md, la->rows, la->in, dt, dnnl_ab) && md2(&wei_md, la->in, cols, dt, dnnl_ba) &&
+			md_dst(&dst_md, la->rows, cols, la->out) &&
+			dnnl_memory_create(&mem[0], &src_md, mm->engine, int8 ? (void *) mm->xq : (void *) la->x) == dnnl_success &&
+			dnnl_memory_create(&mem[1], &wei_md, mm->engine,
+							   (void *) ((const char *) la->w + (size_t) n0 * la->in * wsize)) == dnnl_success &&
+			dnnl_memory_create(&mem[2], &dst_md, mm->engine, la->y + n0) == dnnl_success;
+		args[0] = (dnnl_exec_arg_t) {DNNL_ARG_SRC, mem[0]};
+		args[1] = (dnnl_exec_arg_t) {DNNL_ARG_WEIGHTS, mem[1]};
+		args[2] = (dnnl_exec_arg_t) {DNNL_ARG_DST, mem[2]};
+		if (ok && int8)
+		{
+			dnnl_dims_t n = {cols};
+
+			ok = dnnl_memory_desc_init_by_tag(&vec_md, 1, n, dnnl_f32, dnnl_a) == dnnl_success &&
+				dnnl_memory_create(&mem[3], &vec_md, mm->engine, (void *) (la->scales + n0)) == dnnl_success;
+			args[nargs++] = (dnnl_exec_arg_t) {DNNL_ARG_ATTR_OUTPUT_SCALES, mem[3]};
+		}
+		else if (ok && la->bias != NULL)
+		{
+			ok = md2(&vec_md, 1, cols, dnnl_f32, dnnl_ab) &&
+				dnnl_memory_create(&mem[3], &vec_md, mm->engine, (void *) (la->bias + n0)) == dnnl_success;
+			args[nargs++] = (dnnl_exec_arg_t) {DNNL_ARG_BIAS, mem[3]};
+		}
+		if (ok)
+			ok = dnnl_primitive_execute(cols == la->cols ? la->prim_full : la->prim_last, mm->streams[worker],
+										nargs, args) == dnnl_success &&
+				dnnl_stream_wait(mm->streams[worker]) == dnnl_success;
+		for (i = 0; i < 4; i++)
+			if (mem[i] != NULL)
+				dnnl_memory_destroy(mem[i]);
+		if (!ok)
+		{
+			atomic_store(&la->failed, true);
+			continue;
+		}
+		if (int8)
+		{
+			int			r,
+						n;
+
+			for (r = 0; r < la->rows; r++)
+			{
+				float	   *yr = la->y + (size_t) r * la->out;
+				float		s = mm->xs[r];
+
+				if (la->bias != NULL)
+					for (n = n0; n < n0 + cols; n++)
+						yr[n] = yr[n] * s + la->bias[n];
+				else
+					for (n = n0; n < n0 + cols; n++)
+						yr[n] *= s;
+			}
+		}
+	}
+}
+
 bool
-cpu_matmul_linear(CpuMatmul *mm, int threads, TfWeightType type, float *y, const float *x, const void *w,
-				  const float *scales, const float *bias, int rows, int in, int out, char *err, size_t errlen)
+cpu_matmul_linear(CpuMatmul *mm, TfPool *pool, int threads, TfWeightType type, float *y, const float *x,
+				  const void *w, const float *scales, const float *bias, int rows, int in, int out, char *err,
+				  size_t errlen)
 {
 	bool		int8 = type == TF_WEIGHTS_INT8;
-	dnnl_data_type_t dt = int8 ? dnnl_s8 : dnnl_f32;
-	/* int8: the bias is added with the row scales, after the product */
-	dnnl_primitive_t prim = primitive(mm, type, in, out, !int8 && bias != NULL, threads);
-	dnnl_memory_desc_t src_md,
-				wei_md,
-				dst_md,
-				vec_md;
-	dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
-	dnnl_exec_arg_t args[4];
-	int			nargs = 3,
-				i;
-	bool		ok;
+	LinearArgs	la = {.mm = mm, .type = type, .y = y, .x = x, .w = w, .scales = scales, .bias = bias,
+	.rows = rows, .in = in, .out = out, .cols = out};
+	long		blocks = 1;
+	int			i;
 
-	if (prim == NULL || (int8 && !reserve(mm, rows, in)))
+	if ((double) rows * in * out >= LINEAR_SERIAL_WORK)
+	{
+		la.cols = (out + LINEAR_BLOCKS - 1) / LINEAR_BLOCKS;
+		la.cols = la.cols < LINEAR_MIN_COLUMNS ? LINEAR_MIN_COLUMNS : (la.cols + 63) / 64 * 64;
+		if (la.cols > out)
+			la.cols = out;
+		blocks = (out + la.cols - 1) / la.cols;
+	}
+	if (threads > blocks)
+		threads = (int) blocks;
+	if (threads > TF_POOL_MAX_THREADS)
+		threads = TF_POOL_MAX_THREADS;
+	atomic_init(&la.failed, false);
+	/* int8: the bias is added with the row scales, after the product */
+	la.prim_full = primitive(mm, type, in, la.cols, out, !int8 && bias != NULL);
+	la.prim_last = out % la.cols == 0 ? la.prim_full :
+		primitive(mm, type, in, out % la.cols, out, !int8 && bias != NULL);
+	for (i = 0; i < threads; i++)
+		if (mm->streams[i] == NULL &&
+			dnnl_stream_create(&mm->streams[i], mm->engine, dnnl_stream_default_flags) != dnnl_success)
+			mm->streams[i] = NULL;
+	if (la.prim_full == NULL || la.prim_last == NULL || mm->streams[0] == NULL ||
+		(int8 && !reserve(mm, rows, in)))
 	{
 		snprintf(err, errlen, "oneDNN could not prepare a %s product of %d x %d weights for %d rows (out of memory?)",
 				 int8 ? "int8" : "fp32", out, in, rows);
 		return false;
 	}
+	/* threads whose stream could not be made stay out */
+	for (i = 1; i < threads; i++)
+		if (mm->streams[i] == NULL)
+			threads = i;
+	/* oneDNN's OpenMP regions take the calling thread's count: one, as on the pool's helpers */
+	omp_set_num_threads(1);
 	if (int8)
-		quantize_rows(mm, x, rows, in, threads);
-	ok = md2(&src_md, rows, in, dt, dnnl_ab) && md2(&wei_md, in, out, dt, dnnl_ba) &&
-		md2(&dst_md, rows, out, dnnl_f32, dnnl_ab) &&
-		dnnl_memory_create(&mem[0], &src_md, mm->engine, int8 ? (void *) mm->xq : (void *) x) == dnnl_success &&
-		dnnl_memory_create(&mem[1], &wei_md, mm->engine, (void *) w) == dnnl_success &&
-		dnnl_memory_create(&mem[2], &dst_md, mm->engine, y) == dnnl_success;
-	args[0] = (dnnl_exec_arg_t) {DNNL_ARG_SRC, mem[0]};
-	args[1] = (dnnl_exec_arg_t) {DNNL_ARG_WEIGHTS, mem[1]};
-	args[2] = (dnnl_exec_arg_t) {DNNL_ARG_DST, mem[2]};
-	if (ok && int8)
-	{
-		dnnl_dims_t n = {out};
-
-		ok = dnnl_memory_desc_init_by_tag(&vec_md, 1, n, dnnl_f32, dnnl_a) == dnnl_success &&
-			dnnl_memory_create(&mem[3], &vec_md, mm->engine, (void *) scales) == dnnl_success;
-		args[nargs++] = (dnnl_exec_arg_t) {DNNL_ARG_ATTR_OUTPUT_SCALES, mem[3]};
-	}
-	else if (ok && bias != NULL)
-	{
-		ok = md2(&vec_md, 1, out, dnnl_f32, dnnl_ab) &&
-			dnnl_memory_create(&mem[3], &vec_md, mm->engine, (void *) bias) == dnnl_success;
-		args[nargs++] = (dnnl_exec_arg_t) {DNNL_ARG_BIAS, mem[3]};
-	}
-	if (ok)
-	{
-		/* oneDNN's OpenMP regions take the calling thread's count */
-		omp_set_num_threads(threads);
-		ok = dnnl_primitive_execute(prim, mm->stream, nargs, args) == dnnl_success &&
-			dnnl_stream_wait(mm->stream) == dnnl_success;
-	}
-	for (i = 0; i < 4; i++)
-		if (mem[i] != NULL)
-			dnnl_memory_destroy(mem[i]);
-	if (!ok)
+		tf_pool_for(pool, threads, rows, in >= QUANTIZE_GRAIN_ELEMENTS ? 1 : QUANTIZE_GRAIN_ELEMENTS / in,
+					quantize_chunk, &la);
+	tf_pool_for(pool, threads, blocks, 1, linear_chunk, &la);
+	if (atomic_load(&la.failed))
 	{
 		snprintf(err, errlen, "oneDNN failed computing a %s product of %d x %d weights for %d rows",
 				 int8 ? "int8" : "fp32", out, in, rows);
 		return false;
-	}
-	if (int8)
-	{
-		int			r;
-
-#pragma omp parallel for num_threads(threads) schedule(static)
-		for (r = 0; r < rows; r++)
-		{
-			float	   *yr = y + (size_t) r * out;
-			float		s = mm->xs[r];
-			int			n;
-
-			if (bias != NULL)
-				for (n = 0; n < out; n++)
-					yr[n] = yr[n] * s + bias[n];
-			else
-				for (n = 0; n < out; n++)
-					yr[n] *= s;
-		}
 	}
 	return true;
 }

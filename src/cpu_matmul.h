@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "pool.h"
 
 typedef struct CpuMatmul CpuMatmul;
 
@@ -31,15 +32,16 @@ int			cpu_matmul_int8_weight_max(void);
 
 /*
  * y[rows, out] = x[rows, in] W^T + bias (bias [out] or NULL), W [out, in]
- * row-major (nn.Linear), on `threads` OpenMP threads. TF_WEIGHTS_FP32: w is
+ * row-major (nn.Linear), on up to `threads` threads of `pool` (the same
+ * bits on any number). TF_WEIGHTS_FP32: w is
  * float. TF_WEIGHTS_INT8: w is int8 and W[n, :] = scales[n] * w[n, :];
  * each row of x is quantized to int8 (symmetric: sx = max |x[r, :]| / 127,
  * round to nearest even), the int32 sums are exact and
  * y[r, n] = sx[r] * scales[n] * sum_k xq[r, k] w[n, k] + bias[n].
  * false with a message when oneDNN fails (out of memory); y is then undefined.
  */
-bool		cpu_matmul_linear(CpuMatmul *mm, int threads, TfWeightType type, float *y, const float *x,
-							  const void *w, const float *scales, const float *bias, int rows, int in, int out,
-							  char *err, size_t errlen);
+bool		cpu_matmul_linear(CpuMatmul *mm, TfPool *pool, int threads, TfWeightType type, float *y,
+							  const float *x, const void *w, const float *scales, const float *bias, int rows,
+							  int in, int out, char *err, size_t errlen);
 
 #endif

@@ -38,6 +38,7 @@ void		test_precision(const char *fixtures);
 void		test_decode(const char *fixtures);
 void		test_backend(const char *fixtures);
 void		test_parallel(const char *fixtures);
+void		test_pool(const char *fixtures);
 void		test_safetensors(const char *fixtures);
 void		test_marian(const char *fixtures);
 void		test_quantize(const char *fixtures);

@@ -64,7 +64,7 @@ main(int argc, char **argv)
 {
 	const Suite suites[] = {{"bleu", test_bleu}, {"safetensors", test_safetensors}, {"sentencepiece", test_spm},
 	{"ops", test_ops}, {"backend", test_backend}, {"model", test_model}, {"decode", test_decode}, {"parallel", test_parallel},
-	{"precision", test_precision}, {"marian", test_marian}, {"quantize", test_quantize}};
+	{"precision", test_precision}, {"marian", test_marian}, {"quantize", test_quantize}, {"pool", test_pool}};
 	const char *fixtures = argc > 1 ? argv[1] : "test/fixtures";
 	size_t		i;
 

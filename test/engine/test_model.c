@@ -425,7 +425,7 @@ check_determinism(void)
 }
 
 /*
- * Every thread but the main one (OpenMP's and OpenBLAS's, started by the
+ * Every thread but the main one (the CPU backend's pool, started by the
  * engine) has SIGINT, SIGTERM, SIGUSR1 and SIGALRM blocked: PostgreSQL's
  * handlers must only run on the backend's own thread. A training step of a
  * CPU model on 2 threads first, so that the engine's threads exist whatever
@@ -452,12 +452,15 @@ check_thread_signal_masks(void)
 	CHECK(m != NULL, "cpu model: %s", err);
 	if (m != NULL)
 		train(m, &b, 1, &loss);
-	tf_model_free(m);
+	/* listed while the model lives: its pool's helpers end with it */
 	dir = opendir("/proc/self/task");
 
 	CHECK(dir != NULL, "cannot list /proc/self/task");
 	if (dir == NULL)
+	{
+		tf_model_free(m);
 		return;
+	}
 	while ((e = readdir(dir)) != NULL)
 	{
 		char		path[300],
@@ -480,6 +483,7 @@ check_thread_signal_masks(void)
 		others++;
 	}
 	closedir(dir);
+	tf_model_free(m);
 	CHECK(others >= 1, "no engine threads found (%d)", others);
 	printf("  signal masks: %d engine threads, all blocking PostgreSQL's signals\n", others);
 }

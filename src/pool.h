@@ -1,0 +1,71 @@
+/*
+ * pool.h - the CPU backend's threads (pool.c): a loop over [0, n) cut into
+ * fixed chunks of `grain` indices, run by the calling thread and up to
+ * threads - 1 helpers of the pool, each claiming the next chunk nobody has
+ * started.
+ *
+ * Why not OpenMP: at the end of every parallel region libgomp's team waits
+ * in a barrier that spins (300,000 iterations before sleeping); when another
+ * program holds a core, a descheduled member makes every other member spin
+ * for its time slice, and a decoding step has a hundred regions
+ * (bench/results/busy_machine-vm-20261127.txt: 14x slower on a busy 2-core
+ * machine). Here nobody waits for a thread that has not started: the chunks
+ * a descheduled helper never claimed are run by whoever is running (the
+ * caller included), and the caller waits only for chunks already under way.
+ * Idle helpers spin for at most TF_POOL_SPIN_US, then sleep on a futex, so
+ * no CPU is burnt after a call.
+ *
+ * Determinism: the chunks are fixed by n and grain alone, never by the
+ * thread count or by who runs them; a function that writes only its own
+ * chunk's outputs (and reductions that keep one partial per chunk, summed
+ * in chunk order by the caller) gives the same bits on any team.
+ */
+#ifndef ATTENTION_POOL_H
+#define ATTENTION_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Most threads of one call, the caller included. */
+#define TF_POOL_MAX_THREADS 64
+/* How long an idle helper spins for the next call before it sleeps, microseconds. */
+#define TF_POOL_SPIN_US 100
+
+typedef struct TfPool TfPool;
+
+/*
+ * One chunk: indices [begin, end) of the loop, run on thread `worker`
+ * (0: the caller, 1 .. threads - 1: helpers; for per-thread scratch).
+ */
+typedef void (*TfPoolFn) (void *arg, long begin, long end, int worker);
+
+/* A pool with no threads yet (they start at the first call that wants them); NULL when out of memory. */
+TfPool	   *tf_pool_create(void);
+
+/* Stops and joins the helpers and frees the pool. NULL is a no-op. */
+void		tf_pool_free(TfPool *pool);
+
+/*
+ * fn over [0, n) in chunks of `grain` (>= 1) indices, on up to `threads`
+ * threads (clamped to 1 .. TF_POOL_MAX_THREADS and to the chunk count);
+ * returns when every chunk has run. One chunk, or one thread, runs inline
+ * on the caller with no synchronisation. Helpers that cannot be started
+ * leave their chunks to the others. Not reentrant: fn must not call back
+ * into the same pool, and one pool serves one calling thread at a time.
+ */
+void		tf_pool_for(TfPool *pool, int threads, long n, long grain, TfPoolFn fn, void *arg);
+
+/* Counters of a pool since it was made (tests and benchmarks). */
+typedef struct TfPoolStats
+{
+	uint64_t	calls;			/* tf_pool_for calls */
+	uint64_t	parallel_calls; /* ... that offered chunks to helpers */
+	uint64_t	chunks;			/* chunks run in all */
+	uint64_t	helper_chunks;	/* ... of them by helpers */
+	uint64_t	caller_waits;	/* times the caller slept for a helper's chunk under way */
+	int			helpers;		/* helper threads started */
+} TfPoolStats;
+
+void		tf_pool_stats(const TfPool *pool, TfPoolStats *stats);
+
+#endif
