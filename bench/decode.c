@@ -11,8 +11,8 @@
  *       same length limit to a batch).
  *   decode run WEIGHTS THREADS BEAM BATCH OFFSET [REPS] [OUT_IDS]
  *       translates the 256 sources in order in batches of BATCH, REPS times
- *       (after one warm-up pass), and prints one result line with the
- *       median; OUT_IDS receives the output ids, one sentence per line.
+ *       (after one warm-up pass; REPS 0: one pass, timed), and prints one
+ *       result line with the median; OUT_IDS receives the output ids, one sentence per line.
  *
  * Weights file: the test fixture format (test/fixtures/make_model_fixture.py):
  * "config" int32 [vocab, d_model, heads, d_ff, encoder layers, decoder
@@ -228,7 +228,8 @@ run(int argc, char **argv)
 	long		tokens = 0;
 	char		err[TF_ERRLEN];
 	int			r,
-				i;
+				i,
+				med;
 
 	tf_decode_options_default(&opt);
 	opt.beam_size = atoi(argv[4]);
@@ -266,10 +267,11 @@ run(int argc, char **argv)
 		tf_hypotheses_free(h, SENTENCES);
 	}
 	qsort(times + 1, reps, sizeof(double), cmp_double);
+	med = reps > 0 ? 1 + reps / 2 : 0;	/* REPS 0: the one pass, warm-up included */
 	printf("engine decode device=%s precision=%s d_model=%d beam=%d batch=%d threads=%d sentences=%d tokens=%ld seconds=%.3f "
 		   "tokens_per_s=%.0f sentences_per_s=%.1f weights_mb=%.1f resident_mb=%.1f\n", bench_device, bench_precision,
-		   config[1], opt.beam_size, batch, threads, SENTENCES, tokens, times[1 + reps / 2], tokens / times[1 + reps / 2],
-		   SENTENCES / times[1 + reps / 2], tf_model_weight_bytes(m) / 1048576.0, resident_mb());
+		   config[1], opt.beam_size, batch, threads, SENTENCES, tokens, times[med], tokens / times[med],
+		   SENTENCES / times[med], tf_model_weight_bytes(m) / 1048576.0, resident_mb());
 	free(times);
 	free(h);
 	free(sources);

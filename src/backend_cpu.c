@@ -157,8 +157,8 @@ cpu_copy_floats(TfBackend *be, float *dst, const float *src, size_t n)
 
 /* Multiply-adds under which a product runs as one block on one thread. */
 #define GEMM_SERIAL_WORK (1 << 20)
-/* Blocks a product is cut into where its size allows (for up to as many threads). */
-#define GEMM_TARGET_BLOCKS 32
+/* Strips a product is cut into where its size allows (work for up to as many threads). */
+#define GEMM_BLOCKS 8
 
 /* A product C = alpha op(A) op(B) + beta C cut into bm x bn blocks of C, row-block major. */
 typedef struct GemmArgs
@@ -220,10 +220,16 @@ gemm_chunk(void *arg, long begin, long end, int worker)
 }
 
 /*
- * C's blocks: 256 x 512 (the whole K in each, so no sum is split), halved
- * (columns to 128, then rows to 64) until there are GEMM_TARGET_BLOCKS or
- * they are that small; one block under GEMM_SERIAL_WORK. Chosen by the
- * shape alone, never by the thread count.
+ * C's blocks, the whole K in each (so no sum is split): a product is cut
+ * along one side only, into GEMM_BLOCKS strips (of at least 64 rows or 128
+ * columns), across the longer of M and N: each strip's call packs the other
+ * operand anew, so the smaller one is the one packed again. Measured with
+ * bench/train_step small on 2 threads (this VM, medians of 3 alternating):
+ * 256 x 512 blocks spent 15% of a step packing operands against 6% for
+ * whole products on OpenBLAS's own threads; 16 strips 4,555 tokens/s, 8
+ * strips 4,744, the OpenMP build 4,711. One block under GEMM_SERIAL_WORK.
+ * Chosen by the shape alone, never by the thread count (OpenBLAS picks
+ * other kernels for small products).
  */
 static void
 cpu_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
@@ -236,12 +242,18 @@ cpu_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float a
 		return;
 	if ((double) m * n * k >= GEMM_SERIAL_WORK)
 	{
-		g.bm = m <= 4 ? m : 256;
-		g.bn = 512;
-		while (((long) (m + g.bm - 1) / g.bm) * ((n + g.bn - 1) / g.bn) < GEMM_TARGET_BLOCKS && g.bn > 128)
-			g.bn /= 2;
-		while (((long) (m + g.bm - 1) / g.bm) * ((n + g.bn - 1) / g.bn) < GEMM_TARGET_BLOCKS && g.bm > 64)
-			g.bm /= 2;
+		if (m > n && m > 4)
+		{
+			g.bm = (m + GEMM_BLOCKS - 1) / GEMM_BLOCKS;
+			g.bm = g.bm < 64 ? 64 : (g.bm + 15) / 16 * 16;
+		}
+		else
+		{
+			g.bn = (n + GEMM_BLOCKS - 1) / GEMM_BLOCKS;
+			g.bn = g.bn < 128 ? 128 : (g.bn + 15) / 16 * 16;
+		}
+		g.bm = g.bm < m ? g.bm : m;
+		g.bn = g.bn < n ? g.bn : n;
 		g.blocks_n = (n + g.bn - 1) / g.bn;
 		blocks = (long) ((m + g.bm - 1) / g.bm) * g.blocks_n;
 	}
