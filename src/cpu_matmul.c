@@ -32,11 +32,18 @@
 #include <string.h>
 
 #define MAX_PRIMITIVES 128
-/* Multiply-adds under which a product is one block on one thread. */
-#define LINEAR_SERIAL_WORK (1 << 20)
-/* Blocks a larger product is cut into, at most, and their narrowest width (columns). */
+/*
+ * Multiply-adds per block at least (fp32, int8), and blocks per product at
+ * most: every block is a oneDNN call of its own (a few microseconds), and
+ * int8 computes four times as fast, so its blocks are larger. Measured on
+ * decoding of the small model at beam 4 (bench/decode, 2 threads, this VM,
+ * against the OpenMP build): fp32 one sentence at a time 0.90x with blocks
+ * of 2^20, 0.92x with 2^17; int8 0.84x with 2^17, 0.95x with 2^19
+ * (bench/results/decode_pool-vm-20261128-*.txt).
+ */
+#define LINEAR_BLOCK_WORK_FP32 (1 << 17)
+#define LINEAR_BLOCK_WORK_INT8 (1 << 19)
 #define LINEAR_BLOCKS 16
-#define LINEAR_MIN_COLUMNS 128
 /* Quantized rows per chunk: about 16,384 elements. */
 #define QUANTIZE_GRAIN_ELEMENTS 16384
 
@@ -364,12 +371,13 @@ cpu_matmul_linear(CpuMatmul *mm, TfPool *pool, int threads, TfWeightType type, f
 	long		blocks = 1;
 	int			i;
 
-	if ((double) rows * in * out >= LINEAR_SERIAL_WORK)
+	blocks = (long) ((double) rows * in * out / (int8 ? LINEAR_BLOCK_WORK_INT8 : LINEAR_BLOCK_WORK_FP32));
+	blocks = blocks < 1 ? 1 : blocks > LINEAR_BLOCKS ? LINEAR_BLOCKS : blocks;
+	if (blocks > 1)
 	{
-		la.cols = (out + LINEAR_BLOCKS - 1) / LINEAR_BLOCKS;
-		la.cols = la.cols < LINEAR_MIN_COLUMNS ? LINEAR_MIN_COLUMNS : (la.cols + 63) / 64 * 64;
-		if (la.cols > out)
-			la.cols = out;
+		/* whole 64-column groups, then as many blocks as that leaves: a function of the shape alone */
+		la.cols = (int) (((out + blocks - 1) / blocks + 63) / 64 * 64);
+		la.cols = la.cols < out ? la.cols : out;
 		blocks = (out + la.cols - 1) / la.cols;
 	}
 	if (threads > blocks)
