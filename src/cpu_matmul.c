@@ -55,12 +55,16 @@ typedef struct Primitive
 				out;
 	bool		bias;
 	dnnl_primitive_t prim;
+	dnnl_memory_desc_t scratch_md;	/* the scratchpad it asks for (user mode: one per thread) */
+	size_t		scratch_bytes;
 } Primitive;
 
 struct CpuMatmul
 {
 	dnnl_engine_t engine;
 	dnnl_stream_t streams[TF_POOL_MAX_THREADS];	/* one per pool thread, made when first wanted */
+	void	   *scratch[TF_POOL_MAX_THREADS];	/* one scratchpad per pool thread */
+	size_t		scratch_capacity[TF_POOL_MAX_THREADS];
 	Primitive	prims[MAX_PRIMITIVES];
 	int			num_prims;
 	int8_t	   *xq;				/* quantized activations [rows, in] */
@@ -103,8 +107,11 @@ cpu_matmul_free(CpuMatmul *mm)
 	for (i = 0; i < mm->num_prims; i++)
 		dnnl_primitive_destroy(mm->prims[i].prim);
 	for (i = 0; i < TF_POOL_MAX_THREADS; i++)
+	{
 		if (mm->streams[i] != NULL)
 			dnnl_stream_destroy(mm->streams[i]);
+		free(mm->scratch[i]);
+	}
 	dnnl_engine_destroy(mm->engine);
 	free(mm->xq);
 	free(mm->xs);
@@ -133,12 +140,28 @@ md_dst(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld)
 	return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_f32, strides) == dnnl_success;
 }
 
+/* Empties the primitive cache when fewer than `room` places are left (before a call looks any up). */
+static void
+make_room(CpuMatmul *mm, int room)
+{
+	int			i;
+
+	if (mm->num_prims + room <= MAX_PRIMITIVES)
+		return;
+	/* more shapes than any model has: start over */
+	for (i = 0; i < mm->num_prims; i++)
+		dnnl_primitive_destroy(mm->prims[i].prim);
+	mm->num_prims = 0;
+}
+
 /*
  * The cached primitive for a block of `cols` output columns of a product
- * with `out` in all (the destination's row stride), created now if new;
- * NULL when oneDNN fails.
+ * with `out` in all (the destination's row stride), created now if new
+ * (make_room first: never evicts); NULL when oneDNN fails. Primitives run
+ * on several threads at once, so each takes its scratchpad from its caller
+ * (user mode): oneDNN's own is per thread only in some builds.
  */
-static dnnl_primitive_t
+static Primitive *
 primitive(CpuMatmul *mm, TfWeightType type, int in, int cols, int out, bool bias)
 {
 	dnnl_data_type_t dt = type == TF_WEIGHTS_INT8 ? dnnl_s8 : dnnl_f32;
@@ -157,14 +180,18 @@ primitive(CpuMatmul *mm, TfWeightType type, int in, int cols, int out, bool bias
 	{
 		p = &mm->prims[i];
 		if (p->type == type && p->in == in && p->cols == cols && p->out == out && p->bias == bias)
-			return p->prim;
+			return p;
 	}
+	if (mm->num_prims == MAX_PRIMITIVES)
+		return NULL;
 	if (!md2(&src, DNNL_RUNTIME_DIM_VAL, in, dt, dnnl_ab) || !md2(&wei, in, cols, dt, dnnl_ba) ||
 		!md_dst(&dst, DNNL_RUNTIME_DIM_VAL, cols, out) ||
 		(bias && !md2(&bmd, 1, cols, dnnl_f32, dnnl_ab)) ||
 		dnnl_matmul_desc_init(&desc, &src, &wei, bias ? &bmd : NULL, &dst) != dnnl_success ||
 		dnnl_primitive_attr_create(&attr) != dnnl_success)
 		return NULL;
+	if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success)
+		goto fail;
 	if (type == TF_WEIGHTS_INT8)
 	{
 		/* per output column (mask bit 1), given at each call */
@@ -176,23 +203,23 @@ primitive(CpuMatmul *mm, TfWeightType type, int in, int cols, int out, bool bias
 	if (dnnl_primitive_desc_create(&pd, &desc, attr, mm->engine, NULL) != dnnl_success ||
 		dnnl_primitive_create(&prim, pd) != dnnl_success)
 		goto fail;
+	p = &mm->prims[mm->num_prims++];
+	{
+		const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+
+		p->scratch_bytes = smd != NULL ? dnnl_memory_desc_get_size(smd) : 0;
+		if (smd != NULL)
+			p->scratch_md = *smd;
+	}
 	dnnl_primitive_desc_destroy(pd);
 	dnnl_primitive_attr_destroy(attr);
-	if (mm->num_prims == MAX_PRIMITIVES)
-	{
-		/* more shapes than any model has: start over */
-		for (i = 0; i < mm->num_prims; i++)
-			dnnl_primitive_destroy(mm->prims[i].prim);
-		mm->num_prims = 0;
-	}
-	p = &mm->prims[mm->num_prims++];
 	p->type = type;
 	p->in = in;
 	p->cols = cols;
 	p->out = out;
 	p->bias = bias;
 	p->prim = prim;
-	return prim;
+	return p;
 
 fail:
 	if (pd != NULL)
@@ -215,8 +242,8 @@ typedef struct LinearArgs
 				in,
 				out,
 				cols;			/* block width; the last block may be narrower */
-	dnnl_primitive_t prim_full,
-				prim_last;
+	const Primitive *prim_full,
+			   *prim_last;
 	_Atomic bool failed;
 } LinearArgs;
 
@@ -298,8 +325,9 @@ linear_chunk(void *arg, long begin, long end, int worker)
 					wei_md,
 					dst_md,
 					vec_md;
-		dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
-		dnnl_exec_arg_t args[4];
+		const Primitive *prim = cols == la->cols ? la->prim_full : la->prim_last;
+		dnnl_memory_t mem[5] = {NULL, NULL, NULL, NULL, NULL};
+		dnnl_exec_arg_t args[5];
 		int			nargs = 3,
 					i;
 		bool		ok;
@@ -327,11 +355,15 @@ linear_chunk(void *arg, long begin, long end, int worker)
 				dnnl_memory_create(&mem[3], &vec_md, mm->engine, (void *) (la->bias + n0)) == dnnl_success;
 			args[nargs++] = (dnnl_exec_arg_t) {DNNL_ARG_BIAS, mem[3]};
 		}
+		if (ok && prim->scratch_bytes > 0)
+		{
+			ok = dnnl_memory_create(&mem[4], &prim->scratch_md, mm->engine, mm->scratch[worker]) == dnnl_success;
+			args[nargs++] = (dnnl_exec_arg_t) {DNNL_ARG_SCRATCHPAD, mem[4]};
+		}
 		if (ok)
-			ok = dnnl_primitive_execute(cols == la->cols ? la->prim_full : la->prim_last, mm->streams[worker],
-										nargs, args) == dnnl_success &&
+			ok = dnnl_primitive_execute(prim->prim, mm->streams[worker], nargs, args) == dnnl_success &&
 				dnnl_stream_wait(mm->streams[worker]) == dnnl_success;
-		for (i = 0; i < 4; i++)
+		for (i = 0; i < 5; i++)
 			if (mem[i] != NULL)
 				dnnl_memory_destroy(mem[i]);
 		if (!ok)
@@ -368,31 +400,56 @@ cpu_matmul_linear(CpuMatmul *mm, TfPool *pool, int threads, TfWeightType type, f
 	bool		int8 = type == TF_WEIGHTS_INT8;
 	LinearArgs	la = {.mm = mm, .type = type, .y = y, .x = x, .w = w, .scales = scales, .bias = bias,
 	.rows = rows, .in = in, .out = out, .cols = out};
-	long		blocks = 1;
+	double		min_work = int8 ? LINEAR_BLOCK_WORK_INT8 : LINEAR_BLOCK_WORK_FP32;
+	long		blocks;
+	size_t		scratch;
 	int			i;
 
-	blocks = (long) ((double) rows * in * out / (int8 ? LINEAR_BLOCK_WORK_INT8 : LINEAR_BLOCK_WORK_FP32));
-	blocks = blocks < 1 ? 1 : blocks > LINEAR_BLOCKS ? LINEAR_BLOCKS : blocks;
-	if (blocks > 1)
-	{
-		/* whole 64-column groups, then as many blocks as that leaves: a function of the shape alone */
-		la.cols = (int) (((out + blocks - 1) / blocks + 63) / 64 * 64);
-		la.cols = la.cols < out ? la.cols : out;
-		blocks = (out + la.cols - 1) / la.cols;
-	}
+	/*
+	 * Blocks of whole 64-column groups, out / LINEAR_BLOCKS wide, doubled
+	 * until one holds min_work: a function of the shape alone, and at most
+	 * five widths per weight (so few primitives as the row count varies).
+	 */
+	la.cols = (int) (((out + LINEAR_BLOCKS - 1) / LINEAR_BLOCKS + 63) / 64 * 64);
+	while (la.cols < out && (double) rows * in * la.cols < min_work)
+		la.cols *= 2;
+	la.cols = la.cols < out ? la.cols : out;
+	blocks = (out + la.cols - 1) / la.cols;
 	if (threads > blocks)
 		threads = (int) blocks;
 	if (threads > TF_POOL_MAX_THREADS)
 		threads = TF_POOL_MAX_THREADS;
 	atomic_init(&la.failed, false);
+	/*
+	 * oneDNN fixes a primitive's thread count when it is made, from the
+	 * calling thread's OpenMP count, and its OpenMP regions take it: one,
+	 * here and on the pool's helpers, so no OpenMP team ever starts.
+	 */
+	omp_set_num_threads(1);
 	/* int8: the bias is added with the row scales, after the product */
+	make_room(mm, 2);
 	la.prim_full = primitive(mm, type, in, la.cols, out, !int8 && bias != NULL);
 	la.prim_last = out % la.cols == 0 ? la.prim_full :
 		primitive(mm, type, in, out % la.cols, out, !int8 && bias != NULL);
+	scratch = la.prim_full == NULL || la.prim_last == NULL ? 0 :
+		la.prim_full->scratch_bytes > la.prim_last->scratch_bytes ? la.prim_full->scratch_bytes :
+		la.prim_last->scratch_bytes;
 	for (i = 0; i < threads; i++)
+	{
 		if (mm->streams[i] == NULL &&
 			dnnl_stream_create(&mm->streams[i], mm->engine, dnnl_stream_default_flags) != dnnl_success)
 			mm->streams[i] = NULL;
+		if (mm->streams[i] != NULL && scratch > mm->scratch_capacity[i])
+		{
+			void	   *p = realloc(mm->scratch[i], scratch);
+
+			if (p != NULL)
+			{
+				mm->scratch[i] = p;
+				mm->scratch_capacity[i] = scratch;
+			}
+		}
+	}
 	if (la.prim_full == NULL || la.prim_last == NULL || mm->streams[0] == NULL ||
 		(int8 && !reserve(mm, rows, in)))
 	{
@@ -400,12 +457,16 @@ cpu_matmul_linear(CpuMatmul *mm, TfPool *pool, int threads, TfWeightType type, f
 				 int8 ? "int8" : "fp32", out, in, rows);
 		return false;
 	}
-	/* threads whose stream could not be made stay out */
-	for (i = 1; i < threads; i++)
-		if (mm->streams[i] == NULL)
+	/* threads whose stream or scratchpad could not be made stay out */
+	for (i = 0; i < threads; i++)
+		if (mm->streams[i] == NULL || scratch > mm->scratch_capacity[i])
 			threads = i;
-	/* oneDNN's OpenMP regions take the calling thread's count: one, as on the pool's helpers */
-	omp_set_num_threads(1);
+	if (threads == 0)
+	{
+		snprintf(err, errlen, "out of memory for oneDNN's scratchpad of a %s product of %d x %d weights",
+				 int8 ? "int8" : "fp32", out, in);
+		return false;
+	}
 	if (int8)
 		tf_pool_for(pool, threads, rows, in >= QUANTIZE_GRAIN_ELEMENTS ? 1 : QUANTIZE_GRAIN_ELEMENTS / in,
 					quantize_chunk, &la);

@@ -133,7 +133,7 @@ run_chunks(TfPool *pool, uint32_t generation, int worker)
 		chunk = (long) (c & FIELD_MASK);
 		n = atomic_load_explicit(&pool->n, memory_order_relaxed);
 		grain = atomic_load_explicit(&pool->grain, memory_order_relaxed);
-		end = chunk * grain + grain < n ? chunk * grain + grain : n;
+		end = n - chunk * grain > grain ? chunk * grain + grain : n;
 		atomic_load_explicit(&pool->fn, memory_order_relaxed) (atomic_load_explicit(&pool->arg, memory_order_relaxed),
 															   chunk * grain, end, worker);
 		ran++;
@@ -259,13 +259,12 @@ tf_pool_for(TfPool *pool, int threads, long n, long grain, TfPoolFn fn, void *ar
 		return;
 	if (grain < 1)
 		grain = 1;
-	if ((n + grain - 1) / grain > MAX_CHUNKS)
-		grain = (n + MAX_CHUNKS - 1) / MAX_CHUNKS;	/* a function of n alone, like the chunks */
-	chunks = (n + grain - 1) / grain;
+	chunks = n / grain + (n % grain != 0);
 	atomic_fetch_add_explicit(&pool->calls, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&pool->chunks, (uint64_t) chunks, memory_order_relaxed);
 	threads = threads < TF_POOL_MAX_THREADS ? threads : TF_POOL_MAX_THREADS;
-	helpers = (threads < chunks ? threads : chunks) - 1;
+	/* more chunks than the claim word counts (over a million): the same chunks, on the caller */
+	helpers = chunks > MAX_CHUNKS ? 0 : (threads < chunks ? threads : chunks) - 1;
 	if (helpers > 0)
 	{
 		start_helpers(pool, (int) helpers);
@@ -276,7 +275,7 @@ tf_pool_for(TfPool *pool, int threads, long n, long grain, TfPoolFn fn, void *ar
 		long		c;
 
 		for (c = 0; c < chunks; c++)
-			fn(arg, c * grain, c * grain + grain < n ? c * grain + grain : n, 0);
+			fn(arg, c * grain, n - c * grain > grain ? c * grain + grain : n, 0);
 		return;
 	}
 	atomic_fetch_add_explicit(&pool->parallel_calls, 1, memory_order_relaxed);

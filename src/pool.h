@@ -49,7 +49,8 @@ void		tf_pool_free(TfPool *pool);
  * fn over [0, n) in chunks of `grain` (>= 1) indices, on up to `threads`
  * threads (clamped to 1 .. TF_POOL_MAX_THREADS and to the chunk count);
  * returns when every chunk has run. One chunk, or one thread, runs inline
- * on the caller with no synchronisation. Helpers that cannot be started
+ * on the caller with no synchronisation, and so do loops of more chunks
+ * than the pool counts (about a million). Helpers that cannot be started
  * leave their chunks to the others. Not reentrant: fn must not call back
  * into the same pool, and one pool serves one calling thread at a time.
  */

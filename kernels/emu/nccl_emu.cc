@@ -108,6 +108,7 @@ struct Async
 	std::mutex	mu;
 	std::condition_variable cv;
 	bool		running = false;
+	bool		ran = false;	/* a collective has ended: its result is the communicator's state */
 	ncclResult_t result = ncclSuccess;	/* of the last one; an error stays */
 	char		error[256] = "";
 };
@@ -610,6 +611,7 @@ submit(const Collective &o, ncclDataType_t type)
 					snprintf(a->error, sizeof(a->error), "%s", last_error[0] != '\0' ? last_error :
 							 "the communicator was aborted during the collective");
 				a->result = rc;
+				a->ran = true;
 				a->running = false;
 				a->cv.notify_all();
 			}).detach();
@@ -706,7 +708,14 @@ ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state)
 	{
 		std::lock_guard<std::mutex> lock(comm->async->mu);
 
-		if (comm->async->running || comm->async->result != ncclSuccess)
+		/*
+		 * After a collective ended, its result: a peer that closed its
+		 * connection once it had the result (a node that exits after the
+		 * last collective) fails the next collective, not this one (the
+		 * engine polls here after its vote; reading the clique's abort
+		 * first made a finished vote fail now and then)
+		 */
+		if (comm->async->running || comm->async->result != ncclSuccess || comm->async->ran)
 		{
 			*state = comm->async->running ? ncclInProgress : comm->async->result;
 			return ncclSuccess;

@@ -108,14 +108,19 @@ typedef struct Stall
 	_Atomic int by_helpers;
 } Stall;
 
-/* The first chunk a helper takes sleeps 50 ms: a helper descheduled mid-call. */
+/*
+ * Every chunk takes 50 us (so that a helper has time to join), the first
+ * one a helper takes 50 ms: a helper descheduled mid-call.
+ */
 static void
 stall_chunk(void *arg, long begin, long end, int worker)
 {
 	Stall	   *s = arg;
+	struct timespec chunk = {0, 50 * 1000};
 
 	(void) begin;
 	(void) end;
+	nanosleep(&chunk, NULL);
 	if (worker != 0 && atomic_exchange(&s->stalled, 1) == 0)
 	{
 		struct timespec ts = {0, 50 * 1000 * 1000};
@@ -143,7 +148,8 @@ check_stalled_helper(TfPool *pool)
 	}
 	CHECK(atomic_load(&s.by_caller) + atomic_load(&s.by_helpers) == 200, "%d chunks of 200 ran",
 		  atomic_load(&s.by_caller) + atomic_load(&s.by_helpers));
-	CHECK(!atomic_load(&s.stalled) || atomic_load(&s.by_caller) >= 190,
+	CHECK(atomic_load(&s.stalled), "no helper joined a call of 200 chunks of 50 us in 5 tries");
+	CHECK(atomic_load(&s.by_caller) >= 190,
 		  "the caller ran %d of 200 chunks while the helper stalled 50 ms in its first",
 		  atomic_load(&s.by_caller));
 	printf("  stalled helper: the caller ran %d of 200 chunks\n", atomic_load(&s.by_caller));

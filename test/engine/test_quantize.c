@@ -96,6 +96,55 @@ worst_error(const float *a, const double *b, size_t n)
 	return worst / big;
 }
 
+/*
+ * 70 fp32 products of distinct widths, each cut into blocks with a narrower
+ * last one (two primitives each): past the primitive cache's places, so it
+ * is emptied between calls, never within one.
+ */
+static void
+check_linear_many_shapes(TfBackend *be)
+{
+	int			rows = 40,
+				in = 64,
+				j,
+				wrong = 0;
+	unsigned	seed = 5;
+	float	   *x = malloc((size_t) rows * in * sizeof(float)),
+			   *w = malloc((size_t) 300 * in * sizeof(float)),
+			   *y = malloc((size_t) rows * 300 * sizeof(float));
+	double	   *ref = malloc((size_t) rows * 300 * sizeof(double));
+	size_t		i;
+
+	for (i = 0; i < (size_t) rows * in; i++)
+		x[i] = fixture_uniform(&seed);
+	for (i = 0; i < (size_t) 300 * in; i++)
+		w[i] = fixture_uniform(&seed);
+	for (j = 0; j < 70; j++)
+	{
+		int			out = 201 + j,
+					r,
+					n,
+					k;
+
+		be->linear(be, TF_WEIGHTS_FP32, y, x, w, NULL, NULL, rows, in, out);
+		for (r = 0; r < rows; r++)
+			for (n = 0; n < out; n++)
+			{
+				double		sum = 0.0;
+
+				for (k = 0; k < in; k++)
+					sum += (double) x[(size_t) r * in + k] * w[(size_t) n * in + k];
+				ref[(size_t) r * out + n] = sum;
+			}
+		wrong += worst_error(y, ref, (size_t) rows * out) >= 1e-5;
+	}
+	CHECK(wrong == 0, "%d of 70 fp32 products past the primitive cache's size differ from plain C", wrong);
+	free(x);
+	free(w);
+	free(y);
+	free(ref);
+}
+
 /* fp32 and int8 linear against plain C, at decoding's and encoding's row counts and at the extremes. */
 static void
 check_linear(void)
@@ -177,6 +226,7 @@ check_linear(void)
 	}
 	printf("  linear: int8 and fp32 equal plain C on %zu shapes (int8 weights up to %d: %s)\n",
 		   sizeof(shapes) / sizeof(shapes[0]), qmax, qmax == 127 ? "VNNI" : "no VNNI, 7 bits");
+	check_linear_many_shapes(be);
 	be->destroy(be);
 }
 
