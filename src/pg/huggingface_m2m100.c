@@ -40,6 +40,7 @@
 #include "huggingface.h"
 #include "safetensors.h"
 #include "spm.h"
+#include "tensor_file.h"
 #include "transformer.h"
 
 PG_FUNCTION_INFO_V1(attention_import_huggingface_m2m100);
@@ -232,6 +233,115 @@ language_code(Layout layout, const char *t)
 	return pnstrdup(t + 2, len - 4);
 }
 
+/* tokenizer_config.json's "added_tokens_decoder": the ids transformers gives its added tokens. */
+typedef struct AddedTokens
+{
+	char	  **content;
+	int		   *id;
+	int			n;
+} AddedTokens;
+
+/*
+ * Reads "added_tokens_decoder" ({"id": {"content": "...", ...}, ...}, which
+ * transformers 4.34 and later save for every tokenizer) into *out; none when
+ * absent (older files: ids by order). ERROR naming the entry for an id that
+ * is not a non-negative integer or an entry without a string content (an id
+ * past the model's vocabulary is refused where a token is placed).
+ */
+static void
+read_added_tokens(Jsonb *tokenizer, AddedTokens *out)
+{
+	JsonbValue *v = config_value(tokenizer, "added_tokens_decoder");
+	JsonbIterator *it;
+	JsonbValue	e;
+	JsonbIteratorToken tok;
+	char	   *key = NULL;
+	int			depth = 0;
+
+	memset(out, 0, sizeof(*out));
+	if (v == NULL)
+		return;
+	if (v->type != jbvBinary || !JsonContainerIsObject(v->val.binary.data))
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("tokenizer_config.json: \"added_tokens_decoder\" must be an object")));
+	out->content = palloc(Max(JsonContainerSize(v->val.binary.data), 1) * sizeof(char *));
+	out->id = palloc(Max(JsonContainerSize(v->val.binary.data), 1) * sizeof(int));
+	it = JsonbIteratorInit(v->val.binary.data);
+	while ((tok = JsonbIteratorNext(&it, &e, false)) != WJB_DONE)
+	{
+		if (tok == WJB_BEGIN_OBJECT || tok == WJB_BEGIN_ARRAY)
+			depth++;
+		else if (tok == WJB_END_OBJECT || tok == WJB_END_ARRAY)
+		{
+			/* an entry's object ends: it had a content (which clears key) */
+			if (--depth == 1 && key != NULL)
+				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+								errmsg("tokenizer_config.json: \"added_tokens_decoder\" entry \"%s\" has no string "
+									   "\"content\"", key)));
+		}
+		else if (tok == WJB_KEY && depth == 1)
+		{
+			char	   *end;
+			long		id;
+
+			key = pnstrdup(e.val.string.val, e.val.string.len);
+			errno = 0;
+			id = strtol(key, &end, 10);
+			if (*key == '\0' || *end != '\0' || errno != 0 || id < 0 || id > PG_INT32_MAX)
+				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+								errmsg("tokenizer_config.json: \"added_tokens_decoder\" has id \"%s\", not a token id",
+									   key)));
+			out->id[out->n] = (int) id;
+			out->content[out->n] = NULL;
+		}
+		else if (tok == WJB_KEY && depth == 2 && key != NULL && e.val.string.len == 7 &&
+				 memcmp(e.val.string.val, "content", 7) == 0)
+		{
+			tok = JsonbIteratorNext(&it, &e, false);
+			if (tok != WJB_VALUE || e.type != jbvString)
+				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+								errmsg("tokenizer_config.json: \"added_tokens_decoder\" entry \"%s\" has no string "
+									   "\"content\"", key)));
+			out->content[out->n++] = pnstrdup(e.val.string.val, e.val.string.len);
+			key = NULL;
+		}
+		else if (tok == WJB_VALUE && depth == 1)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("tokenizer_config.json: \"added_tokens_decoder\" entry \"%s\" is not an object",
+								   key)));
+	}
+}
+
+/* The id the added tokens give content, or dflt when they do not list it. */
+static int
+added_token_id(const AddedTokens *added, const char *content, int dflt)
+{
+	int			i;
+
+	for (i = 0; i < added->n; i++)
+		if (strcmp(added->content[i], content) == 0)
+			return added->id[i];
+	return dflt;
+}
+
+/*
+ * Puts added token `content` at id in table[vocab_size], ERROR naming it
+ * when the id is one of the tokenizer's own pieces (below first) or already
+ * taken.
+ */
+static void
+place_added_token(Datum *table, int vocab_size, int first, const char *content, int id)
+{
+	if (id < first || id >= vocab_size || table[id] != (Datum) 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("tokenizer_config.json gives added token \"%s\" id %d, which %s", content, id,
+							   id < first ? "belongs to a SentencePiece piece" :
+							   id >= vocab_size ? "is past the model's vocab_size" : "another added token has"),
+						errhint("The ids are \"added_tokens_decoder\"'s, else the language tokens' order after the "
+								"pieces.")));
+	table[id] = CStringGetTextDatum(content);
+}
+
 /* A piece as a text datum. */
 static Datum
 piece(const char *p, size_t len)
@@ -241,15 +351,19 @@ piece(const char *p, size_t len)
 
 /*
  * The piece table [vocab_size] of the layout, the language tokens' ids
- * (ids[n_languages]) and the unknown id. ERROR when the parts do not fit
- * vocab_size.
+ * (ids[n_languages]) and the unknown id. The language tokens and NLLB's
+ * <mask> take the ids the added tokens give them, else (files saved before
+ * transformers 4.34) the order after the pieces: languages, then <mask>.
+ * ERROR when the parts do not fit vocab_size or an added token's id is a
+ * piece's or another's.
  */
 static Datum *
-piece_table(Layout layout, Jsonb *vocab, bytea *spm, char **tokens, int n_languages, int vocab_size,
-			int32 *ids, int *unk_id)
+piece_table(Layout layout, Jsonb *vocab, bytea *spm, char **tokens, int n_languages, const AddedTokens *added,
+			int vocab_size, int32 *ids, int *unk_id)
 {
 	Datum	   *table = palloc0(vocab_size * sizeof(Datum));
 	int			first,
+				unused = 0,
 				i;
 
 	if (layout == LAYOUT_M2M100)
@@ -269,10 +383,14 @@ piece_table(Layout layout, Jsonb *vocab, bytea *spm, char **tokens, int n_langua
 		pieces = read_vocab(vocab, first, unk_id);
 		memcpy(table, pieces, first * sizeof(Datum));
 		for (i = 0; i < n_languages; i++)
-			table[first + i] = CStringGetTextDatum(tokens[i]);
+		{
+			ids[i] = added_token_id(added, tokens[i], first + i);
+			place_added_token(table, vocab_size, first, tokens[i], ids[i]);
+		}
 		/* M2M100Tokenizer's made-up words fill the rest (fairseq's dictionary padding) */
-		for (i = first + n_languages; i < vocab_size; i++)
-			table[i] = CStringGetTextDatum(psprintf("madeupword%04d", i - first - n_languages));
+		for (i = first; i < vocab_size; i++)
+			if (table[i] == (Datum) 0)
+				table[i] = CStringGetTextDatum(psprintf("madeupword%04d", unused++));
 	}
 	else
 	{
@@ -294,7 +412,13 @@ piece_table(Layout layout, Jsonb *vocab, bytea *spm, char **tokens, int n_langua
 		}
 		/* NllbTokenizer: fairseq's four specials, then SentencePiece id + 1 (its <unk> <s> </s> are those) */
 		for (i = 0; i < 4; i++)
+		{
+			if (added_token_id(added, fairseq_specials[i], i) != i)
+				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+								errmsg("tokenizer_config.json gives \"%s\" id %d; an NllbTokenizer's is %d",
+									   fairseq_specials[i], added_token_id(added, fairseq_specials[i], i), i)));
 			table[i] = CStringGetTextDatum(fairseq_specials[i]);
+		}
 		for (i = 3; i < size; i++)
 		{
 			size_t		len;
@@ -304,14 +428,16 @@ piece_table(Layout layout, Jsonb *vocab, bytea *spm, char **tokens, int n_langua
 		}
 		spm_free(sp);
 		for (i = 0; i < n_languages; i++)
-			table[first + i] = CStringGetTextDatum(tokens[i]);
-		table[first + n_languages] = CStringGetTextDatum("<mask>");
-		for (i = first + n_languages + 1; i < vocab_size; i++)
-			table[i] = CStringGetTextDatum(psprintf("<unused%d>", i - first - n_languages - 1));
+		{
+			ids[i] = added_token_id(added, tokens[i], first + i);
+			place_added_token(table, vocab_size, first, tokens[i], ids[i]);
+		}
+		place_added_token(table, vocab_size, first, "<mask>", added_token_id(added, "<mask>", first + n_languages));
+		for (i = first; i < vocab_size; i++)
+			if (table[i] == (Datum) 0)
+				table[i] = CStringGetTextDatum(psprintf("<unused%d>", unused++));
 		*unk_id = 3;
 	}
-	for (i = 0; i < n_languages; i++)
-		ids[i] = first + i;
 	return table;
 }
 
@@ -367,7 +493,8 @@ embedding_name(const char *name)
  * parameters of checkpoint_id (a model of configuration c), one tensor in
  * memory at a time: the tied embedding's copies (equal, or ERROR) as
  * model.shared.weight, sinusoid tables dropped, every other tensor under its
- * own name, which must be a parameter of that shape, in float32. ERROR
+ * own name, which must be a parameter of that shape, in F32, F16 or BF16
+ * (widened to float32: the checkpoint and an export are float32). ERROR
  * naming the problem, or a parameter the file lacks.
  */
 static void
@@ -421,7 +548,9 @@ import_tensors(Oid lo, const TfConfig *c, int64 checkpoint_id)
 			const char *name = embedding_name(s->name) ? "model.shared.weight" : s->name;
 			TfTensor	t;
 			int64		count = 1;
+			int			width = tensor_file_dtype_width(s->dtype);
 			int			d;
+			char	   *raw;
 
 			if (strstr(s->name, "embed_positions") != NULL)
 				continue;		/* the sinusoids, computed (TF_POSITIONS_FAIRSEQ) */
@@ -434,19 +563,31 @@ import_tensors(Oid lo, const TfConfig *c, int64 checkpoint_id)
 										"layers' and final LayerNorms' parameters.")));
 			for (d = 0; d < s->ndim; d++)
 				count *= s->shape[d];
-			if (strcmp(s->dtype, "F32") != 0)
+			if (width == 0)
 				ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-								errmsg("model.safetensors: tensor \"%s\" is %s, not F32", s->name, s->dtype),
-								errhint("Save the model in float32 (model.float().save_pretrained).")));
+								errmsg("model.safetensors: tensor \"%s\" is %s; F32, F16 and BF16 can be imported",
+									   s->name, s->dtype)));
 			if (s->ndim != want[k].ndim || s->shape[0] != want[k].shape[0] ||
-				(s->ndim == 2 && s->shape[1] != want[k].shape[1]) || s->end - s->begin != (uint64) count * 4)
+				(s->ndim == 2 && s->shape[1] != want[k].shape[1]))
 				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 								errmsg("model.safetensors: tensor \"%s\" does not have the shape config.json gives it",
 									   s->name)));
+			if (s->end - s->begin != (uint64) count * width)
+				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+								errmsg("model.safetensors: tensor \"%s\": data_offsets [%llu, %llu] do not hold its "
+									   "%lld %s values", s->name, (unsigned long long) s->begin,
+									   (unsigned long long) s->end, (long long) count, s->dtype)));
+			/* read as stored, widened to float32 (F16 and BF16: half again the tensor's bytes in memory) */
 			t = want[k];
 			t.bytes = (size_t) count * 4;
 			t.data = palloc_extended(Max(t.bytes, 1), MCXT_ALLOC_HUGE);
-			lo_read_at(fd, 8 + (int64) header_len + (int64) s->begin, t.data, t.bytes);
+			raw = width == 4 ? t.data : palloc_extended(Max((size_t) count * width, 1), MCXT_ALLOC_HUGE);
+			lo_read_at(fd, 8 + (int64) header_len + (int64) s->begin, raw, (size_t) count * width);
+			if (width != 4)
+			{
+				tensor_file_widen(s->dtype, raw, count, t.data);
+				pfree(raw);
+			}
 			if (seen[k])
 			{
 				/* a tied copy of the embedding: equal to the first (up to a 64-bit hash) */
@@ -506,6 +647,7 @@ attention_import_huggingface_m2m100(PG_FUNCTION_ARGS)
 	M2mConfig	mc;
 	TfConfig	c;
 	Layout		layout;
+	AddedTokens added;
 	char	  **tokens,
 			  **codes,
 			   *source,
@@ -540,7 +682,8 @@ attention_import_huggingface_m2m100(PG_FUNCTION_ARGS)
 	ids = palloc(n_languages * sizeof(int32));
 	for (i = 0; i < n_languages; i++)
 		codes[i] = language_code(layout, tokens[i]);
-	table = piece_table(layout, PG_ARGISNULL(4) ? NULL : PG_GETARG_JSONB_P(4), spm, tokens, n_languages,
+	read_added_tokens(tokenizer, &added);
+	table = piece_table(layout, PG_ARGISNULL(4) ? NULL : PG_GETARG_JSONB_P(4), spm, tokens, n_languages, &added,
 						mc.c.vocab_size, ids, &unk_id);
 	check_vocabulary(spm, spm, table, mc.c.vocab_size, (int[4]) {mc.pad_id, unk_id, mc.decoder_start_id, mc.eos_id});
 	source = TEXT_ARG_OR_NULL(6);
@@ -755,6 +898,7 @@ attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
 	int			n_pieces,
 				n_languages,
 				first,
+				mask,
 				pad,
 				bos,
 				eos,
@@ -805,8 +949,22 @@ attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
 	if (n_languages == 0 || DatumGetInt32(ids[0]) < 0 || DatumGetInt32(ids[0]) >= n_pieces)
 		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
 						errmsg("the vocabulary of model \"%s\" has no valid language tokens", model)));
+	nllb = strcmp(TextDatumGetCString(pieces[DatumGetInt32(ids[0])]), TextDatumGetCString(codes[0])) == 0;
+	/* the first added token: the lowest language id, or NLLB's <mask> just below it */
 	first = DatumGetInt32(ids[0]);
-	nllb = strcmp(TextDatumGetCString(pieces[first]), TextDatumGetCString(codes[0])) == 0;
+	for (i = 1; i < n_languages; i++)
+	{
+		if (DatumGetInt32(ids[i]) < 0 || DatumGetInt32(ids[i]) >= n_pieces)
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+							errmsg("the vocabulary of model \"%s\" has no valid language tokens", model)));
+		first = Min(first, DatumGetInt32(ids[i]));
+	}
+	mask = -1;
+	for (i = Max(first - 1, 0); nllb && i < n_pieces && mask < 0; i++)
+		if (strcmp(TextDatumGetCString(pieces[i]), "<mask>") == 0)
+			mask = i;
+	if (mask == first - 1)
+		first = mask;
 	require_float_checkpoint(checkpoint_id, "exported");
 
 	lo = export_tensors(checkpoint_id);
@@ -868,9 +1026,9 @@ attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
 		appendStringInfo(&s, "%s\"%d\": {\"content\": \"%s\", \"lstrip\": false, \"normalized\": false, "
 						 "\"rstrip\": false, \"single_word\": false, \"special\": true}", i > 0 ? ", " : "", i,
 						 fairseq_specials[i]);
-	for (i = 0; i < n_languages + (nllb ? 1 : 0); i++)
+	for (i = 0; i < n_languages + (mask >= 0 ? 1 : 0); i++)
 	{
-		int			id = i < n_languages ? DatumGetInt32(ids[i]) : first + n_languages;
+		int			id = i < n_languages ? DatumGetInt32(ids[i]) : mask;
 
 		appendStringInfo(&s, ", \"%d\": {\"content\": ", id);
 		escape_json(&s, TextDatumGetCString(pieces[id]));

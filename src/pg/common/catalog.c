@@ -363,19 +363,24 @@ vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int 
 			/*
 			 * A multilingual vocabulary: the ids from its first language token
 			 * on are added tokens (language tokens, NLLB's <mask>, M2M-100's
-			 * made-up words), which decoding skips
+			 * made-up words), which decoding skips, and so is NLLB's <mask>
+			 * just below them (where NllbTokenizer puts it when built from
+			 * its files: transformers 4.40)
 			 */
 			ArrayType  *a = DatumGetArrayTypeP(languages);
 			int			k = ARR_HASNULL(a) ? -1 : ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
 			int			lowest = n,
+						count = 0,
 					   *skip;
 
 			for (i = 0; i < k; i++)
 				lowest = Min(lowest, ((int *) ARR_DATA_PTR(a))[i]);
+			if (lowest > 0 && lowest < n && lengths[lowest - 1] == 6 && memcmp(table[lowest - 1], "<mask>", 6) == 0)
+				lowest--;
 			skip = palloc(Max(n - lowest, 1) * sizeof(int));
 			for (i = lowest; i < n; i++)
-				skip[i - lowest] = i;
-			if (k < 0 || lowest < 0 || spm_set_skipped(vocab, skip, n - lowest, err, sizeof(err)) != 0)
+				skip[count++] = i;
+			if (k < 0 || lowest < 0 || spm_set_skipped(vocab, skip, count, err, sizeof(err)) != 0)
 			{
 				spm_free(vocab);
 				ereport(ERROR, (errcode(sqlerrcode),

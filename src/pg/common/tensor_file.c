@@ -11,6 +11,7 @@
 
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
@@ -124,6 +125,45 @@ half_to_float(uint16 h)
 	return f;
 }
 
+int
+tensor_file_dtype_width(const char *dtype)
+{
+	if (strcmp(dtype, "F32") == 0)
+		return 4;
+	if (strcmp(dtype, "F16") == 0 || strcmp(dtype, "BF16") == 0)
+		return 2;
+	return 0;
+}
+
+void
+tensor_file_widen(const char *dtype, const char *src, int64 elements, float *dst)
+{
+	int64		k;
+
+	if (strcmp(dtype, "F32") == 0)
+	{
+		memcpy(dst, src, (size_t) elements * sizeof(float));
+		return;
+	}
+	for (k = 0; k < elements; k++)
+	{
+		uint16		h;
+		uint32		bits;
+
+		if ((k & 0xFFFFF) == 0)
+			CHECK_FOR_INTERRUPTS();
+		memcpy(&h, src + 2 * k, 2);
+		if (dtype[0] == 'B')
+		{
+			/* bfloat16 is float32's upper half */
+			bits = (uint32) h << 16;
+			memcpy(dst + k, &bits, 4);
+		}
+		else
+			dst[k] = half_to_float(h);
+	}
+}
+
 TfTensor *
 tensor_file_read(bytea *file, int *count, const char *const *keys, char **values, int nkeys)
 {
@@ -161,10 +201,8 @@ tensor_file_read(bytea *file, int *count, const char *const *keys, char **values
 	for (i = 0; i < n; i++)
 	{
 		const StTensor *e = &entries[i];
-		int			width = strcmp(e->dtype, "F32") == 0 ? 4 :
-			strcmp(e->dtype, "F16") == 0 || strcmp(e->dtype, "BF16") == 0 ? 2 : 0;
-		int64		elements = 1,
-					k;
+		int			width = tensor_file_dtype_width(e->dtype);
+		int64		elements = 1;
 		int			d;
 
 		if (strlen(e->name) >= sizeof(t[i].name))
@@ -200,20 +238,7 @@ tensor_file_read(bytea *file, int *count, const char *const *keys, char **values
 			continue;
 		}
 		t[i].data = palloc_extended(Max(t[i].bytes, 1), MCXT_ALLOC_HUGE);
-		for (k = 0; k < elements; k++)
-		{
-			uint16		h;
-			uint32		bits;
-
-			memcpy(&h, data + e->begin + 2 * k, 2);
-			if (e->dtype[0] == 'B')
-			{
-				bits = (uint32) h << 16;
-				memcpy((float *) t[i].data + k, &bits, 4);
-			}
-			else
-				((float *) t[i].data)[k] = half_to_float(h);
-		}
+		tensor_file_widen(e->dtype, data + e->begin, elements, t[i].data);
 	}
 	*count = n;
 	return t;

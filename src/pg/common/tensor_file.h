@@ -23,6 +23,16 @@ void		tensor_file_meta(StringInfo s, const char *key, const char *value);
  */
 bytea	   *tensor_file_write(const TfTensor *t, int count, const char *metadata, const char *what);
 
+/* Bytes per element of a safetensors dtype the import reads: 4 (F32), 2 (F16, BF16), 0 for any other. */
+int			tensor_file_dtype_width(const char *dtype);
+
+/*
+ * dst[elements] = the values src holds in dtype (F32, F16 or BF16, little
+ * endian, unaligned allowed), widened exactly to float32 (every F16 and BF16
+ * value is one; F16 subnormals, infinities and NaNs included).
+ */
+void		tensor_file_widen(const char *dtype, const char *src, int64 elements, float *dst);
+
 /*
  * The tensors of a safetensors file (sorted by name) as float32: F32 data
  * points into file, F16 and BF16 are widened into palloc'd copies; *count
