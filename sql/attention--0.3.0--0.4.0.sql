@@ -203,3 +203,19 @@ AS 'MODULE_PATHNAME', 'attention_drop_vocabulary'
 LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION drop_vocabulary(text, boolean) IS
 'Drops a vocabulary (its owners only); refuses while models of any role use it, unless cascade, which drops those models with their checkpoints and jobs; refuses while one of them has a job queued or running.';
+
+-----------------------------------------------------------------------------
+-- Sharded Hugging Face weights (0.4.0): model.safetensors.index.json's
+-- shards, which save_pretrained writes above its 5 GB shard size
+-- (NLLB-200 3.3B), one large object each.
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION import_huggingface_m2m100(model text, config jsonb, safetensors oid[], sentencepiece bytea,
+                                          vocab jsonb, tokenizer_config jsonb,
+                                          source_language text DEFAULT NULL, target_language text DEFAULT NULL,
+                                          replace boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'attention_import_huggingface_m2m100'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION import_huggingface_m2m100(text, jsonb, oid[], bytea, jsonb, jsonb, text, text, boolean) IS
+'Imports a Hugging Face M2M-100 or NLLB-200 model whose weights are sharded (model.safetensors.index.json): safetensors lists the shards'' large objects, in any order; every parameter must come from exactly one shard (the tied embedding''s copies excepted). Otherwise as import_huggingface_m2m100 with one model.safetensors. scripts/import-hf reads the index.';

@@ -488,17 +488,26 @@ embedding_name(const char *name)
 		strcmp(name, "model.decoder.embed_tokens.weight") == 0 || strcmp(name, "lm_head.weight") == 0;
 }
 
+/* The parameters a model of configuration c takes, and which of them the files gave. */
+typedef struct Wanted
+{
+	TfTensor   *want;			/* [n]: names and shapes */
+	bool	   *seen;			/* [n] */
+	int			n;
+	uint64		embedding_hash; /* of model.shared.weight, once seen */
+} Wanted;
+
 /*
- * Writes the tensors of the safetensors file in large object lo as the
- * parameters of checkpoint_id (a model of configuration c), one tensor in
- * memory at a time: the tied embedding's copies (equal, or ERROR) as
+ * Writes the tensors of the safetensors file in large object lo (`file`
+ * names it in messages) as parameters of checkpoint_id, one tensor in memory
+ * at a time: the tied embedding's copies (equal, or ERROR) as
  * model.shared.weight, sinusoid tables dropped, every other tensor under its
- * own name, which must be a parameter of that shape, in F32, F16 or BF16
- * (widened to float32: the checkpoint and an export are float32). ERROR
- * naming the problem, or a parameter the file lacks.
+ * own name, which must be a parameter of w's of that shape not given
+ * before, in F32, F16 or BF16 (widened to float32: the checkpoint and an
+ * export are float32). ERROR naming the problem.
  */
 static void
-import_tensors(Oid lo, const TfConfig *c, int64 checkpoint_id)
+import_file(Oid lo, const char *file, Wanted *w, int64 checkpoint_id)
 {
 	LargeObjectDesc *fd = inv_open(lo, INV_READ, CurrentMemoryContext);
 	int64		size = inv_seek(fd, 0, SEEK_END);
@@ -506,40 +515,25 @@ import_tensors(Oid lo, const TfConfig *c, int64 checkpoint_id)
 	char		prefix[8];
 	char	   *header;
 	StHeader	h;
-	TfModel    *shape_model;
-	TfTensor   *want;
-	bool	   *seen;
-	int			n,
-				i,
+	int			i,
 				k;
-	uint64		embedding_hash = 0;
 	char		err[TF_ERRLEN];
 
 	if (size < 8)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						errmsg("model.safetensors has %lld bytes: not a safetensors file", (long long) size)));
+						errmsg("%s has %lld bytes: not a safetensors file", file, (long long) size)));
 	lo_read_at(fd, 0, prefix, 8);
 	for (k = 7; k >= 0; k--)
 		header_len = (header_len << 8) | (unsigned char) prefix[k];
 	if (header_len > MAX_HEADER_BYTES || header_len > (uint64) size - 8)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						errmsg("model.safetensors: a header of %llu bytes in a file of %lld",
+						errmsg("%s: a header of %llu bytes in a file of %lld", file,
 							   (unsigned long long) header_len, (long long) size)));
 	header = palloc(8 + header_len);
 	lo_read_at(fd, 0, header, 8 + header_len);
 	/* st_parse reads the first 8 + header_len bytes; the data stays in the large object */
 	if (st_parse(header, (size_t) size, &h, err, sizeof(err)) != 0)
-		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("model.safetensors: %s", err)));
-
-	/* the names and shapes the model takes (an inference model: parameters only) */
-	shape_model = tf_model_create_inference(c, "cpu", 1, err, sizeof(err));
-	if (shape_model == NULL || tf_model_tensors(shape_model, &want, &n, err, sizeof(err)) != TF_OK)
-	{
-		st_free(&h);
-		tf_model_free(shape_model);
-		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("could not lay out the model: %s", err)));
-	}
-	seen = palloc0(n * sizeof(bool));
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s: %s", file, err)));
 	PG_TRY();
 	{
 		for (i = 0; i < h.count; i++)
@@ -554,31 +548,34 @@ import_tensors(Oid lo, const TfConfig *c, int64 checkpoint_id)
 
 			if (strstr(s->name, "embed_positions") != NULL)
 				continue;		/* the sinusoids, computed (TF_POSITIONS_FAIRSEQ) */
-			for (k = 0; k < n && strcmp(want[k].name, name) != 0; k++)
+			for (k = 0; k < w->n && strcmp(w->want[k].name, name) != 0; k++)
 				;
-			if (k == n)
+			if (k == w->n)
 				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-								errmsg("model.safetensors: tensor \"%s\" is not a parameter of this model", s->name),
+								errmsg("%s: tensor \"%s\" is not a parameter of this model", file, s->name),
 								errhint("An M2M-100 file holds model.shared.weight (or its tied copies) and the "
 										"layers' and final LayerNorms' parameters.")));
+			if (w->seen[k] && strcmp(name, "model.shared.weight") != 0)
+				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+								errmsg("%s: tensor \"%s\" was given by an earlier file too", file, s->name)));
 			for (d = 0; d < s->ndim; d++)
 				count *= s->shape[d];
 			if (width == 0)
 				ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-								errmsg("model.safetensors: tensor \"%s\" is %s; F32, F16 and BF16 can be imported",
-									   s->name, s->dtype)));
-			if (s->ndim != want[k].ndim || s->shape[0] != want[k].shape[0] ||
-				(s->ndim == 2 && s->shape[1] != want[k].shape[1]))
+								errmsg("%s: tensor \"%s\" is %s; F32, F16 and BF16 can be imported", file, s->name,
+									   s->dtype)));
+			if (s->ndim != w->want[k].ndim || s->shape[0] != w->want[k].shape[0] ||
+				(s->ndim == 2 && s->shape[1] != w->want[k].shape[1]))
 				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-								errmsg("model.safetensors: tensor \"%s\" does not have the shape config.json gives it",
+								errmsg("%s: tensor \"%s\" does not have the shape config.json gives it", file,
 									   s->name)));
 			if (s->end - s->begin != (uint64) count * width)
 				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-								errmsg("model.safetensors: tensor \"%s\": data_offsets [%llu, %llu] do not hold its "
-									   "%lld %s values", s->name, (unsigned long long) s->begin,
-									   (unsigned long long) s->end, (long long) count, s->dtype)));
+								errmsg("%s: tensor \"%s\": data_offsets [%llu, %llu] do not hold its %lld %s values",
+									   file, s->name, (unsigned long long) s->begin, (unsigned long long) s->end,
+									   (long long) count, s->dtype)));
 			/* read as stored, widened to float32 (F16 and BF16: half again the tensor's bytes in memory) */
-			t = want[k];
+			t = w->want[k];
 			t.bytes = (size_t) count * 4;
 			t.data = palloc_extended(Max(t.bytes, 1), MCXT_ALLOC_HUGE);
 			raw = width == 4 ? t.data : palloc_extended(Max((size_t) count * width, 1), MCXT_ALLOC_HUGE);
@@ -588,36 +585,72 @@ import_tensors(Oid lo, const TfConfig *c, int64 checkpoint_id)
 				tensor_file_widen(s->dtype, raw, count, t.data);
 				pfree(raw);
 			}
-			if (seen[k])
+			if (w->seen[k])
 			{
 				/* a tied copy of the embedding: equal to the first (up to a 64-bit hash) */
-				if (bytes_hash(t.data, t.bytes) != embedding_hash)
+				if (bytes_hash(t.data, t.bytes) != w->embedding_hash)
 					ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-									errmsg("model.safetensors: tensor \"%s\" differs from the embedding: only models "
-										   "with one shared, tied embedding can be imported", s->name)));
+									errmsg("%s: tensor \"%s\" differs from the embedding: only models with one "
+										   "shared, tied embedding can be imported", file, s->name)));
 			}
 			else
 			{
 				if (strcmp(name, "model.shared.weight") == 0)
-					embedding_hash = bytes_hash(t.data, t.bytes);
+					w->embedding_hash = bytes_hash(t.data, t.bytes);
 				write_tensors(checkpoint_id, &t, 1);
-				seen[k] = true;
+				w->seen[k] = true;
 			}
 			pfree(t.data);
 		}
-		for (k = 0; k < n; k++)
-			if (!seen[k])
-				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-								errmsg("model.safetensors lacks tensor \"%s\"", want[k].name)));
 	}
 	PG_FINALLY();
 	{
 		st_free(&h);
-		tf_tensors_free(want);
-		tf_model_free(shape_model);
 	}
 	PG_END_TRY();
 	inv_close(fd);
+}
+
+/*
+ * Writes the tensors of the safetensors files in large objects lo[n_files]
+ * (one model.safetensors, or the shards of model.safetensors.index.json) as
+ * the parameters of checkpoint_id, a model of configuration c (import_file).
+ * ERROR naming the problem, or a parameter no file gives.
+ */
+static void
+import_tensors(const Oid *lo, int n_files, const TfConfig *c, int64 checkpoint_id)
+{
+	TfModel    *shape_model;
+	Wanted		w = {0};
+	char		err[TF_ERRLEN];
+	int			f,
+				k;
+
+	/* the names and shapes the model takes (an inference model: parameters only) */
+	shape_model = tf_model_create_inference(c, "cpu", 1, err, sizeof(err));
+	if (shape_model == NULL || tf_model_tensors(shape_model, &w.want, &w.n, err, sizeof(err)) != TF_OK)
+	{
+		tf_model_free(shape_model);
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("could not lay out the model: %s", err)));
+	}
+	w.seen = palloc0(w.n * sizeof(bool));
+	PG_TRY();
+	{
+		for (f = 0; f < n_files; f++)
+			import_file(lo[f], n_files == 1 ? "model.safetensors" : psprintf("shard %d of %d", f + 1, n_files),
+						&w, checkpoint_id);
+		for (k = 0; k < w.n; k++)
+			if (!w.seen[k])
+				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+								errmsg("%s tensor \"%s\"", n_files == 1 ? "model.safetensors lacks" :
+									   "model.safetensors's shards lack", w.want[k].name)));
+	}
+	PG_FINALLY();
+	{
+		tf_tensors_free(w.want);
+		tf_model_free(shape_model);
+	}
+	PG_END_TRY();
 	/* pg_largeobject, which inv_open opened for the transaction: lo_open's end-of-transaction close runs only after an lo_* call */
 	close_lo_relation(true);
 }
@@ -642,7 +675,8 @@ attention_import_huggingface_m2m100(PG_FUNCTION_ARGS)
 	char	   *model;
 	Jsonb	   *config,
 			   *tokenizer;
-	Oid			lo;
+	Oid		   *lo;
+	int			n_files;
 	bytea	   *spm;
 	M2mConfig	mc;
 	TfConfig	c;
@@ -669,7 +703,31 @@ attention_import_huggingface_m2m100(PG_FUNCTION_ARGS)
 			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("%s must not be NULL", required[i])));
 	model = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	config = PG_GETARG_JSONB_P(1);
-	lo = PG_GETARG_OID(2);
+	if (get_fn_expr_argtype(fcinfo->flinfo, 2) == OIDARRAYOID)
+	{
+		/* the shards of a model.safetensors.index.json, in any order */
+		ArrayType  *a = PG_GETARG_ARRAYTYPE_P(2);
+		Datum	   *elems;
+		bool	   *nulls;
+
+		deconstruct_array(a, OIDOID, sizeof(Oid), true, TYPALIGN_INT, &elems, &nulls, &n_files);
+		if (n_files == 0)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("safetensors lists no large object")));
+		lo = palloc(n_files * sizeof(Oid));
+		for (i = 0; i < n_files; i++)
+		{
+			if (nulls[i])
+				ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+								errmsg("safetensors must not hold NULL")));
+			lo[i] = DatumGetObjectId(elems[i]);
+		}
+	}
+	else
+	{
+		lo = palloc(sizeof(Oid));
+		lo[0] = PG_GETARG_OID(2);
+		n_files = 1;
+	}
 	spm = PG_GETARG_BYTEA_PP(3);
 	tokenizer = PG_GETARG_JSONB_P(5);
 	read_config(config, &mc);
@@ -745,7 +803,7 @@ attention_import_huggingface_m2m100(PG_FUNCTION_ARGS)
 							  NULL, false, 1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert a checkpoint of model \"%s\"", model);
 	checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	import_tensors(lo, &c, checkpoint_id);
+	import_tensors(lo, n_files, &c, checkpoint_id);
 	SPI_finish();
 	PG_RETURN_INT64(checkpoint_id);
 }
