@@ -25,6 +25,8 @@ struct SpmModel
 	std::unordered_map<std::string, int> ids;
 	int			special[4] = {-1, -1, -1, -1};
 	std::vector<int> skipped;	// more ids decoding skips (a multilingual model's language tokens)
+	std::vector<int> added;		// ids whose pieces are cut out of text before SentencePiece (spm_set_added)
+	std::vector<int> unknown_text;	// ids decoded as the unknown piece's text (spm_set_added)
 
 	bool		pair() const
 	{
@@ -439,6 +441,50 @@ encode_ids(const SpmModel *model, SpmSide side, const std::string &text, std::ve
 	std::vector<std::string> pieces;
 
 	out->clear();
+	if (!model->added.empty())
+	{
+		// added tokens first, as transformers' tokenizers cut them out: the earliest, then the
+		// longest there; each stretch between them is encoded alone (spm_set_added)
+		size_t		at = 0;
+
+		while (at <= text.size())
+		{
+			size_t		best = std::string::npos,
+						best_len = 0;
+			int			best_id = -1;
+
+			for (int id : model->added)
+			{
+				const std::string &token = model->pieces[id];
+				size_t		found = token.empty() ? std::string::npos : text.find(token, at);
+
+				if (found != std::string::npos &&
+					(best == std::string::npos || found < best || (found == best && token.size() > best_len)))
+				{
+					best = found;
+					best_len = token.size();
+					best_id = id;
+				}
+			}
+			std::string stretch = text.substr(at, best == std::string::npos ? std::string::npos : best - at);
+
+			sentencepiece::util::Status status = model->side(side).Encode(stretch, &pieces);
+
+			if (!status.ok())
+				return fail(err, errlen, status.ToString());
+			for (const std::string &piece : pieces)
+			{
+				auto		id = model->ids.find(piece);
+
+				out->push_back(id != model->ids.end() ? id->second : model->special[1]);
+			}
+			if (best == std::string::npos)
+				break;
+			out->push_back(best_id);
+			at = best + best_len;
+		}
+		return 0;
+	}
 	// a leading language code ">>xx<<" of the table (Marian's multilingual targets)
 	if (side == SPM_SOURCE && rest.compare(0, 2, ">>") == 0)
 	{
@@ -531,6 +577,28 @@ spm_set_skipped(SpmModel *model, const int *ids, int n, char *err, size_t errlen
 			if (ids[i] < 0 || ids[i] >= spm_size(model))
 				return fail(err, errlen, "id " + std::to_string(ids[i]) + " is out of range");
 		model->skipped.assign(ids, ids + n);
+		return 0;
+	});
+}
+
+extern "C" int
+spm_set_added(SpmModel *model, const int *added, int n_added, const int *unknown_text, int n_unknown_text,
+			  char *err, size_t errlen)
+{
+	return guarded(err, errlen, [&]() -> int {
+		if (!model->pair())
+			return fail(err, errlen, "only a vocabulary pair has added tokens");
+		if (model->special[1] < 0)
+			return fail(err, errlen, "a vocabulary pair without an unknown id has no unknown text");
+		for (int i = 0; i < n_added + n_unknown_text; i++)
+		{
+			int			id = i < n_added ? added[i] : unknown_text[i - n_added];
+
+			if (id < 0 || id >= spm_size(model))
+				return fail(err, errlen, "id " + std::to_string(id) + " is out of range");
+		}
+		model->added.assign(added, added + n_added);
+		model->unknown_text.assign(unknown_text, unknown_text + n_unknown_text);
 		return 0;
 	});
 }
@@ -671,14 +739,30 @@ spm_decode(const SpmModel *model, const int *ids, size_t n,
 		if (model->pair())
 		{
 			for (int id : v)
-				if (std::find(model->special, model->special + 4, id) == model->special + 4 &&
-					std::find(model->skipped.begin(), model->skipped.end(), id) == model->skipped.end())
+			{
+				if (std::find(model->unknown_text.begin(), model->unknown_text.end(), id) !=
+					model->unknown_text.end())
+				{
+					// the pieces so far decoded alone, then the unknown piece's text (spm_set_added)
+					std::string part;
+					sentencepiece::util::Status status = model->target->Decode(pieces, &part);
+
+					if (!status.ok())
+						return fail(err, errlen, status.ToString());
+					out += part + model->pieces[model->special[1]];
+					pieces.clear();
+				}
+				else if (std::find(model->special, model->special + 4, id) == model->special + 4 &&
+						 std::find(model->skipped.begin(), model->skipped.end(), id) == model->skipped.end())
 					pieces.push_back(model->pieces[id]);
+			}
 		}
-		sentencepiece::util::Status status = model->pair() ? model->target->Decode(pieces, &out)
-			: model->processor.Decode(v, &out);
+		std::string last;
+		sentencepiece::util::Status status = model->pair() ? model->target->Decode(pieces, &last)
+			: model->processor.Decode(v, &last);
 		if (!status.ok())
 			return fail(err, errlen, status.ToString());
+		out += last;
 		if (model->pair())
 			marian_text(&out);
 		*text = dup_buffer(out);

@@ -82,6 +82,21 @@ int			spm_load_pair(const char *source, size_t source_len, const char *target, s
  */
 int			spm_set_skipped(SpmModel *model, const int *ids, int n, char *err, size_t errlen);
 
+/*
+ * A multilingual pair's added tokens, as transformers' M2M-100 and NLLB
+ * tokenizers treat them: the pieces of added[n_added] (specials, language
+ * tokens, <mask>) are cut out of text before SentencePiece (the earliest
+ * occurrence first, the longest of those starting there), become their ids,
+ * and the text on each side of one is encoded alone; unknown_text[
+ * n_unknown_text] (M2M-100's made-up words) decode as the unknown piece's
+ * text ("<unk>") with the pieces on each side decoded alone
+ * (M2M100Tokenizer.convert_tokens_to_string). Replaces earlier lists. Fails
+ * on an id out of range, a model that is not a pair, or one without an
+ * unknown id.
+ */
+int			spm_set_added(SpmModel *model, const int *added, int n_added, const int *unknown_text,
+						  int n_unknown_text, char *err, size_t errlen);
+
 /* Frees a model from spm_load or spm_load_pair (NULL is allowed). */
 void		spm_free(SpmModel *model);
 

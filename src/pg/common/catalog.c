@@ -380,7 +380,39 @@ vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int 
 			skip = palloc(Max(n - lowest, 1) * sizeof(int));
 			for (i = lowest; i < n; i++)
 				skip[count++] = i;
-			if (k < 0 || lowest < 0 || spm_set_skipped(vocab, skip, count, err, sizeof(err)) != 0)
+			if (k >= 0 && lowest >= 0 && spm_set_skipped(vocab, skip, count, err, sizeof(err)) == 0)
+			{
+				/*
+				 * The tokens its tokenizer cuts out of text: fairseq's
+				 * specials <s> </s> <unk>, the language tokens and <mask>
+				 * (<pad> too in transformers); made-up words decode as
+				 * "<unk>" (spm_set_added)
+				 */
+				int		   *added = palloc((4 + k + 1) * sizeof(int)),
+						   *madeup = palloc(Max(n - lowest, 1) * sizeof(int));
+				int			n_added = 0,
+							n_madeup = 0;
+				static const char *const fairseq[4] = {"<s>", "<pad>", "</s>", "<unk>"};
+
+				/* not the padding id: the engine masks it, so it cannot stand inside a sentence */
+				for (i = 0; i < 4 && i < n; i++)
+					if (i != special[0] && lengths[i] == strlen(fairseq[i]) &&
+						memcmp(table[i], fairseq[i], lengths[i]) == 0)
+						added[n_added++] = i;
+				for (i = 0; i < k; i++)
+					added[n_added++] = ((int *) ARR_DATA_PTR(a))[i];
+				for (i = lowest; i < n; i++)
+				{
+					if (lengths[i] == 6 && memcmp(table[i], "<mask>", 6) == 0)
+						added[n_added++] = i;
+					else if (lengths[i] > 10 && memcmp(table[i], "madeupword", 10) == 0)
+						madeup[n_madeup++] = i;
+				}
+				rc = spm_set_added(vocab, added, n_added, madeup, n_madeup, err, sizeof(err));
+			}
+			else
+				rc = -1;
+			if (rc != 0)
 			{
 				spm_free(vocab);
 				ereport(ERROR, (errcode(sqlerrcode),
