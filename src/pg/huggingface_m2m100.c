@@ -735,6 +735,16 @@ attention_import_huggingface_m2m100(PG_FUNCTION_ARGS)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("tokenizer_config.json must be a JSON object")));
 	layout = read_layout(tokenizer);
+	if (layout == LAYOUT_NLLB && config_value(tokenizer, "legacy_behaviour") != NULL &&
+		(config_value(tokenizer, "legacy_behaviour")->type != jbvBool ||
+		 config_value(tokenizer, "legacy_behaviour")->val.boolean))
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("tokenizer_config.json: \"legacy_behaviour\" is not false"),
+						errdetail("NllbTokenizer's legacy layout puts the source language after the text "
+								  "(pieces, </s>, language); this engine puts it first, as transformers does by "
+								  "default."),
+						errhint("Models trained on the legacy layout cannot be imported; one saved with "
+								"\"legacy_behaviour\": true by mistake imports with the key set to false.")));
 	tokens = read_language_tokens(tokenizer, layout, &n_languages);
 	codes = palloc(n_languages * sizeof(char *));
 	ids = palloc(n_languages * sizeof(int32));
