@@ -446,6 +446,16 @@ encode_ids(const SpmModel *model, SpmSide side, const std::string &text, std::ve
 		// added tokens first, as transformers' tokenizers cut them out: the earliest, then the
 		// longest there; each stretch between them is encoded alone (spm_set_added)
 		size_t		at = 0;
+		// each token's next occurrence at or after `at`, searched again only once passed: linear in
+		// the text per token, however many added tokens it holds
+		std::vector<size_t> next(model->added.size());
+
+		for (size_t t = 0; t < model->added.size(); t++)
+		{
+			const std::string &token = model->pieces[model->added[t]];
+
+			next[t] = token.empty() ? std::string::npos : text.find(token);
+		}
 
 		while (at <= text.size())
 		{
@@ -453,17 +463,20 @@ encode_ids(const SpmModel *model, SpmSide side, const std::string &text, std::ve
 						best_len = 0;
 			int			best_id = -1;
 
-			for (int id : model->added)
+			for (size_t t = 0; t < model->added.size(); t++)
 			{
-				const std::string &token = model->pieces[id];
-				size_t		found = token.empty() ? std::string::npos : text.find(token, at);
+				const std::string &token = model->pieces[model->added[t]];
+				size_t		found;
 
+				if (next[t] != std::string::npos && next[t] < at)
+					next[t] = text.find(token, at);
+				found = next[t];
 				if (found != std::string::npos &&
 					(best == std::string::npos || found < best || (found == best && token.size() > best_len)))
 				{
 					best = found;
 					best_len = token.size();
-					best_id = id;
+					best_id = model->added[t];
 				}
 			}
 			std::string stretch = text.substr(at, best == std::string::npos ? std::string::npos : best - at);
