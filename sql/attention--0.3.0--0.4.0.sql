@@ -215,7 +215,7 @@ CREATE FUNCTION import_huggingface_m2m100(model text, config jsonb, safetensors 
                                           source_language text DEFAULT NULL, target_language text DEFAULT NULL,
                                           replace boolean DEFAULT false)
 RETURNS bigint
-AS 'MODULE_PATHNAME', 'attention_import_huggingface_m2m100'
+AS 'MODULE_PATHNAME', 'attention_import_huggingface_m2m100_shards'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION import_huggingface_m2m100(text, jsonb, oid[], bytea, jsonb, jsonb, text, text, boolean) IS
-'Imports a Hugging Face M2M-100 or NLLB-200 model whose weights are sharded (model.safetensors.index.json): safetensors lists the shards'' large objects, in any order; every parameter must come from exactly one shard (the tied embedding''s copies excepted). Otherwise as import_huggingface_m2m100 with one model.safetensors. scripts/import-hf reads the index.';
+'Imports a Hugging Face M2M-100 or NLLB-200 model whose weights are sharded (model.safetensors.index.json): safetensors lists the shards'' large objects (at most 1,024, each once), in any order; every parameter must come from exactly one shard (the tied embedding''s copies excepted). Otherwise as import_huggingface_m2m100 with one model.safetensors. scripts/import-hf reads the index.';

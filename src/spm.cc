@@ -2,7 +2,6 @@
 // catches all exceptions; nothing C++ leaks through the interface.
 #include "spm.h"
 
-#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +14,13 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+enum DecodeAs : unsigned char
+{
+	DECODE_PIECE,
+	DECODE_SKIP,
+	DECODE_UNKNOWN_TEXT
+};
+
 struct SpmModel
 {
 	sentencepiece::SentencePieceProcessor processor;	// the source side, or both
@@ -24,9 +30,10 @@ struct SpmModel
 	std::vector<std::string> pieces;
 	std::unordered_map<std::string, int> ids;
 	int			special[4] = {-1, -1, -1, -1};
-	std::vector<int> skipped;	// more ids decoding skips (a multilingual model's language tokens)
 	std::vector<int> added;		// ids whose pieces are cut out of text before SentencePiece (spm_set_added)
-	std::vector<int> unknown_text;	// ids decoded as the unknown piece's text (spm_set_added)
+	// a pair's decoding of each id: its piece, nothing (specials, spm_set_skipped) or the
+	// unknown piece's text (spm_set_added); one lookup per id however many are listed
+	std::vector<unsigned char> decode_as;
 
 	bool		pair() const
 	{
@@ -425,6 +432,25 @@ load_processor(const char *bytes, size_t len, sentencepiece::SentencePieceProces
 	return 0;
 }
 
+// Appends the table ids of text's pieces on a pair's side to *out (pieces the table lacks: unk).
+int
+append_piece_ids(const SpmModel *model, SpmSide side, const std::string &text, std::vector<int> *out,
+				 char *err, size_t errlen)
+{
+	std::vector<std::string> pieces;
+	sentencepiece::util::Status status = model->side(side).Encode(text, &pieces);
+
+	if (!status.ok())
+		return fail(err, errlen, status.ToString());
+	for (const std::string &piece : pieces)
+	{
+		auto		id = model->ids.find(piece);
+
+		out->push_back(id != model->ids.end() ? id->second : model->special[1]);
+	}
+	return 0;
+}
+
 // Pieces of text on a side: a pair's table ids (unknown pieces are unk), or the model's own.
 int
 encode_ids(const SpmModel *model, SpmSide side, const std::string &text, std::vector<int> *out,
@@ -438,7 +464,6 @@ encode_ids(const SpmModel *model, SpmSide side, const std::string &text, std::ve
 	}
 
 	std::string rest = text;
-	std::vector<std::string> pieces;
 
 	out->clear();
 	if (!model->added.empty())
@@ -479,18 +504,10 @@ encode_ids(const SpmModel *model, SpmSide side, const std::string &text, std::ve
 					best_id = model->added[t];
 				}
 			}
-			std::string stretch = text.substr(at, best == std::string::npos ? std::string::npos : best - at);
-
-			sentencepiece::util::Status status = model->side(side).Encode(stretch, &pieces);
-
-			if (!status.ok())
-				return fail(err, errlen, status.ToString());
-			for (const std::string &piece : pieces)
-			{
-				auto		id = model->ids.find(piece);
-
-				out->push_back(id != model->ids.end() ? id->second : model->special[1]);
-			}
+			if (append_piece_ids(model, side,
+								 text.substr(at, best == std::string::npos ? std::string::npos : best - at),
+								 out, err, errlen) != 0)
+				return -1;
 			if (best == std::string::npos)
 				break;
 			out->push_back(best_id);
@@ -514,17 +531,7 @@ encode_ids(const SpmModel *model, SpmSide side, const std::string &text, std::ve
 			}
 		}
 	}
-	sentencepiece::util::Status status = model->side(side).Encode(rest, &pieces);
-
-	if (!status.ok())
-		return fail(err, errlen, status.ToString());
-	for (const std::string &piece : pieces)
-	{
-		auto		id = model->ids.find(piece);
-
-		out->push_back(id != model->ids.end() ? id->second : model->special[1]);
-	}
-	return 0;
+	return append_piece_ids(model, side, rest, out, err, errlen);
 }
 
 }							// namespace
@@ -575,6 +582,10 @@ spm_load_pair(const char *source, size_t source_len, const char *target, size_t 
 							" is out of range [0, " + std::to_string(n) + ")");
 			m->special[i] = special[i];
 		}
+		m->decode_as.assign(n, DECODE_PIECE);
+		for (int i = 0; i < 4; i++)
+			if (m->special[i] >= 0)
+				m->decode_as[m->special[i]] = DECODE_SKIP;
 		*out = m.release();
 		return 0;
 	});
@@ -589,7 +600,9 @@ spm_set_skipped(SpmModel *model, const int *ids, int n, char *err, size_t errlen
 		for (int i = 0; i < n; i++)
 			if (ids[i] < 0 || ids[i] >= spm_size(model))
 				return fail(err, errlen, "id " + std::to_string(ids[i]) + " is out of range");
-		model->skipped.assign(ids, ids + n);
+		for (int i = 0; i < n; i++)
+			if (model->decode_as[ids[i]] == DECODE_PIECE)
+				model->decode_as[ids[i]] = DECODE_SKIP;
 		return 0;
 	});
 }
@@ -611,7 +624,8 @@ spm_set_added(SpmModel *model, const int *added, int n_added, const int *unknown
 				return fail(err, errlen, "id " + std::to_string(id) + " is out of range");
 		}
 		model->added.assign(added, added + n_added);
-		model->unknown_text.assign(unknown_text, unknown_text + n_unknown_text);
+		for (int i = 0; i < n_unknown_text; i++)
+			model->decode_as[unknown_text[i]] = DECODE_UNKNOWN_TEXT;
 		return 0;
 	});
 }
@@ -753,8 +767,7 @@ spm_decode(const SpmModel *model, const int *ids, size_t n,
 		{
 			for (int id : v)
 			{
-				if (std::find(model->unknown_text.begin(), model->unknown_text.end(), id) !=
-					model->unknown_text.end())
+				if (model->decode_as[id] == DECODE_UNKNOWN_TEXT)
 				{
 					// the pieces so far decoded alone, then the unknown piece's text (spm_set_added)
 					std::string part;
@@ -765,8 +778,7 @@ spm_decode(const SpmModel *model, const int *ids, size_t n,
 					out += part + model->pieces[model->special[1]];
 					pieces.clear();
 				}
-				else if (std::find(model->special, model->special + 4, id) == model->special + 4 &&
-						 std::find(model->skipped.begin(), model->skipped.end(), id) == model->skipped.end())
+				else if (model->decode_as[id] == DECODE_PIECE)
 					pieces.push_back(model->pieces[id]);
 			}
 		}

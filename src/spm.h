@@ -77,8 +77,8 @@ int			spm_load_pair(const char *source, size_t source_len, const char *target, s
 /*
  * Ids of a vocabulary pair that spm_decode skips as it skips the special
  * ids: a multilingual model's language tokens (M2M-100, NLLB-200; as
- * transformers' decode(skip_special_tokens=True)). Replaces an earlier
- * list. Fails on an id out of range or a model that is not a pair.
+ * transformers' decode(skip_special_tokens=True)). Adds to an earlier
+ * call's. Fails on an id out of range or a model that is not a pair.
  */
 int			spm_set_skipped(SpmModel *model, const int *ids, int n, char *err, size_t errlen);
 
@@ -90,7 +90,8 @@ int			spm_set_skipped(SpmModel *model, const int *ids, int n, char *err, size_t 
  * and the text on each side of one is encoded alone; unknown_text[
  * n_unknown_text] (M2M-100's made-up words) decode as the unknown piece's
  * text ("<unk>") with the pieces on each side decoded alone
- * (M2M100Tokenizer.convert_tokens_to_string). Replaces earlier lists. Fails
+ * (M2M100Tokenizer.convert_tokens_to_string). Replaces an earlier added
+ * list; unknown_text adds to an earlier call's. Fails
  * on an id out of range, a model that is not a pair, or one without an
  * unknown id.
  */

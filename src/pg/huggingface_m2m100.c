@@ -44,6 +44,7 @@
 #include "transformer.h"
 
 PG_FUNCTION_INFO_V1(attention_import_huggingface_m2m100);
+PG_FUNCTION_INFO_V1(attention_import_huggingface_m2m100_shards);
 PG_FUNCTION_INFO_V1(attention_export_huggingface_m2m100);
 
 /* M2M100's LayerNorm epsilon (torch.nn.LayerNorm's default; not configurable there). */
@@ -196,6 +197,8 @@ read_language_tokens(Jsonb *tokenizer, Layout layout, int *n)
 	char	  **out;
 	int			k = 0;
 
+	if (v != NULL && v->type == jbvNull)
+		v = NULL;				/* as transformers reads null: no list */
 	if ((v == NULL || (v->type == jbvBinary && JsonContainerIsArray(v->val.binary.data) &&
 					   JsonContainerSize(v->val.binary.data) == 0)) && layout == LAYOUT_M2M100)
 		return derived_language_tokens(tokenizer, n);
@@ -208,12 +211,18 @@ read_language_tokens(Jsonb *tokenizer, Layout layout, int *n)
 	it = JsonbIteratorInit(v->val.binary.data);
 	while ((tok = JsonbIteratorNext(&it, &e, true)) != WJB_DONE)
 	{
+		JsonbValue *content = &e;
+
 		if (tok != WJB_ELEM)
 			continue;
-		if (e.type != jbvString)
+		/* a token is a string, or an AddedToken saved as an object with its "content" */
+		if (e.type == jbvBinary && JsonContainerIsObject(e.val.binary.data))
+			content = getKeyJsonValueFromContainer(e.val.binary.data, "content", 7, NULL);
+		if (content == NULL || content->type != jbvString)
 			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							errmsg("tokenizer_config.json: \"additional_special_tokens\" must hold strings")));
-		out[k++] = pnstrdup(e.val.string.val, e.val.string.len);
+							errmsg("tokenizer_config.json: \"additional_special_tokens\" must hold strings or "
+								   "objects with a string \"content\"")));
+		out[k++] = pnstrdup(content->val.string.val, content->val.string.len);
 	}
 	*n = k;
 	return out;
@@ -233,17 +242,43 @@ language_code(Layout layout, const char *t)
 	return pnstrdup(t + 2, len - 4);
 }
 
-/* tokenizer_config.json's "added_tokens_decoder": the ids transformers gives its added tokens. */
+/* An entry of tokenizer_config.json's "added_tokens_decoder": a token and the id transformers gives it. */
+typedef struct AddedToken
+{
+	char	   *content;
+	int			id;
+	int			order;			/* in the file */
+} AddedToken;
+
+/* The entries, sorted by content (the first of equal contents kept), for added_token_id. */
 typedef struct AddedTokens
 {
-	char	  **content;
-	int		   *id;
+	AddedToken *entry;
 	int			n;
 } AddedTokens;
 
+/* bsearch order of AddedToken: by content. */
+static int
+added_token_cmp_content(const void *a, const void *b)
+{
+	return strcmp(((const AddedToken *) a)->content, ((const AddedToken *) b)->content);
+}
+
+/* qsort order of AddedToken: by content, then by order in the file. */
+static int
+added_token_cmp(const void *a, const void *b)
+{
+	const AddedToken *x = a,
+			   *y = b;
+	int			c = added_token_cmp_content(a, b);
+
+	return c != 0 ? c : (x->order > y->order) - (x->order < y->order);
+}
+
 /*
  * Reads "added_tokens_decoder" ({"id": {"content": "...", ...}, ...}, which
- * transformers 4.34 and later save for every tokenizer) into *out; none when
+ * transformers 4.34 and later save for every tokenizer) into *out, sorted for
+ * added_token_id (a content listed twice keeps its first id); none when
  * absent (older files: ids by order). ERROR naming the entry for an id that
  * is not a non-negative integer or an entry without a string content (an id
  * past the model's vocabulary is refused where a token is placed).
@@ -256,7 +291,9 @@ read_added_tokens(Jsonb *tokenizer, AddedTokens *out)
 	JsonbValue	e;
 	JsonbIteratorToken tok;
 	char	   *key = NULL;
-	int			depth = 0;
+	int			depth = 0,
+				kept,
+				i;
 
 	memset(out, 0, sizeof(*out));
 	if (v == NULL)
@@ -264,11 +301,12 @@ read_added_tokens(Jsonb *tokenizer, AddedTokens *out)
 	if (v->type != jbvBinary || !JsonContainerIsObject(v->val.binary.data))
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("tokenizer_config.json: \"added_tokens_decoder\" must be an object")));
-	out->content = palloc(Max(JsonContainerSize(v->val.binary.data), 1) * sizeof(char *));
-	out->id = palloc(Max(JsonContainerSize(v->val.binary.data), 1) * sizeof(int));
+	out->entry = palloc_extended(Max(JsonContainerSize(v->val.binary.data), 1) * sizeof(AddedToken),
+								 MCXT_ALLOC_HUGE);
 	it = JsonbIteratorInit(v->val.binary.data);
 	while ((tok = JsonbIteratorNext(&it, &e, false)) != WJB_DONE)
 	{
+		CHECK_FOR_INTERRUPTS();
 		if (tok == WJB_BEGIN_OBJECT || tok == WJB_BEGIN_ARRAY)
 			depth++;
 		else if (tok == WJB_END_OBJECT || tok == WJB_END_ARRAY)
@@ -291,8 +329,8 @@ read_added_tokens(Jsonb *tokenizer, AddedTokens *out)
 				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 								errmsg("tokenizer_config.json: \"added_tokens_decoder\" has id \"%s\", not a token id",
 									   key)));
-			out->id[out->n] = (int) id;
-			out->content[out->n] = NULL;
+			out->entry[out->n].id = (int) id;
+			out->entry[out->n].order = out->n;
 		}
 		else if (tok == WJB_KEY && depth == 2 && key != NULL && e.val.string.len == 7 &&
 				 memcmp(e.val.string.val, "content", 7) == 0)
@@ -302,7 +340,8 @@ read_added_tokens(Jsonb *tokenizer, AddedTokens *out)
 				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 								errmsg("tokenizer_config.json: \"added_tokens_decoder\" entry \"%s\" has no string "
 									   "\"content\"", key)));
-			out->content[out->n++] = pnstrdup(e.val.string.val, e.val.string.len);
+			out->entry[out->n++].content = pnstrdup(e.val.string.val, e.val.string.len);
+			pfree(key);
 			key = NULL;
 		}
 		else if (tok == WJB_VALUE && depth == 1)
@@ -310,18 +349,24 @@ read_added_tokens(Jsonb *tokenizer, AddedTokens *out)
 							errmsg("tokenizer_config.json: \"added_tokens_decoder\" entry \"%s\" is not an object",
 								   key)));
 	}
+	qsort(out->entry, out->n, sizeof(AddedToken), added_token_cmp);
+	for (i = 0, kept = 0; i < out->n; i++)
+		if (kept == 0 || strcmp(out->entry[kept - 1].content, out->entry[i].content) != 0)
+			out->entry[kept++] = out->entry[i];
+	out->n = kept;
 }
 
-/* The id the added tokens give content, or dflt when they do not list it. */
+/* The id the added tokens give content, or dflt when they do not list it (a binary search). */
 static int
 added_token_id(const AddedTokens *added, const char *content, int dflt)
 {
-	int			i;
+	AddedToken	key = {.content = (char *) content};
+	AddedToken *found;
 
-	for (i = 0; i < added->n; i++)
-		if (strcmp(added->content[i], content) == 0)
-			return added->id[i];
-	return dflt;
+	if (added->n == 0)
+		return dflt;
+	found = bsearch(&key, added->entry, added->n, sizeof(AddedToken), added_token_cmp_content);
+	return found != NULL ? found->id : dflt;
 }
 
 /*
@@ -441,9 +486,9 @@ piece_table(Layout layout, Jsonb *vocab, bytea *spm, char **tokens, int n_langua
 	return table;
 }
 
-/* Reads exactly n bytes at offset of the large object fd into buf; ERROR when it ends first. */
+/* Reads exactly n bytes at offset of the large object fd (`file` in messages) into buf; ERROR when it ends first. */
 static void
-lo_read_at(LargeObjectDesc *fd, int64 offset, char *buf, size_t n)
+lo_read_at(LargeObjectDesc *fd, const char *file, int64 offset, char *buf, size_t n)
 {
 	size_t		done = 0;
 
@@ -457,7 +502,7 @@ lo_read_at(LargeObjectDesc *fd, int64 offset, char *buf, size_t n)
 		got = inv_read(fd, buf + done, want);
 		if (got <= 0)
 			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-							errmsg("model.safetensors ends at byte %lld, inside a tensor",
+							errmsg("%s ends at byte %lld, inside a tensor", file,
 								   (long long) (offset + (int64) done))));
 		done += got;
 	}
@@ -522,7 +567,7 @@ import_file(Oid lo, const char *file, Wanted *w, int64 checkpoint_id)
 	if (size < 8)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("%s has %lld bytes: not a safetensors file", file, (long long) size)));
-	lo_read_at(fd, 0, prefix, 8);
+	lo_read_at(fd, file, 0, prefix, 8);
 	for (k = 7; k >= 0; k--)
 		header_len = (header_len << 8) | (unsigned char) prefix[k];
 	if (header_len > MAX_HEADER_BYTES || header_len > (uint64) size - 8)
@@ -530,10 +575,11 @@ import_file(Oid lo, const char *file, Wanted *w, int64 checkpoint_id)
 						errmsg("%s: a header of %llu bytes in a file of %lld", file,
 							   (unsigned long long) header_len, (long long) size)));
 	header = palloc(8 + header_len);
-	lo_read_at(fd, 0, header, 8 + header_len);
+	lo_read_at(fd, file, 0, header, 8 + header_len);
 	/* st_parse reads the first 8 + header_len bytes; the data stays in the large object */
 	if (st_parse(header, (size_t) size, &h, err, sizeof(err)) != 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s: %s", file, err)));
+	pfree(header);				/* st_parse copied what it keeps */
 	PG_TRY();
 	{
 		for (i = 0; i < h.count; i++)
@@ -546,6 +592,7 @@ import_file(Oid lo, const char *file, Wanted *w, int64 checkpoint_id)
 			int			d;
 			char	   *raw;
 
+			CHECK_FOR_INTERRUPTS();
 			if (strstr(s->name, "embed_positions") != NULL)
 				continue;		/* the sinusoids, computed (TF_POSITIONS_FAIRSEQ) */
 			for (k = 0; k < w->n && strcmp(w->want[k].name, name) != 0; k++)
@@ -579,7 +626,7 @@ import_file(Oid lo, const char *file, Wanted *w, int64 checkpoint_id)
 			t.bytes = (size_t) count * 4;
 			t.data = palloc_extended(Max(t.bytes, 1), MCXT_ALLOC_HUGE);
 			raw = width == 4 ? t.data : palloc_extended(Max((size_t) count * width, 1), MCXT_ALLOC_HUGE);
-			lo_read_at(fd, 8 + (int64) header_len + (int64) s->begin, raw, (size_t) count * width);
+			lo_read_at(fd, file, 8 + (int64) header_len + (int64) s->begin, raw, (size_t) count * width);
 			if (width != 4)
 			{
 				tensor_file_widen(s->dtype, raw, count, t.data);
@@ -622,6 +669,9 @@ import_tensors(const Oid *lo, int n_files, const TfConfig *c, int64 checkpoint_i
 {
 	TfModel    *shape_model;
 	Wanted		w = {0};
+	MemoryContext file_context = AllocSetContextCreate(CurrentMemoryContext, "m2m100 import file",
+													   ALLOCSET_DEFAULT_SIZES),
+				old;
 	char		err[TF_ERRLEN];
 	int			f,
 				k;
@@ -637,8 +687,15 @@ import_tensors(const Oid *lo, int n_files, const TfConfig *c, int64 checkpoint_i
 	PG_TRY();
 	{
 		for (f = 0; f < n_files; f++)
-			import_file(lo[f], n_files == 1 ? "model.safetensors" : psprintf("shard %d of %d", f + 1, n_files),
+		{
+			/* what one file's header and tensors take, freed before the next (shards may be many) */
+			old = MemoryContextSwitchTo(file_context);
+			import_file(lo[f], n_files == 1 ? "model.safetensors" : psprintf("shard %d of %d (large object %u)",
+																		   f + 1, n_files, lo[f]),
 						&w, checkpoint_id);
+			MemoryContextSwitchTo(old);
+			MemoryContextReset(file_context);
+		}
 		for (k = 0; k < w.n; k++)
 			if (!w.seen[k])
 				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -658,6 +715,11 @@ import_tensors(const Oid *lo, int n_files, const TfConfig *c, int64 checkpoint_i
 /* The text argument n, or NULL. */
 #define TEXT_ARG_OR_NULL(n) (PG_ARGISNULL(n) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(n)))
 
+/* The most shards import_huggingface_m2m100 takes (NLLB-200 3.3B has 3; the largest published checkpoints tens). */
+#define MAX_SHARDS 1024
+
+static int64 import_m2m100(FunctionCallInfo fcinfo, const Oid *lo, int n_files);
+
 /*
  * import_huggingface_m2m100(model, config, safetensors oid, sentencepiece,
  * vocab, tokenizer_config, source_language, target_language, replace)
@@ -670,13 +732,67 @@ import_tensors(const Oid *lo, int n_files, const TfConfig *c, int64 checkpoint_i
 Datum
 attention_import_huggingface_m2m100(PG_FUNCTION_ARGS)
 {
-	static const char *const required[] = {"model", "config", "safetensors", "sentencepiece", NULL,
-	"tokenizer_config"};
+	Oid			lo;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("safetensors must not be NULL")));
+	lo = PG_GETARG_OID(2);
+	PG_RETURN_INT64(import_m2m100(fcinfo, &lo, 1));
+}
+
+/*
+ * import_huggingface_m2m100(model, config, safetensors oid[], ...): as
+ * above with the shards of a model.safetensors.index.json, in any order.
+ * ERROR on an empty list, a NULL, a large object listed twice or more than
+ * MAX_SHARDS.
+ */
+Datum
+attention_import_huggingface_m2m100_shards(PG_FUNCTION_ARGS)
+{
+	ArrayType  *a;
+	Datum	   *elems;
+	bool	   *nulls;
+	Oid		   *lo;
+	int			n_files,
+				i,
+				j;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("safetensors must not be NULL")));
+	a = PG_GETARG_ARRAYTYPE_P(2);
+	if (ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)) > MAX_SHARDS)
+		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+						errmsg("safetensors lists %d large objects; at most %d shards are imported",
+							   ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)), MAX_SHARDS)));
+	deconstruct_array(a, OIDOID, sizeof(Oid), true, TYPALIGN_INT, &elems, &nulls, &n_files);
+	if (n_files == 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("safetensors lists no large object")));
+	lo = palloc(n_files * sizeof(Oid));
+	for (i = 0; i < n_files; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("safetensors must not hold NULL")));
+		lo[i] = DatumGetObjectId(elems[i]);
+		for (j = 0; j < i; j++)
+			if (lo[j] == lo[i])
+				ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+								errmsg("safetensors lists large object %u twice", lo[i])));
+	}
+	PG_RETURN_INT64(import_m2m100(fcinfo, lo, n_files));
+}
+
+/*
+ * The import of both import_huggingface_m2m100 forms, from fcinfo's other
+ * arguments and the safetensors files in large objects lo[n_files]: the
+ * new checkpoint's id.
+ */
+static int64
+import_m2m100(FunctionCallInfo fcinfo, const Oid *lo, int n_files)
+{
+	static const char *const required[] = {"model", "config", NULL, "sentencepiece", NULL, "tokenizer_config"};
 	char	   *model;
 	Jsonb	   *config,
 			   *tokenizer;
-	Oid		   *lo;
-	int			n_files;
 	bytea	   *spm;
 	M2mConfig	mc;
 	TfConfig	c;
@@ -703,31 +819,6 @@ attention_import_huggingface_m2m100(PG_FUNCTION_ARGS)
 			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("%s must not be NULL", required[i])));
 	model = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	config = PG_GETARG_JSONB_P(1);
-	if (get_fn_expr_argtype(fcinfo->flinfo, 2) == OIDARRAYOID)
-	{
-		/* the shards of a model.safetensors.index.json, in any order */
-		ArrayType  *a = PG_GETARG_ARRAYTYPE_P(2);
-		Datum	   *elems;
-		bool	   *nulls;
-
-		deconstruct_array(a, OIDOID, sizeof(Oid), true, TYPALIGN_INT, &elems, &nulls, &n_files);
-		if (n_files == 0)
-			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("safetensors lists no large object")));
-		lo = palloc(n_files * sizeof(Oid));
-		for (i = 0; i < n_files; i++)
-		{
-			if (nulls[i])
-				ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-								errmsg("safetensors must not hold NULL")));
-			lo[i] = DatumGetObjectId(elems[i]);
-		}
-	}
-	else
-	{
-		lo = palloc(sizeof(Oid));
-		lo[0] = PG_GETARG_OID(2);
-		n_files = 1;
-	}
 	spm = PG_GETARG_BYTEA_PP(3);
 	tokenizer = PG_GETARG_JSONB_P(5);
 	read_config(config, &mc);
@@ -815,7 +906,7 @@ attention_import_huggingface_m2m100(PG_FUNCTION_ARGS)
 	checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	import_tensors(lo, n_files, &c, checkpoint_id);
 	SPI_finish();
-	PG_RETURN_INT64(checkpoint_id);
+	return checkpoint_id;
 }
 
 /* Writes n bytes to the large object fd; ERROR when it takes fewer. */
