@@ -1354,3 +1354,12 @@ AS 'MODULE_PATHNAME', 'attention_import_huggingface_m2m100_shards'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION import_huggingface_m2m100(text, jsonb, oid[], bytea, jsonb, jsonb, text, text, boolean) IS
 'Imports a Hugging Face M2M-100 or NLLB-200 model whose weights are sharded (model.safetensors.index.json): safetensors lists the shards'' large objects (at most 1,024, each once), in any order; every parameter must come from exactly one shard (the tied embedding''s copies excepted). Otherwise as import_huggingface_m2m100 with one model.safetensors. scripts/import-hf reads the index.';
+
+-----------------------------------------------------------------------------
+-- Language tokens as text (0.4.0): an M2M100Tokenizer saved by transformers
+-- without listing its language tokens reads "__fr__" in text as characters
+-- and decodes their ids as text.
+-----------------------------------------------------------------------------
+
+ALTER TABLE vocabularies ADD COLUMN language_tokens_special boolean NOT NULL DEFAULT true;
+COMMENT ON COLUMN vocabularies.language_tokens_special IS 'Whether a multilingual vocabulary''s language tokens are special tokens of its tokenizer (listed in additional_special_tokens): cut out of text before SentencePiece and skipped by decode; false: ordinary text in both, as transformers reads an M2M100Tokenizer saved without the list. Translation forces the target language''s id either way and leaves it out of the text.';

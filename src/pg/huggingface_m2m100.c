@@ -183,12 +183,29 @@ derived_language_tokens(Jsonb *tokenizer, int *n)
 }
 
 /*
+ * The "language_codes" an M2M100Tokenizer of codes[n] (text datums) names:
+ * "wmt21" for that table's codes in its order, else "m2m100".
+ */
+static const char *
+language_codes_name(const Datum *codes, int n)
+{
+	int			i;
+
+	for (i = 0; n == lengthof(wmt21_codes) && i < n; i++)
+		if (strcmp(TextDatumGetCString(codes[i]), wmt21_codes[i]) != 0)
+			break;
+	return n == lengthof(wmt21_codes) && i == n ? "wmt21" : "m2m100";
+}
+
+/*
  * The language tokens, in id order: tokenizer_config.json's
  * additional_special_tokens, or for an M2M100Tokenizer that lists none, the
- * ones "language_codes" names (derived_language_tokens); *n their number.
+ * ones "language_codes" names (derived_language_tokens); *n their number,
+ * *special whether they are special tokens (listed), which transformers cuts
+ * out of text and skips in decode, or (derived) ordinary text to it.
  */
 static char **
-read_language_tokens(Jsonb *tokenizer, Layout layout, int *n)
+read_language_tokens(Jsonb *tokenizer, Layout layout, int *n, bool *special)
 {
 	JsonbValue *v = config_value(tokenizer, "additional_special_tokens");
 	JsonbIterator *it;
@@ -199,8 +216,9 @@ read_language_tokens(Jsonb *tokenizer, Layout layout, int *n)
 
 	if (v != NULL && v->type == jbvNull)
 		v = NULL;				/* as transformers reads null: no list */
-	if ((v == NULL || (v->type == jbvBinary && JsonContainerIsArray(v->val.binary.data) &&
-					   JsonContainerSize(v->val.binary.data) == 0)) && layout == LAYOUT_M2M100)
+	*special = !((v == NULL || (v->type == jbvBinary && JsonContainerIsArray(v->val.binary.data) &&
+								JsonContainerSize(v->val.binary.data) == 0)) && layout == LAYOUT_M2M100);
+	if (!*special)
 		return derived_language_tokens(tokenizer, n);
 	if (v == NULL || v->type != jbvBinary || !JsonContainerIsArray(v->val.binary.data) ||
 		JsonContainerSize(v->val.binary.data) == 0)
@@ -811,7 +829,8 @@ import_m2m100(FunctionCallInfo fcinfo, const Oid *lo, int n_files)
 				i;
 	int32		model_id;
 	int64		checkpoint_id;
-	bool		isnull;
+	bool		isnull,
+				special;
 	StringInfoData engine_config;
 
 	for (i = 0; i < 6; i++)
@@ -836,7 +855,7 @@ import_m2m100(FunctionCallInfo fcinfo, const Oid *lo, int n_files)
 								  "default."),
 						errhint("Models trained on the legacy layout cannot be imported; one saved with "
 								"\"legacy_behaviour\": true by mistake imports with the key set to false.")));
-	tokens = read_language_tokens(tokenizer, layout, &n_languages);
+	tokens = read_language_tokens(tokenizer, layout, &n_languages, &special);
 	codes = palloc(n_languages * sizeof(char *));
 	ids = palloc(n_languages * sizeof(int32));
 	for (i = 0; i < n_languages; i++)
@@ -873,10 +892,10 @@ import_m2m100(FunctionCallInfo fcinfo, const Oid *lo, int n_files)
 	SPI_connect();
 	free_import_name(model, !PG_ARGISNULL(8) && PG_GETARG_BOOL(8));
 	if (SPI_execute_with_args("INSERT INTO attention.vocabularies (name, vocab_size, pad_id, unk_id, bos_id, eos_id, "
-							  "model, target_model, pieces, languages, language_ids) "
-							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10)", 10,
+							  "model, target_model, pieces, languages, language_ids, language_tokens_special) "
+							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11)", 11,
 							  (Oid[]) {TEXTOID, INT4OID, INT4OID, INT4OID, INT4OID, INT4OID, BYTEAOID, TEXTARRAYOID,
-							  TEXTARRAYOID, INT4ARRAYOID},
+							  TEXTARRAYOID, INT4ARRAYOID, BOOLOID},
 							  (Datum[]) {CStringGetTextDatum(model), Int32GetDatum(mc.c.vocab_size),
 								  Int32GetDatum(mc.pad_id), Int32GetDatum(unk_id), Int32GetDatum(mc.decoder_start_id),
 								  Int32GetDatum(mc.eos_id), PointerGetDatum(spm),
@@ -884,7 +903,8 @@ import_m2m100(FunctionCallInfo fcinfo, const Oid *lo, int n_files)
 																  TYPALIGN_INT)),
 								  PointerGetDatum(construct_array(code_datums, n_languages, TEXTOID, -1, false,
 																  TYPALIGN_INT)),
-							  PointerGetDatum(construct_array(id_datums, n_languages, INT4OID, 4, true, TYPALIGN_INT))},
+							  PointerGetDatum(construct_array(id_datums, n_languages, INT4OID, 4, true, TYPALIGN_INT)),
+							  BoolGetDatum(special)},
 							  NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not insert vocabulary \"%s\"", model);
 	if (SPI_execute_with_args("SELECT attention.create_model($1, $1, $2::jsonb)", 2, (Oid[]) {TEXTOID, TEXTOID},
@@ -1063,7 +1083,8 @@ attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
 				eos,
 				i;
 	bool		isnull,
-				nllb;
+				nllb,
+				special;
 	bytea	   *spm;
 	Oid			lo;
 	StringInfoData s;
@@ -1072,8 +1093,8 @@ attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	if (SPI_execute_with_args("SELECT m.name, m.config, v.vocab_size, v.pad_id, v.bos_id, v.eos_id, v.model, "
-							  "v.pieces, v.languages, v.language_ids, m.source_language, m.target_language "
-							  "FROM attention.checkpoints c JOIN attention.models m USING (model_id) "
+							  "v.pieces, v.languages, v.language_ids, m.source_language, m.target_language, "
+							  "v.language_tokens_special FROM attention.checkpoints c JOIN attention.models m USING (model_id) "
 							  "JOIN attention.vocabularies v USING (vocabulary_id) WHERE c.checkpoint_id = $1", 1,
 							  (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read attention.checkpoints");
@@ -1105,6 +1126,7 @@ attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
 					  &ids, NULL, &n_languages);
 	source = SPI_getvalue(tup, desc, 11);
 	target = SPI_getvalue(tup, desc, 12);
+	special = DatumGetBool(SPI_getbinval(tup, desc, 13, &isnull));
 	if (n_languages == 0 || DatumGetInt32(ids[0]) < 0 || DatumGetInt32(ids[0]) >= n_pieces)
 		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
 						errmsg("the vocabulary of model \"%s\" has no valid language tokens", model)));
@@ -1172,20 +1194,21 @@ attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
 	if (nllb)
 		appendStringInfo(&s, "\"mask_token\": \"<mask>\", \"legacy_behaviour\": false, ");
 	else
-		appendStringInfo(&s, "\"language_codes\": \"m2m100\", \"num_madeup_words\": %d, ",
-						 c.vocab_size - first - n_languages);
+		appendStringInfo(&s, "\"language_codes\": \"%s\", \"num_madeup_words\": %d, ",
+						 language_codes_name(codes, n_languages), c.vocab_size - first - n_languages);
 	appendStringInfoString(&s, "\"src_lang\": ");
 	escape_json(&s, source != NULL ? source : TextDatumGetCString(codes[0]));
 	appendStringInfoString(&s, ", \"tgt_lang\": ");
 	escape_json(&s, target != NULL ? target : TextDatumGetCString(codes[0]));
+	/* language tokens that are text (language_tokens_special false) are neither listed nor added tokens */
 	appendStringInfoString(&s, ", \"additional_special_tokens\": ");
-	append_text_array(&s, codes, n_languages, nllb ? "" : "__", nllb ? "" : "__");
+	append_text_array(&s, codes, special ? n_languages : 0, nllb ? "" : "__", nllb ? "" : "__");
 	appendStringInfoString(&s, ", \"added_tokens_decoder\": {");
 	for (i = 0; i < 4; i++)
 		appendStringInfo(&s, "%s\"%d\": {\"content\": \"%s\", \"lstrip\": false, \"normalized\": false, "
 						 "\"rstrip\": false, \"single_word\": false, \"special\": true}", i > 0 ? ", " : "", i,
 						 fairseq_specials[i]);
-	for (i = 0; i < n_languages + (mask >= 0 ? 1 : 0); i++)
+	for (i = special ? 0 : n_languages; i < n_languages + (mask >= 0 ? 1 : 0); i++)
 	{
 		int			id = i < n_languages ? DatumGetInt32(ids[i]) : mask;
 
@@ -1201,7 +1224,7 @@ attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
 	if (nllb)
 		appendStringInfoString(&s, "\"mask_token\": \"<mask>\", ");
 	appendStringInfoString(&s, "\"additional_special_tokens\": ");
-	append_text_array(&s, codes, n_languages, nllb ? "" : "__", nllb ? "" : "__");
+	append_text_array(&s, codes, special ? n_languages : 0, nllb ? "" : "__", nllb ? "" : "__");
 	appendStringInfoChar(&s, '}');
 	put_json(rsinfo, "special_tokens_map.json", &s);
 	SPI_finish();

@@ -291,18 +291,23 @@ read_model_row(const char *name)
 const char *
 vocabulary_columns(void)
 {
-	bool		pieces,
-				languages;
-
+	/* the columns of 0.2.0, 0.3.0 and 0.4.0, present since those versions */
 	if (SPI_execute("SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = 'attention.vocabularies'::pg_catalog.regclass "
-					"AND attname IN ('pieces', 'language_ids') AND NOT attisdropped", true, 0) != SPI_OK_SELECT)
+					"AND attname IN ('pieces', 'language_ids', 'language_tokens_special') AND NOT attisdropped",
+					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the columns of attention.vocabularies");
-	pieces = SPI_processed >= 1;
-	languages = SPI_processed == 2;
-	if (languages)
-		return "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id, v.language_ids";
-	return pieces ? "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id, NULL::integer[]"
-		: "v.model, NULL::bytea, NULL::text[], v.pad_id, v.unk_id, v.bos_id, v.eos_id, NULL::integer[]";
+	switch (SPI_processed)
+	{
+		case 3:
+			return "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id, v.language_ids, "
+				"v.language_tokens_special";
+		case 2:
+			return "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id, v.language_ids, true";
+		case 1:
+			return "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id, NULL::integer[], true";
+		default:
+			return "v.model, NULL::bytea, NULL::text[], v.pad_id, v.unk_id, v.bos_id, v.eos_id, NULL::integer[], true";
+	}
 }
 
 SpmModel *
@@ -365,28 +370,43 @@ vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int 
 			 * on are added tokens (language tokens, NLLB's <mask>, M2M-100's
 			 * made-up words), which decoding skips, and so is NLLB's <mask>
 			 * just below them (where NllbTokenizer puts it when built from
-			 * its files: transformers 4.40)
+			 * its files: transformers 4.40); but language tokens that are not
+			 * special tokens (language_tokens_special) decode as their text
 			 */
 			ArrayType  *a = DatumGetArrayTypeP(languages);
 			int			k = ARR_HASNULL(a) ? -1 : ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
+			bool		special_tokens = DatumGetBool(SPI_getbinval(tup, desc, first + 8, &isnull));
+			bool	   *language = palloc0(Max(n, 1) * sizeof(bool));
+			bool		valid = k >= 0;
 			int			lowest = n,
 						count = 0,
 					   *skip;
 
 			for (i = 0; i < k; i++)
-				lowest = Min(lowest, ((int *) ARR_DATA_PTR(a))[i]);
+			{
+				int			id = ((int *) ARR_DATA_PTR(a))[i];
+
+				if (id < 0 || id >= n)
+					valid = false;
+				else
+				{
+					language[id] = true;
+					lowest = Min(lowest, id);
+				}
+			}
 			if (lowest > 0 && lowest < n && lengths[lowest - 1] == 6 && memcmp(table[lowest - 1], "<mask>", 6) == 0)
 				lowest--;
 			skip = palloc(Max(n - lowest, 1) * sizeof(int));
 			for (i = lowest; i < n; i++)
-				skip[count++] = i;
-			if (k >= 0 && lowest >= 0 && spm_set_skipped(vocab, skip, count, err, sizeof(err)) == 0)
+				if (special_tokens || !language[i])
+					skip[count++] = i;
+			if (valid && spm_set_skipped(vocab, skip, count, err, sizeof(err)) == 0)
 			{
 				/*
 				 * The tokens its tokenizer cuts out of text: fairseq's
-				 * specials <s> </s> <unk>, the language tokens and <mask>
-				 * (<pad> too in transformers); made-up words decode as
-				 * "<unk>" (spm_set_added)
+				 * specials <s> </s> <unk>, the language tokens where they are
+				 * special tokens, and <mask> (<pad> too in transformers);
+				 * made-up words decode as "<unk>" (spm_set_added)
 				 */
 				int		   *added = palloc((4 + k + 1) * sizeof(int)),
 						   *madeup = palloc(Max(n - lowest, 1) * sizeof(int));
@@ -399,7 +419,7 @@ vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int 
 					if (i != special[0] && lengths[i] == strlen(fairseq[i]) &&
 						memcmp(table[i], fairseq[i], lengths[i]) == 0)
 						added[n_added++] = i;
-				for (i = 0; i < k; i++)
+				for (i = 0; i < k && special_tokens; i++)
 					added[n_added++] = ((int *) ARR_DATA_PTR(a))[i];
 				for (i = lowest; i < n; i++)
 				{

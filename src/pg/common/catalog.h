@@ -59,8 +59,9 @@ void		read_model_row(const char *name);
 /*
  * The select list of attention.vocabularies (alias v) that vocabulary_load
  * reads: model, target_model, pieces, pad_id, unk_id, bos_id, eos_id,
- * language_ids (NULL target_model and pieces where the schema is still at
- * 0.1.0, NULL language_ids before 0.3.0, which have no such columns). Runs
+ * language_ids, language_tokens_special (NULL target_model and pieces where
+ * the schema is still at 0.1.0, NULL language_ids before 0.3.0, true before
+ * 0.4.0, which have no such columns). Runs
  * a catalogue query: call it before the caller's own.
  * Inside SPI.
  */
@@ -73,11 +74,12 @@ const char *vocabulary_columns(void);
 char	   *attention_extension_version(Remote *remote);
 
 /*
- * The vocabulary in columns first .. first + 7 of an SPI row
+ * The vocabulary in columns first .. first + 8 of an SPI row
  * (vocabulary_columns()): a SentencePiece model, or with target_model and
  * pieces a vocabulary pair (spm_load_pair; with language_ids, every id
  * from the lowest of them on is skipped by spm_decode: the added tokens of
- * M2M-100's and NLLB's tokenizers); free with spm_free. ERROR
+ * M2M-100's and NLLB's tokenizers, but the language tokens themselves where
+ * language_tokens_special is false, which are text); free with spm_free. ERROR
  * (sqlerrcode, naming `what`) when it does not load.
  */
 SpmModel   *vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int sqlerrcode);
