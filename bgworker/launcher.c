@@ -31,6 +31,7 @@
 
 #include "entry_points.h"
 #include "rights.h"
+#include "wait_events.h"
 #include "workers.h"
 
 /* A job interrupted more often than this (e.g. one that crashes the server) is left interrupted. */
@@ -99,7 +100,8 @@ attention_launcher_main(Datum arg)
 	pgstat_report_activity(STATE_IDLE, NULL);
 	for (;;)
 	{
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH, -1L, PG_WAIT_EXTENSION);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH, -1L,
+						 attention_wait_event(ATTENTION_WAIT_LAUNCHER));
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)

@@ -20,6 +20,7 @@
 #include "compat.h"
 #include "ranks.h"
 #include "remote.h"
+#include "wait_events.h"
 #include "workers.h"
 
 /* How long the coordinator waits for the nodes, and a node for the coordinator's rows. */
@@ -42,7 +43,8 @@ poll_wait(instr_time start)
 {
 	instr_time	now;
 
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, RANKS_POLL_MS, PG_WAIT_EXTENSION);
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, RANKS_POLL_MS,
+					 attention_wait_event(ATTENTION_WAIT_RANK_RENDEZVOUS));
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
 	if (ShutdownRequestPending)
@@ -340,7 +342,8 @@ ranks_failure(int64 job_id, char **error)
 			return -1;
 		}
 		worker_commit();
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, RANKS_POLL_MS, PG_WAIT_EXTENSION);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, RANKS_POLL_MS,
+						 attention_wait_event(ATTENTION_WAIT_RANK_FAILURE));
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}

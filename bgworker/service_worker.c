@@ -63,6 +63,7 @@
 #include "service_registry.h"
 #include "settings.h"
 #include "translation.h"
+#include "wait_events.h"
 #include "workers.h"
 
 #define IDLE_CHECK_MS 1000		/* how often an idle service checks that its model exists */
@@ -920,7 +921,8 @@ attention_service_main(Datum arg)
 			else if (stopping || n_waiting > 0 || n_held > 0)
 				break;
 			pgstat_report_activity(STATE_IDLE, NULL);
-			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout, PG_WAIT_EXTENSION);
+			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout,
+						   attention_wait_event(ATTENTION_WAIT_SERVICE_IDLE));
 			ResetLatch(MyLatch);
 			if (n == 0 && (rc & WL_TIMEOUT) && !model_exists())
 			{

@@ -18,6 +18,7 @@
 #include "catalog.h"
 #include "cpu_budget.h"
 #include "service_registry.h"
+#include "wait_events.h"
 
 PG_FUNCTION_INFO_V1(attention_start_service);
 PG_FUNCTION_INFO_V1(attention_stop_service);
@@ -90,7 +91,8 @@ attention_stop_service(PG_FUNCTION_ARGS)
 			break;
 		if (proc != NULL)
 			SetLatch(&proc->procLatch);
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10, PG_WAIT_EXTENSION);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
+						 attention_wait_event(ATTENTION_WAIT_SERVICE_STOP));
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}

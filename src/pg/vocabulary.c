@@ -38,6 +38,7 @@
 #include "cpu_budget.h"
 #include "spm.h"
 #include "rights.h"
+#include "wait_events.h"
 
 PG_FUNCTION_INFO_V1(attention_train_vocabulary);
 PG_FUNCTION_INFO_V1(attention_import_vocabulary);
@@ -447,7 +448,7 @@ run_training(char **sentences, size_t *lengths, int64 n, const SpmTrainOptions *
 						 errmsg("could not read from the vocabulary training process: %m")));
 			(void) WaitLatchOrSocket(MyLatch,
 									 WL_LATCH_SET | WL_SOCKET_READABLE | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-									 fds[0], 1000L, PG_WAIT_EXTENSION);
+									 fds[0], 1000L, attention_wait_event(ATTENTION_WAIT_VOCABULARY_TRAINER));
 			ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
 		}

@@ -21,6 +21,7 @@
 #include "utils/wait_event.h"
 
 #include "remote.h"
+#include "wait_events.h"
 
 /* connect_timeout when the connection string sets none (seconds) */
 #define CONNECT_SECONDS "10"
@@ -67,7 +68,8 @@ static bool
 wait_socket(PGconn *conn, int events, long ms)
 {
 	int			rc = WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH | events | (ms >= 0 ? WL_TIMEOUT : 0),
-									   PQsocket(conn), ms, PG_WAIT_EXTENSION);
+									   PQsocket(conn), ms,
+									   attention_wait_event(ATTENTION_WAIT_COORDINATOR));
 
 	if (rc & WL_LATCH_SET)
 	{

@@ -37,6 +37,7 @@
 
 #include "service_registry.h"
 #include "settings.h"
+#include "wait_events.h"
 #include "workers.h"
 
 #define SERVICE_POLL_MS 100		/* how often a waiting backend checks that its service lives */
@@ -383,7 +384,8 @@ try_start(int32 model_id, const char *name, const char *device, bool automatic, 
 		}
 		if (state != SERVICE_STARTING)
 			break;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10, PG_WAIT_EXTENSION);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
+						 attention_wait_event(ATTENTION_WAIT_SERVICE_START));
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
@@ -600,7 +602,8 @@ service_call(ServiceSlot *slot, uint64 generation, const ServiceRequest *req, St
 			SetLatch(&proc->procLatch);
 		else
 		{
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10, PG_WAIT_EXTENSION);
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
+							 attention_wait_event(ATTENTION_WAIT_SERVICE_QUEUE));
 			ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
 		}
@@ -621,7 +624,7 @@ service_call(ServiceSlot *slot, uint64 generation, const ServiceRequest *req, St
 			return SERVICE_LOST;
 		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, SERVICE_POLL_MS,
-						 PG_WAIT_EXTENSION);
+						 attention_wait_event(ATTENTION_WAIT_SERVICE_REPLY));
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		slot_state(slot, &g, &state);

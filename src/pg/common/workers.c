@@ -19,6 +19,7 @@
 #include "utils/wait_event.h"
 
 #include "service_registry.h"
+#include "wait_events.h"
 #include "workers.h"
 
 void
@@ -55,7 +56,8 @@ register_after_release(BackgroundWorker *worker, BackgroundWorkerHandle **handle
 	{
 		if (RegisterDynamicBackgroundWorker(worker, handle))
 			return true;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10, PG_WAIT_EXTENSION);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
+						 attention_wait_event(ATTENTION_WAIT_WORKER_SLOT));
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
@@ -138,7 +140,8 @@ launch_training_worker(int64 job_id, Oid role, bool node, const char *coordinato
 			ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
 							errmsg("the training worker for job %lld exited while connecting", (long long) job_id),
 							errhint("See the server log.")));
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1, PG_WAIT_EXTENSION);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1,
+						 attention_wait_event(ATTENTION_WAIT_WORKER_START));
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
