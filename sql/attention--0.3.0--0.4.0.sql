@@ -228,3 +228,21 @@ COMMENT ON FUNCTION import_huggingface_m2m100(text, jsonb, oid[], bytea, jsonb, 
 
 ALTER TABLE vocabularies ADD COLUMN language_tokens_special boolean NOT NULL DEFAULT true;
 COMMENT ON COLUMN vocabularies.language_tokens_special IS 'Whether a multilingual vocabulary''s language tokens are special tokens of its tokenizer (listed in additional_special_tokens): cut out of text before SentencePiece and skipped by decode; false: ordinary text in both, as transformers reads an M2M100Tokenizer saved without the list. Translation forces the target language''s id either way and leaves it out of the text.';
+
+-----------------------------------------------------------------------------
+-- Progress of long statements (0.4.0): what a DBA watches from another
+-- session (docs/operations.md).
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION progress_status()
+RETURNS TABLE (pid integer, database text, role text, operation text, object text, done bigint, total bigint,
+               unit text, started_at timestamptz, rate double precision, seconds_left double precision)
+AS 'MODULE_PATHNAME', 'attention_progress_status'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION progress_status() IS
+'The running long operations of the server, as the view attention.progress shows them.';
+
+CREATE VIEW progress AS SELECT * FROM progress_status();
+COMMENT ON VIEW progress IS
+'One row per running long operation of the server (translate_column, evaluate, import_corpus, load_corpus, the Hugging Face imports, average_checkpoints, quantize): pid, database, role, operation, object (the relation, model or checkpoint), done and total units (rows, sentences, tensors; total NULL where not known), started_at, rate (units per second since the start) and seconds_left at that rate. A row goes when its operation ends, fails or is cancelled. Another role''s row shows pid, database, role and operation only (unless the caller has pg_read_all_stats).';
+GRANT SELECT ON progress TO PUBLIC;

@@ -4,9 +4,9 @@
  * per-row translate() calls and, under shared_preload_libraries,
  * registers the launcher that resumes interrupted training jobs (not in
  * pg_upgrade's binary-upgrade mode) and reserves the translation services'
- * registry and the CPU budget in shared memory. It also loads OpenBLAS
- * (src/blas.h) so that, preloaded, every backend and worker inherits it from
- * the postmaster, as when the library linked it.
+ * registry, the CPU budget and the progress rows in shared memory. It also
+ * loads OpenBLAS (src/blas.h) so that, preloaded, every backend and worker
+ * inherits it from the postmaster, as when the library linked it.
  */
 #include "postgres.h"
 
@@ -16,6 +16,7 @@
 #include "batch_translate.h"
 #include "blas.h"
 #include "cpu_budget.h"
+#include "progress.h"
 #include "service_registry.h"
 #include "settings.h"
 #include "workers.h"
@@ -47,5 +48,6 @@ _PG_init(void)
 			register_launcher();
 		service_shmem_init();
 		cpu_budget_shmem_init();
+		progress_shmem_init();
 	}
 }

@@ -14,6 +14,7 @@
 #include "utils/jsonb.h"
 
 #include "catalog.h"
+#include "progress.h"
 #include "transformer.h"
 
 PG_FUNCTION_INFO_V1(attention_average_checkpoints);
@@ -135,6 +136,7 @@ attention_average_checkpoints(PG_FUNCTION_ARGS)
 							  NULL, false, 1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert the average of model \"%s\"", name);
 	average_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	progress_begin("average_checkpoints", psprintf("%s: %d checkpoints", name, n), "tensors", count);
 
 	for (t = 0; t < count; t++)
 	{
@@ -179,6 +181,7 @@ attention_average_checkpoints(PG_FUNCTION_ARGS)
 		pfree(sum);
 		pfree(mean);
 	}
+	progress_end();
 	SPI_finish();
 	PG_RETURN_INT64(average_id);
 }
@@ -263,7 +266,9 @@ attention_quantize(PG_FUNCTION_ARGS)
 								  NULL, false, 1) != SPI_OK_INSERT_RETURNING)
 			elog(ERROR, "could not insert a checkpoint of model \"%s\"", model);
 		quantized_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		progress_begin("quantize", psprintf("%s: checkpoint %lld", model, (long long) checkpoint_id), "tensors", n);
 		write_tensors(quantized_id, out, n);
+		progress_end();
 	}
 	PG_FINALLY();
 	{

@@ -19,6 +19,7 @@
 #include "utils/memutils.h"
 
 #include "catalog.h"
+#include "progress.h"
 #include "rights.h"
 
 PG_FUNCTION_INFO_V1(attention_import_corpus);
@@ -85,6 +86,7 @@ batch_flush(PairBatch *batch)
 	if (SPI_execute_plan(batch->insert_plan, values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not insert corpus pairs");
 	batch->inserted += SPI_processed;
+	progress_add(batch->count);
 	batch->count = 0;
 	MemoryContextReset(batch->batch_context);
 	CHECK_FOR_INTERRUPTS();
@@ -134,6 +136,7 @@ attention_import_corpus(PG_FUNCTION_ARGS)
 				 errmsg("query \"%s\" does not return rows", query),
 				 errhint("Pass a SELECT returning (source, target).")));
 	portal = SPI_cursor_open(NULL, plan, NULL, NULL, true);
+	progress_begin("import_corpus", corpus, "pairs", -1);
 
 	for (;;)
 	{
@@ -170,6 +173,7 @@ attention_import_corpus(PG_FUNCTION_ARGS)
 	}
 	SPI_cursor_close(portal);
 	batch_flush(&batch);
+	progress_end();
 	SPI_finish();
 	PG_RETURN_INT64(batch.inserted);
 }
@@ -245,6 +249,7 @@ attention_load_corpus(PG_FUNCTION_ARGS)
 	batch_init(&batch, require_owner("corpus", corpus, "add pairs to"), split);
 	source_file = open_corpus_file(source_path);
 	target_file = open_corpus_file(target_path);
+	progress_begin("load_corpus", corpus, "pairs", -1);
 	initStringInfo(&source_line);
 	initStringInfo(&target_line);
 
@@ -266,6 +271,7 @@ attention_load_corpus(PG_FUNCTION_ARGS)
 		batch_add(&batch, source_line.data, source_line.len, target_line.data, target_line.len);
 	}
 	batch_flush(&batch);
+	progress_end();
 	FreeFile(source_file);
 	FreeFile(target_file);
 	SPI_finish();

@@ -17,6 +17,7 @@
 
 #include "catalog.h"
 #include "dataset.h"
+#include "progress.h"
 #include "spm.h"
 #include "transformer.h"
 #include "translation.h"
@@ -147,8 +148,12 @@ attention_evaluate(PG_FUNCTION_ARGS)
 			ereport(ERROR, (errcode(ERRCODE_NO_DATA),
 							errmsg("split %s of corpus \"%s\" has no pairs", split, corpus)));
 		data_feed_alloc(&feed, &d, NULL, c.max_positions);
+		/* every pair scored, then the references' sources translated */
+		progress_begin("evaluate", psprintf("%s on %s (%s)", model, corpus, split), "sentences",
+					   (int64) d.num_pairs + d.num_references);
 		loss = dataset_loss(engine, &d, &feed);
 		bleu = dataset_bleu(engine, vocab, &d, &feed, beam_size, c.max_positions);
+		progress_end();
 	}
 	PG_FINALLY();
 	{

@@ -28,6 +28,7 @@
 #include "catalog.h"
 #include "huggingface.h"
 #include "marian.h"
+#include "progress.h"
 #include "spm.h"
 #include "tensor_file.h"
 #include "transformer.h"
@@ -508,7 +509,9 @@ attention_import_huggingface(PG_FUNCTION_ARGS)
 							  NULL, false, 1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert a checkpoint of model \"%s\"", model);
 	checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	progress_begin("import_huggingface", model, "tensors", count);
 	write_tensors(checkpoint_id, t, count);
+	progress_end();
 	SPI_finish();
 	PG_RETURN_INT64(checkpoint_id);
 }

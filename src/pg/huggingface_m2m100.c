@@ -38,6 +38,7 @@
 
 #include "catalog.h"
 #include "huggingface.h"
+#include "progress.h"
 #include "safetensors.h"
 #include "spm.h"
 #include "tensor_file.h"
@@ -679,11 +680,12 @@ import_file(Oid lo, const char *file, Wanted *w, int64 checkpoint_id)
 /*
  * Writes the tensors of the safetensors files in large objects lo[n_files]
  * (one model.safetensors, or the shards of model.safetensors.index.json) as
- * the parameters of checkpoint_id, a model of configuration c (import_file).
- * ERROR naming the problem, or a parameter no file gives.
+ * the parameters of checkpoint_id, a model of configuration c (import_file),
+ * reported as operation import_huggingface_m2m100 of model `model`. ERROR
+ * naming the problem, or a parameter no file gives.
  */
 static void
-import_tensors(const Oid *lo, int n_files, const TfConfig *c, int64 checkpoint_id)
+import_tensors(const char *model, const Oid *lo, int n_files, const TfConfig *c, int64 checkpoint_id)
 {
 	TfModel    *shape_model;
 	Wanted		w = {0};
@@ -702,6 +704,7 @@ import_tensors(const Oid *lo, int n_files, const TfConfig *c, int64 checkpoint_i
 		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("could not lay out the model: %s", err)));
 	}
 	w.seen = palloc0(w.n * sizeof(bool));
+	progress_begin("import_huggingface_m2m100", model, "tensors", w.n);
 	PG_TRY();
 	{
 		for (f = 0; f < n_files; f++)
@@ -726,6 +729,7 @@ import_tensors(const Oid *lo, int n_files, const TfConfig *c, int64 checkpoint_i
 		tf_model_free(shape_model);
 	}
 	PG_END_TRY();
+	progress_end();
 	/* pg_largeobject, which inv_open opened for the transaction: lo_open's end-of-transaction close runs only after an lo_* call */
 	close_lo_relation(true);
 }
@@ -924,7 +928,7 @@ import_m2m100(FunctionCallInfo fcinfo, const Oid *lo, int n_files)
 							  NULL, false, 1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert a checkpoint of model \"%s\"", model);
 	checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	import_tensors(lo, n_files, &c, checkpoint_id);
+	import_tensors(model, lo, n_files, &c, checkpoint_id);
 	SPI_finish();
 	return checkpoint_id;
 }

@@ -19,6 +19,7 @@
 #include "utils/memutils.h"
 
 #include "catalog.h"
+#include "progress.h"
 #include "settings.h"
 #include "transformer.h"
 #include "translation.h"
@@ -158,6 +159,7 @@ attention_translate_column(PG_FUNCTION_ARGS)
 	source_language = PG_NARGS() > 6 && !PG_ARGISNULL(6) ? PG_GETARG_TEXT_PP(6) : NULL;
 	INSTR_TIME_SET_CURRENT(start);
 	last_notice = start;
+	progress_begin("translate_column", psprintf("%s: %s -> %s", rel, source_column, target_column), "rows", total);
 	for (;;)
 	{
 		int			n;
@@ -205,6 +207,7 @@ attention_translate_column(PG_FUNCTION_ARGS)
 		}
 		MemoryContextSwitchTo(old);
 		done += n;
+		progress_add(n);
 		if (!atomic)
 			SPI_commit();
 		INSTR_TIME_SET_CURRENT(now);
@@ -224,6 +227,7 @@ attention_translate_column(PG_FUNCTION_ARGS)
 									Max(total - done, 0) / Max(rate, 1e-9))));
 		}
 	}
+	progress_end();
 	SPI_finish();
 	PG_RETURN_VOID();
 }

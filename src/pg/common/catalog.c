@@ -19,6 +19,7 @@
 #include "utils/memutils.h"
 
 #include "catalog.h"
+#include "progress.h"
 #include "rights.h"
 
 int32
@@ -534,6 +535,7 @@ write_tensors(int64 checkpoint_id, const TfTensor *tensors, int count)
 			done += n;
 			chunk++;
 		} while (done < t->bytes);
+		progress_add(1);
 	}
 	SPI_freeplan(plan);
 }

@@ -107,7 +107,9 @@ void		require_model_checkpoint(int64 checkpoint_id, int32 model_id, const char *
 
 /*
  * Writes tensors [count] (host memory) as rows of checkpoint
- * `checkpoint_id`, each chunked below the 1 GB bytea limit. Inside SPI.
+ * `checkpoint_id`, each chunked below the 1 GB bytea limit; each tensor
+ * counts as done in this process's reported operation (progress_add).
+ * Inside SPI.
  */
 void		write_tensors(int64 checkpoint_id, const TfTensor *tensors, int count);
 

@@ -23,6 +23,7 @@
 #include "bleu.h"
 #include "cpu_budget.h"
 #include "dataset.h"
+#include "progress.h"
 #include "rights.h"
 #include "rng.h"
 
@@ -400,6 +401,7 @@ dataset_loss(TfModel *engine, const DataSet *d, DataFeed *feed)
 		for (k = 0; k < db->count; k++)
 			sum -= log_prob[k];
 		tokens += db->tgt_tokens;
+		progress_add(db->count);
 	}
 	pfree(log_prob);
 	return tokens > 0 ? sum / tokens : NAN;
@@ -477,6 +479,7 @@ dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed 
 			spm_free_buffer(text);
 		}
 		tf_hypotheses_free(hyps, n);
+		progress_add(n);
 	}
 	return bleu_score(&stats, false);
 }

@@ -111,7 +111,8 @@ void		data_feed_alloc(DataFeed *feed, const DataSet *a, const DataSet *b, int ma
  * Cross-entropy per target token (nats; no dropout, no label smoothing) of
  * every batch of d: -sum log P(target + EOS | source) / (target tokens +
  * EOS). NaN when d has no batches or feed->stop stopped it. ERROR on an
- * engine failure.
+ * engine failure. Each batch's pairs count as done in this process's
+ * reported operation (progress_add).
  */
 double		dataset_loss(TfModel *engine, const DataSet *d, DataFeed *feed);
 
@@ -119,7 +120,8 @@ double		dataset_loss(TfModel *engine, const DataSet *d, DataFeed *feed);
  * Corpus BLEU (sacreBLEU defaults) of the beam-search translations of d's
  * first num_references sources against their target texts (sources longer
  * than max_positions - 1 tokens are cut). NaN when there are none or
- * feed->stop stopped it. ERROR on an engine failure.
+ * feed->stop stopped it. ERROR on an engine failure. Each sentence counts
+ * as done in this process's reported operation (progress_add).
  */
 double		dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed *feed,
 						 int beam_size, int max_positions);

@@ -1,0 +1,310 @@
+/*
+ * progress.c - the progress of long statements (progress.h).
+ *
+ * Rows live in shared memory, one slot per reporting process: under
+ * shared_preload_libraries one per backend (MaxBackends), reserved at
+ * start-up; without preloading, PROGRESS_SPARE_ROWS of them placed by the
+ * server's first operation in the spare shared memory every server keeps for
+ * add-ins (ShmemInitStruct under AddinShmemInitLock, as the CPU budget does),
+ * on every major. A process claims a free slot by compare-and-swap of its
+ * pid; when all are taken (more operations at once than rows, without
+ * preloading) or no memory could be had, its operation runs unreported.
+ *
+ * Only the owner writes its slot, between two increments of the slot's
+ * change count (odd while it writes); a reader copies the row and takes the
+ * copy when the count was even and unchanged around it (as PostgreSQL's
+ * backend status does), so it never waits on a lock and never sees half a
+ * row. Abort callbacks (transaction and subtransaction) and an exit callback
+ * clear a row that an ERROR, cancel or FATAL left behind.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_authid.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/acl.h"
+#include "utils/timestamp.h"
+
+#include "progress.h"
+
+/* Rows without preloading. */
+#define PROGRESS_SPARE_ROWS 32
+
+typedef struct ProgressSlot
+{
+	pg_atomic_uint32 owner;		/* pid of the process reporting here; 0: free */
+	pg_atomic_uint32 changecount;	/* odd while the owner writes the row */
+	ProgressRow row;
+} ProgressSlot;
+
+typedef struct ProgressShared
+{
+	int			nslots;
+	ProgressSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} ProgressShared;
+
+static ProgressShared *shared = NULL;
+static bool unavailable = false;	/* no shared memory could be had: nothing is reported */
+static int	preloaded_slots = 0;	/* MaxBackends under shared_preload_libraries (the postmaster's, inherited) */
+static ProgressSlot *mine = NULL;	/* the slot of this process's reported operation */
+static int	depth = 0;			/* operations begun and not ended; only the outermost is reported */
+static int	begun_at_level = 0; /* the transaction nest level of the outermost begin */
+static bool callbacks_registered = false;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* Bytes of n slots. */
+static Size
+shared_size(int n)
+{
+	return add_size(offsetof(ProgressShared, slots), mul_size(n, sizeof(ProgressSlot)));
+}
+
+/* Attaches (or creates) the rows' shared memory; false when there is none to be had. */
+static bool
+progress_attach(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	int			n = preloaded_slots > 0 ? preloaded_slots : PROGRESS_SPARE_ROWS;
+	bool		found;
+
+	if (shared != NULL)
+		return true;
+	if (unavailable)
+		return false;
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	PG_TRY();
+	{
+		ProgressShared *s = ShmemInitStruct("attention progress", shared_size(n), &found);
+
+		if (!found)
+		{
+			int			i;
+
+			s->nslots = n;
+			for (i = 0; i < n; i++)
+			{
+				pg_atomic_init_u32(&s->slots[i].owner, 0);
+				pg_atomic_init_u32(&s->slots[i].changecount, 0);
+				memset(&s->slots[i].row, 0, sizeof(ProgressRow));
+			}
+		}
+		shared = s;
+	}
+	PG_CATCH();
+	{
+		/* out of shared memory: ShmemInitStruct released its own lock and left nothing behind */
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		unavailable = true;
+	}
+	PG_END_TRY();
+	LWLockRelease(AddinShmemInitLock);
+	if (unavailable)
+		ereport(LOG, (errmsg("attention: no shared memory for attention.progress: operations run unreported"),
+					  errhint("Add attention to shared_preload_libraries.")));
+	return shared != NULL;
+}
+
+/* Frees this process's slot (its row first). */
+static void
+release_slot(void)
+{
+	if (mine == NULL)
+		return;
+	pg_atomic_fetch_add_u32(&mine->changecount, 1);
+	pg_write_barrier();
+	memset(&mine->row, 0, sizeof(ProgressRow));
+	pg_write_barrier();
+	pg_atomic_fetch_add_u32(&mine->changecount, 1);
+	pg_atomic_write_u32(&mine->owner, 0);
+	mine = NULL;
+}
+
+/* Forgets every operation begun: an abort or the process's exit. */
+static void
+forget_operations(void)
+{
+	release_slot();
+	depth = 0;
+}
+
+static void
+progress_xact_callback(XactEvent event, void *arg)
+{
+	if (depth > 0 && (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT))
+		forget_operations();
+}
+
+static void
+progress_subxact_callback(SubXactEvent event, SubTransactionId mySubid, SubTransactionId parentSubid, void *arg)
+{
+	/* a subtransaction that began the operation, or one around it, aborts */
+	if (depth > 0 && event == SUBXACT_EVENT_ABORT_SUB && GetCurrentTransactionNestLevel() <= begun_at_level)
+		forget_operations();
+}
+
+static void
+progress_exit(int code, Datum arg)
+{
+	forget_operations();
+}
+
+/* Copies at most size - 1 bytes of src into dst, not cutting a character. */
+static void
+copy_clipped(char *dst, const char *src, int size)
+{
+	int			len = pg_mbcliplen(src, strlen(src), size - 1);
+
+	memcpy(dst, src, len);
+	dst[len] = '\0';
+}
+
+void
+progress_begin(const char *operation, const char *object, const char *unit, int64 total)
+{
+	int			i;
+
+	if (depth++ > 0 || !progress_attach())
+		return;
+	if (!callbacks_registered)
+	{
+		RegisterXactCallback(progress_xact_callback, NULL);
+		RegisterSubXactCallback(progress_subxact_callback, NULL);
+		before_shmem_exit(progress_exit, (Datum) 0);
+		callbacks_registered = true;
+	}
+	begun_at_level = GetCurrentTransactionNestLevel();
+	for (i = 0; i < shared->nslots && mine == NULL; i++)
+	{
+		uint32		free_owner = 0;
+
+		if (pg_atomic_compare_exchange_u32(&shared->slots[i].owner, &free_owner, (uint32) MyProcPid))
+			mine = &shared->slots[i];
+	}
+	if (mine == NULL)
+		return;					/* every row taken: unreported */
+	pg_atomic_fetch_add_u32(&mine->changecount, 1);
+	pg_write_barrier();
+	mine->row.pid = MyProcPid;
+	mine->row.database = MyDatabaseId;
+	mine->row.role = GetUserId();
+	copy_clipped(mine->row.operation, operation, sizeof(mine->row.operation));
+	copy_clipped(mine->row.object, object, sizeof(mine->row.object));
+	copy_clipped(mine->row.unit, unit, sizeof(mine->row.unit));
+	mine->row.done = 0;
+	mine->row.total = total;
+	mine->row.started = GetCurrentTimestamp();
+	pg_write_barrier();
+	pg_atomic_fetch_add_u32(&mine->changecount, 1);
+}
+
+void
+progress_add(int64 units)
+{
+	if (depth != 1 || mine == NULL)
+		return;
+	pg_atomic_fetch_add_u32(&mine->changecount, 1);
+	pg_write_barrier();
+	mine->row.done += units;
+	if (mine->row.total >= 0 && mine->row.done > mine->row.total)
+		mine->row.total = mine->row.done;
+	pg_write_barrier();
+	pg_atomic_fetch_add_u32(&mine->changecount, 1);
+}
+
+void
+progress_end(void)
+{
+	if (depth == 0 || --depth > 0)
+		return;
+	if (mine != NULL)
+	{
+		ProgressRow r = mine->row;
+		double		seconds = (GetCurrentTimestamp() - r.started) / 1e6;
+
+		release_slot();
+		ereport(LOG, (errmsg("attention: %s of %s: %lld %s in %.1f s (%.1f %s/s)", r.operation, r.object,
+							 (long long) r.done, r.unit, seconds, r.done / Max(seconds, 1e-6), r.unit)));
+	}
+}
+
+void
+progress_status(ProgressRow **rows, int *n)
+{
+	bool		all = has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
+	int			i;
+
+	*n = 0;
+	*rows = NULL;
+	if (!progress_attach())
+		return;
+	*rows = palloc(shared->nslots * sizeof(ProgressRow));
+	for (i = 0; i < shared->nslots; i++)
+	{
+		ProgressSlot *s = &shared->slots[i];
+		ProgressRow *r = &(*rows)[*n];
+
+		for (;;)
+		{
+			uint32		before = pg_atomic_read_u32(&s->changecount);
+			uint32		after;
+
+			pg_read_barrier();
+			memcpy(r, &s->row, sizeof(ProgressRow));
+			pg_read_barrier();
+			after = pg_atomic_read_u32(&s->changecount);
+			if (before == after && (before & 1) == 0)
+				break;
+			CHECK_FOR_INTERRUPTS();
+		}
+		if (r->pid == 0)
+			continue;
+		/* the strings as copied: terminated even where a field was full */
+		r->operation[sizeof(r->operation) - 1] = '\0';
+		r->object[sizeof(r->object) - 1] = '\0';
+		r->unit[sizeof(r->unit) - 1] = '\0';
+		if (!all && !has_privs_of_role(GetUserId(), r->role))
+		{
+			r->object[0] = '\0';
+			r->done = -1;
+			r->total = -1;
+		}
+		(*n)++;
+	}
+}
+
+static void
+progress_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	preloaded_slots = MaxBackends;
+	RequestAddinShmemSpace(MAXALIGN(shared_size(preloaded_slots)));
+}
+
+static void
+progress_shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	/* again after a crash restart: the segment is a new one */
+	shared = NULL;
+	unavailable = false;
+	(void) progress_attach();
+}
+
+void
+progress_shmem_init(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = progress_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = progress_shmem_startup;
+}

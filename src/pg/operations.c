@@ -1,0 +1,70 @@
+/*
+ * operations.c - the SQL functions a DBA watches the extension with:
+ * progress_status (the view attention.progress) over progress.c's rows.
+ */
+#include "postgres.h"
+
+#include "commands/dbcommands.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "progress.h"
+
+PG_FUNCTION_INFO_V1(attention_progress_status);
+
+/*
+ * progress_status() returns table (pid, database, role, operation, object,
+ * done, total, unit, started_at, rate, seconds_left): one row per running
+ * long operation of the server (progress.h). rate is units per second since
+ * the start; seconds_left the units left at that rate (NULL without a
+ * total or a unit done). Another role's row (without pg_read_all_stats)
+ * shows pid, database, role and operation only.
+ */
+Datum
+attention_progress_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ProgressRow *rows;
+	int			n,
+				i;
+	TimestampTz now = GetCurrentTimestamp();
+
+	InitMaterializedSRF(fcinfo, 0);
+	progress_status(&rows, &n);
+	for (i = 0; i < n; i++)
+	{
+		ProgressRow *r = &rows[i];
+		Datum		values[11];
+		bool		nulls[11] = {false};
+		char	   *database = get_database_name(r->database);
+		char	   *role = GetUserNameFromId(r->role, true);
+		bool		hidden = r->done < 0;
+		double		seconds = Max((now - r->started) / 1e6, 1e-6);
+		double		rate = hidden ? 0 : r->done / seconds;
+
+		values[0] = Int32GetDatum(r->pid);
+		values[1] = database != NULL ? CStringGetTextDatum(database) : (Datum) 0;
+		nulls[1] = database == NULL;
+		values[2] = role != NULL ? CStringGetTextDatum(role) : (Datum) 0;
+		nulls[2] = role == NULL;
+		values[3] = CStringGetTextDatum(r->operation);
+		values[4] = CStringGetTextDatum(r->object);
+		nulls[4] = hidden;
+		values[5] = Int64GetDatum(r->done);
+		nulls[5] = hidden;
+		values[6] = Int64GetDatum(r->total);
+		nulls[6] = r->total < 0;
+		values[7] = CStringGetTextDatum(r->unit);
+		nulls[7] = hidden;
+		values[8] = TimestampTzGetDatum(r->started);
+		values[9] = Float8GetDatum(rate);
+		nulls[9] = hidden;
+		values[10] = Float8GetDatum(Max(r->total - r->done, 0) / rate);
+		nulls[10] = hidden || r->total < 0 || r->done <= 0;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
