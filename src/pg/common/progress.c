@@ -52,8 +52,15 @@ static ProgressShared *shared = NULL;
 static bool unavailable = false;	/* no shared memory could be had: nothing is reported */
 static int	preloaded_slots = 0;	/* MaxBackends under shared_preload_libraries (the postmaster's, inherited) */
 static ProgressSlot *mine = NULL;	/* the slot of this process's reported operation */
-static int	depth = 0;			/* operations begun and not ended; only the outermost is reported */
-static int	begun_at_level = 0; /* the transaction nest level of the outermost begin */
+
+/*
+ * Operations begun and not ended (only the outermost is reported), with the
+ * transaction nest level each began at, so that a subtransaction's abort
+ * forgets those it began (beyond PROGRESS_MAX_DEPTH, the deepest level known).
+ */
+#define PROGRESS_MAX_DEPTH 8
+static int	depth = 0;
+static int	begun_at_level[PROGRESS_MAX_DEPTH];
 static bool callbacks_registered = false;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -145,9 +152,15 @@ progress_xact_callback(XactEvent event, void *arg)
 static void
 progress_subxact_callback(SubXactEvent event, SubTransactionId mySubid, SubTransactionId parentSubid, void *arg)
 {
-	/* a subtransaction that began the operation, or one around it, aborts */
-	if (depth > 0 && event == SUBXACT_EVENT_ABORT_SUB && GetCurrentTransactionNestLevel() <= begun_at_level)
-		forget_operations();
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	/* forget the operations this subtransaction (or one inside it) began */
+	while (depth > 0 && begun_at_level[Min(depth, PROGRESS_MAX_DEPTH) - 1] >= level)
+		depth--;
+	if (depth == 0)
+		release_slot();
 }
 
 static void
@@ -171,8 +184,6 @@ progress_begin(const char *operation, const char *object, const char *unit, int6
 {
 	int			i;
 
-	if (depth++ > 0 || !progress_attach())
-		return;
 	if (!callbacks_registered)
 	{
 		RegisterXactCallback(progress_xact_callback, NULL);
@@ -180,7 +191,10 @@ progress_begin(const char *operation, const char *object, const char *unit, int6
 		before_shmem_exit(progress_exit, (Datum) 0);
 		callbacks_registered = true;
 	}
-	begun_at_level = GetCurrentTransactionNestLevel();
+	if (depth < PROGRESS_MAX_DEPTH)
+		begun_at_level[depth] = GetCurrentTransactionNestLevel();
+	if (depth++ > 0 || !progress_attach())
+		return;
 	for (i = 0; i < shared->nslots && mine == NULL; i++)
 	{
 		uint32		free_owner = 0;
