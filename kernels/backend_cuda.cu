@@ -20,6 +20,7 @@
 #include <mutex>
 #include <new>
 #include <thread>
+#include <unordered_map>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,7 @@ typedef struct ColumnCover
 /* Backend state: the device, its stream and cuBLAS handles, the first error, workspaces. */
 struct CudaState
 {
+	std::unordered_map<void *, size_t> sizes;	/* of cuda_alloc's allocations (TfBackend.bytes) */
 	int			device;
 	cudaStream_t stream;
 	cublasHandle_t blas;
@@ -233,6 +235,16 @@ cuda_alloc(TfBackend *be, size_t bytes)
 		return NULL;
 	}
 	be->allocations++;
+	try
+	{
+		state(be)->sizes[p] = bytes;
+	}
+	catch (...)
+	{
+		(void) cudaFree(p);
+		return NULL;
+	}
+	be->bytes += (int64_t) bytes;
 	check(be, cudaMemsetAsync(p, 0, bytes, state(be)->stream), "zeroing an allocation");
 	return p;
 }
@@ -241,7 +253,16 @@ static void
 cuda_free(TfBackend *be, void *ptr)
 {
 	if (ptr != NULL)
+	{
+		auto		size = state(be)->sizes.find(ptr);
+
+		if (size != state(be)->sizes.end())
+		{
+			be->bytes -= (int64_t) size->second;
+			state(be)->sizes.erase(size);
+		}
 		check(be, cudaFree(ptr), "cudaFree");
+	}
 }
 
 /*

@@ -97,6 +97,7 @@ struct TfBackend
 	const char *name;
 	bool		host_memory;	/* backend memory is host memory (the CPU backend) */
 	int64_t		allocations;	/* device allocations made so far (tests: none in a steady step) */
+	int64_t		bytes;			/* bytes held through alloc now (free gives them back) */
 	int			cache_bytes;	/* bytes per key/value cache element (cache_gather) */
 	int			vocab_multiple; /* the logits' row stride: the vocabulary rounded up to a multiple of
 								 * this (CUDA 64: rows at 256 bytes, as cuBLAS's Hopper kernels want

@@ -114,11 +114,11 @@ cpu_alloc(TfBackend *be, size_t bytes)
 	size_t		total = bytes + ALLOC_HEADER;
 	char	   *p;
 
-	(void) be;
 	p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return NULL;
 	*(size_t *) p = total;
+	be->bytes += (int64_t) bytes;
 	return p + ALLOC_HEADER;
 }
 
@@ -127,10 +127,10 @@ cpu_free(TfBackend *be, void *ptr)
 {
 	char	   *p;
 
-	(void) be;
 	if (ptr == NULL)
 		return;
 	p = (char *) ptr - ALLOC_HEADER;
+	be->bytes -= (int64_t) (*(size_t *) p - ALLOC_HEADER);
 	munmap(p, *(size_t *) p);
 }
 

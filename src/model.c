@@ -406,6 +406,12 @@ tf_model_weight_bytes(const TfModel *m)
 	return m->num_params * sizeof(float) + m->num_q8 + m->num_qrows * sizeof(float);
 }
 
+size_t
+tf_model_memory_bytes(const TfModel *m)
+{
+	return m->be->bytes > 0 ? (size_t) m->be->bytes : 0;
+}
+
 const char *
 tf_model_backend(const TfModel *m)
 {

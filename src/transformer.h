@@ -230,6 +230,15 @@ bool		tf_model_quantized(const TfModel *model);
 /* Bytes of parameter memory the model holds (fp32 parameters, int8 weights and their scales). */
 size_t		tf_model_weight_bytes(const TfModel *model);
 
+/*
+ * Bytes the model's backend allocator holds now: parameters (and, when
+ * training, gradients and Adam's moments), activation arenas, and the key
+ * and value caches of its decoding streams; host memory on the CPU backend,
+ * device memory on CUDA (where cuBLAS's and the kernels' own workspaces
+ * are not counted).
+ */
+size_t		tf_model_memory_bytes(const TfModel *model);
+
 /* The backend's name: "cpu" or "cuda". */
 const char *tf_model_backend(const TfModel *model);
 

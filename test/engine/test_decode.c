@@ -215,6 +215,9 @@ check_stream(const Fixture *fx, TfModel *m)
 		int			taken = 0,
 					steps = 0;
 
+		size_t		before = tf_model_memory_bytes(m),
+					during = 0;
+
 		opt = case_options(fx, c);
 		CHECK(tf_stream_create(m, &opt, &st, err, sizeof(err)) == TF_OK, "stream: %s", err);
 		if (st == NULL || L > 64)
@@ -233,6 +236,7 @@ check_stream(const Fixture *fx, TfModel *m)
 		memcpy(pair, ids + (size_t) order[2] * L, L * sizeof(int32_t));
 		memcpy(pair + L, ids + (size_t) order[3] * L, L * sizeof(int32_t));
 		CHECK(tf_stream_add(st, pair, 2, L, tags, err, sizeof(err)) == TF_OK, "add: %s", err);
+		during = tf_model_memory_bytes(m);
 		while (tf_stream_sentences(st) > 0 && steps++ < 1000)
 		{
 			CHECK(tf_stream_step(st, err, sizeof(err)) == TF_OK, "step: %s", err);
@@ -242,6 +246,10 @@ check_stream(const Fixture *fx, TfModel *m)
 		CHECK(taken == 4, "case %d: %d sentences left the stream, not 4", c, taken);
 		taken_all += taken;
 		tf_stream_free(st);
+		/* the allocator's count: the stream's caches held while it decodes, given back with it */
+		CHECK(before >= tf_model_weight_bytes(m) && during > before && tf_model_memory_bytes(m) == before,
+			  "case %d: memory %zu (weights %zu), %zu with the stream, %zu after it", c, before,
+			  tf_model_weight_bytes(m), during, tf_model_memory_bytes(m));
 	}
 	printf("  stream: %d cases, %d sentences joining at steps 0, 2, 3, 3 equal to PyTorch's\n", cases, taken_all);
 }
