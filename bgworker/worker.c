@@ -51,6 +51,7 @@
 #include "dataset.h"
 #include "history.h"
 #include "parallel.h"
+#include "progress.h"
 #include "ranks.h"
 #include "rights.h"
 #include "settings.h"
@@ -82,6 +83,7 @@ typedef struct Job
 {
 	int64		job_id;
 	int32		model_id;
+	char		model_name[NAMEDATALEN * 2];
 	int32		corpus_id;
 	TrainOptions o;
 	TfConfig	config;
@@ -231,7 +233,7 @@ float8_or_null(double x, bool *isnull)
 
 /*
  * The job's options, model, vocabulary and optimizer settings from a row of
- * JOB_QUERY (columns 3 .. 17: options, model_id, corpus_id, config,
+ * JOB_QUERY (columns 3 .. 20: options, model_id, corpus_id, config,
  * vocab_size, pad_id, bos_id, eos_id, the model's name, the vocabulary).
  */
 static void
@@ -255,7 +257,8 @@ read_job_row(Job *j, HeapTuple tup, TupleDesc desc)
 		j->config.dropout = (float) j->o.dropout;
 	if (j->o.label_smoothing >= 0)
 		j->config.label_smoothing = (float) j->o.label_smoothing;
-	j->vocab = vocabulary_load(tup, desc, 12, psprintf("the vocabulary of model \"%s\"", SPI_getvalue(tup, desc, 11)),
+	strlcpy(j->model_name, SPI_getvalue(tup, desc, 11), sizeof(j->model_name));
+	j->vocab = vocabulary_load(tup, desc, 12, psprintf("the vocabulary of model \"%s\"", j->model_name),
 							   ERRCODE_DATA_CORRUPTED);
 
 	tf_optimizer_default(&j->opt);
@@ -558,6 +561,10 @@ write_progress(Job *j, const char *final_status)
 		history_record(j->job_id, &row, j->o.keep_history);
 	}
 	j->validated = false;
+	/* rank 0's replica: on several devices each holds as much (attention.memory) */
+	if (j->engine != NULL)
+		progress_model_memory(j->model_name, tf_model_backend(model(j)), tf_model_weight_bytes(model(j)),
+							  tf_model_memory_bytes(model(j)));
 	elog(DEBUG1, "attention: training job %lld at step %lld", (long long) j->job_id, (long long) steps(j));
 	j->loss_sum = 0;
 	j->loss_tokens = 0;

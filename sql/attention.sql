@@ -1381,3 +1381,21 @@ CREATE VIEW progress AS SELECT * FROM progress_status();
 COMMENT ON VIEW progress IS
 'One row per running long operation of the server (translate_column, evaluate, import_corpus, load_corpus, the Hugging Face imports, average_checkpoints, quantize): pid, database, role, operation, object (the relation, model or checkpoint), done and total units (rows, sentences, tensors; total NULL where not known), started_at, rate (units per second since the start) and seconds_left at that rate. A row goes when its operation ends, fails or is cancelled. Another role''s row shows pid, database, role and operation only (unless the caller has pg_read_all_stats).';
 GRANT SELECT ON progress TO PUBLIC;
+
+CREATE FUNCTION memory_status()
+RETURNS TABLE (pid integer, database text, model text, device text, weight_bytes bigint, engine_bytes bigint)
+AS 'MODULE_PATHNAME', 'attention_memory_status'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION memory_status() IS
+'The models every process of the server holds, as the view attention.memory shows them.';
+
+CREATE VIEW memory AS
+WITH m AS (SELECT * FROM memory_status())
+SELECT m.pid, a.backend_type, m.database, m.model, m.device, m.weight_bytes, m.engine_bytes FROM m
+  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = m.pid
+UNION ALL
+SELECT NULL, 'all processes', NULL, NULL, NULL, coalesce(sum(m.weight_bytes), 0)::bigint,
+       coalesce(sum(m.engine_bytes), 0)::bigint FROM m;
+COMMENT ON VIEW memory IS
+'The memory of the models each process holds (sessions, translation services, training workers; at most 4 per process): pid, backend_type, database, model, device (cpu, cuda), weight_bytes (parameters) and engine_bytes (all the engine''s allocator holds for it: parameters, activations, caches, a training job''s gradients and Adam moments; on a GPU, device memory), as of the process''s last call; then one row, backend_type ''all processes'', with the server-wide sums.';
+GRANT SELECT ON memory TO PUBLIC;

@@ -1,6 +1,7 @@
 /*
  * operations.c - the SQL functions a DBA watches the extension with:
- * progress_status (the view attention.progress) over progress.c's rows.
+ * progress_status and memory_status (the views attention.progress and
+ * attention.memory) over progress.c's rows.
  */
 #include "postgres.h"
 
@@ -14,6 +15,7 @@
 #include "progress.h"
 
 PG_FUNCTION_INFO_V1(attention_progress_status);
+PG_FUNCTION_INFO_V1(attention_memory_status);
 
 /*
  * progress_status() returns table (pid, database, role, operation, object,
@@ -64,6 +66,41 @@ attention_progress_status(PG_FUNCTION_ARGS)
 		nulls[9] = hidden;
 		values[10] = Float8GetDatum(Max(r->total - r->done, 0) / rate);
 		nulls[10] = hidden || r->total < 0 || r->done <= 0;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/*
+ * memory_status() returns table (pid, database, model, device,
+ * weight_bytes, engine_bytes): one row per model a process (session,
+ * translation service, training worker) holds, as it last showed it
+ * (progress_model_memory).
+ */
+Datum
+attention_memory_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MemoryRow  *rows;
+	int			n,
+				i;
+
+	InitMaterializedSRF(fcinfo, 0);
+	progress_memory_status(&rows, &n);
+	for (i = 0; i < n; i++)
+	{
+		MemoryRow  *r = &rows[i];
+		Datum		values[6];
+		bool		nulls[6] = {false};
+		char	   *database = get_database_name(r->database);
+
+		values[0] = Int32GetDatum(r->pid);
+		values[1] = database != NULL ? CStringGetTextDatum(database) : (Datum) 0;
+		nulls[1] = database == NULL;
+		values[2] = CStringGetTextDatum(r->model);
+		values[3] = CStringGetTextDatum(r->device);
+		values[4] = Int64GetDatum(r->weight_bytes);
+		values[5] = Int64GetDatum(r->engine_bytes);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -19,6 +19,7 @@
 
 #include "catalog.h"
 #include "model_cache.h"
+#include "progress.h"
 #include "settings.h"
 #include "spm.h"
 
@@ -29,6 +30,7 @@ static SPIPlanPtr lookup_plan = NULL;
 static void
 model_free(AttentionModel *am)
 {
+	progress_model_memory(am->name, am->device, -1, 0);
 	tf_model_free(am->engine);
 	spm_free(am->vocabulary);
 	pfree(am);
@@ -257,6 +259,8 @@ attention_model_load(const DeployedModel *d, const char *device, bool owner)
 		am->next = model_cache;
 		model_cache = am;
 	}
+	/* what it holds as the last call left it (attention.memory) */
+	progress_model_memory(am->name, am->device, am->bytes, tf_model_memory_bytes(am->engine));
 	return am;
 }
 

@@ -1,17 +1,20 @@
 /*
  * progress.c - the progress of long statements (progress.h).
  *
- * Rows live in shared memory, one slot per reporting process: under
+ * Each process that reports an operation or holds a model has a slot in
+ * shared memory: its operation's row and its models' memory
+ * (progress_model_memory). The slots: under
  * shared_preload_libraries one per backend (MaxBackends), reserved at
  * start-up; without preloading, PROGRESS_SPARE_ROWS of them placed by the
  * server's first operation in the spare shared memory every server keeps for
  * add-ins (ShmemInitStruct under AddinShmemInitLock, as the CPU budget does),
  * on every major. A process claims a free slot by compare-and-swap of its
- * pid; when all are taken (more operations at once than rows, without
- * preloading) or no memory could be had, its operation runs unreported.
+ * pid, and frees it when it has neither; when all are taken (more such
+ * processes at once than slots, without preloading) or no memory could be
+ * had, it runs unreported.
  *
  * Only the owner writes its slot, between two increments of the slot's
- * change count (odd while it writes); a reader copies the row and takes the
+ * change count (odd while it writes); a reader copies the slot and takes the
  * copy when the count was even and unchanged around it (as PostgreSQL's
  * backend status does), so it never waits on a lock and never sees half a
  * row. Abort callbacks (transaction and subtransaction) and an exit callback
@@ -38,8 +41,9 @@
 typedef struct ProgressSlot
 {
 	pg_atomic_uint32 owner;		/* pid of the process reporting here; 0: free */
-	pg_atomic_uint32 changecount;	/* odd while the owner writes the row */
-	ProgressRow row;
+	pg_atomic_uint32 changecount;	/* odd while the owner writes the slot */
+	ProgressRow row;			/* pid 0: no operation */
+	MemoryRow	models[PROGRESS_MODELS];	/* model "": none */
 } ProgressSlot;
 
 typedef struct ProgressShared
@@ -51,7 +55,8 @@ typedef struct ProgressShared
 static ProgressShared *shared = NULL;
 static bool unavailable = false;	/* no shared memory could be had: nothing is reported */
 static int	preloaded_slots = 0;	/* MaxBackends under shared_preload_libraries (the postmaster's, inherited) */
-static ProgressSlot *mine = NULL;	/* the slot of this process's reported operation */
+static ProgressSlot *mine = NULL;	/* this process's slot */
+static int	models_held = 0;	/* entries of mine->models in use */
 
 /*
  * Operations begun and not ended (only the outermost is reported), with the
@@ -100,6 +105,7 @@ progress_attach(void)
 				pg_atomic_init_u32(&s->slots[i].owner, 0);
 				pg_atomic_init_u32(&s->slots[i].changecount, 0);
 				memset(&s->slots[i].row, 0, sizeof(ProgressRow));
+				memset(s->slots[i].models, 0, sizeof(s->slots[i].models));
 			}
 		}
 		shared = s;
@@ -119,26 +125,68 @@ progress_attach(void)
 	return shared != NULL;
 }
 
-/* Frees this process's slot (its row first). */
+/* Starts a write of this process's slot: the change count odd. */
 static void
-release_slot(void)
+write_begin(void)
+{
+	pg_atomic_fetch_add_u32(&mine->changecount, 1);
+	pg_write_barrier();
+}
+
+/* Ends a write: the change count even again. */
+static void
+write_end(void)
+{
+	pg_write_barrier();
+	pg_atomic_fetch_add_u32(&mine->changecount, 1);
+}
+
+/* Claims a free slot for this process (once); false when none is free or there is no shared memory. */
+static bool
+claim_slot(void)
+{
+	int			i;
+
+	if (mine != NULL)
+		return true;
+	if (!progress_attach())
+		return false;
+	for (i = 0; i < shared->nslots && mine == NULL; i++)
+	{
+		uint32		free_owner = 0;
+
+		if (pg_atomic_compare_exchange_u32(&shared->slots[i].owner, &free_owner, (uint32) MyProcPid))
+			mine = &shared->slots[i];
+	}
+	return mine != NULL;
+}
+
+/* Clears this process's operation row; frees the slot when it holds no model either (or `all`). */
+static void
+clear_row(bool all)
 {
 	if (mine == NULL)
 		return;
-	pg_atomic_fetch_add_u32(&mine->changecount, 1);
-	pg_write_barrier();
+	write_begin();
 	memset(&mine->row, 0, sizeof(ProgressRow));
-	pg_write_barrier();
-	pg_atomic_fetch_add_u32(&mine->changecount, 1);
-	pg_atomic_write_u32(&mine->owner, 0);
-	mine = NULL;
+	if (all)
+		memset(mine->models, 0, sizeof(mine->models));
+	write_end();
+	if (all)
+		models_held = 0;
+	if (models_held == 0)
+	{
+		pg_atomic_write_u32(&mine->owner, 0);
+		mine = NULL;
+	}
 }
 
-/* Forgets every operation begun: an abort or the process's exit. */
+/* Forgets every operation begun: an abort. */
 static void
 forget_operations(void)
 {
-	release_slot();
+	if (depth > 0)
+		clear_row(false);
 	depth = 0;
 }
 
@@ -157,16 +205,31 @@ progress_subxact_callback(SubXactEvent event, SubTransactionId mySubid, SubTrans
 	if (event != SUBXACT_EVENT_ABORT_SUB)
 		return;
 	/* forget the operations this subtransaction (or one inside it) began */
+	if (depth == 0)
+		return;
 	while (depth > 0 && begun_at_level[Min(depth, PROGRESS_MAX_DEPTH) - 1] >= level)
 		depth--;
 	if (depth == 0)
-		release_slot();
+		clear_row(false);
 }
 
 static void
 progress_exit(int code, Datum arg)
 {
-	forget_operations();
+	depth = 0;
+	clear_row(true);
+}
+
+/* Registers the abort and exit callbacks (once). */
+static void
+register_callbacks(void)
+{
+	if (callbacks_registered)
+		return;
+	RegisterXactCallback(progress_xact_callback, NULL);
+	RegisterSubXactCallback(progress_subxact_callback, NULL);
+	before_shmem_exit(progress_exit, (Datum) 0);
+	callbacks_registered = true;
 }
 
 /* Copies at most size - 1 bytes of src into dst, not cutting a character. */
@@ -182,30 +245,12 @@ copy_clipped(char *dst, const char *src, int size)
 void
 progress_begin(const char *operation, const char *object, const char *unit, int64 total)
 {
-	int			i;
-
-	if (!callbacks_registered)
-	{
-		RegisterXactCallback(progress_xact_callback, NULL);
-		RegisterSubXactCallback(progress_subxact_callback, NULL);
-		before_shmem_exit(progress_exit, (Datum) 0);
-		callbacks_registered = true;
-	}
+	register_callbacks();
 	if (depth < PROGRESS_MAX_DEPTH)
 		begun_at_level[depth] = GetCurrentTransactionNestLevel();
-	if (depth++ > 0 || !progress_attach())
-		return;
-	for (i = 0; i < shared->nslots && mine == NULL; i++)
-	{
-		uint32		free_owner = 0;
-
-		if (pg_atomic_compare_exchange_u32(&shared->slots[i].owner, &free_owner, (uint32) MyProcPid))
-			mine = &shared->slots[i];
-	}
-	if (mine == NULL)
-		return;					/* every row taken: unreported */
-	pg_atomic_fetch_add_u32(&mine->changecount, 1);
-	pg_write_barrier();
+	if (depth++ > 0 || !claim_slot())
+		return;					/* inside another, or every slot taken: unreported */
+	write_begin();
 	mine->row.pid = MyProcPid;
 	mine->row.database = MyDatabaseId;
 	mine->row.role = GetUserId();
@@ -215,22 +260,19 @@ progress_begin(const char *operation, const char *object, const char *unit, int6
 	mine->row.done = 0;
 	mine->row.total = total;
 	mine->row.started = GetCurrentTimestamp();
-	pg_write_barrier();
-	pg_atomic_fetch_add_u32(&mine->changecount, 1);
+	write_end();
 }
 
 void
 progress_add(int64 units)
 {
-	if (depth != 1 || mine == NULL)
+	if (depth != 1 || mine == NULL || mine->row.pid == 0)
 		return;
-	pg_atomic_fetch_add_u32(&mine->changecount, 1);
-	pg_write_barrier();
+	write_begin();
 	mine->row.done += units;
 	if (mine->row.total >= 0 && mine->row.done > mine->row.total)
 		mine->row.total = mine->row.done;
-	pg_write_barrier();
-	pg_atomic_fetch_add_u32(&mine->changecount, 1);
+	write_end();
 }
 
 void
@@ -238,14 +280,34 @@ progress_end(void)
 {
 	if (depth == 0 || --depth > 0)
 		return;
-	if (mine != NULL)
+	if (mine != NULL && mine->row.pid != 0)
 	{
 		ProgressRow r = mine->row;
 		double		seconds = (GetCurrentTimestamp() - r.started) / 1e6;
 
-		release_slot();
+		clear_row(false);
 		ereport(LOG, (errmsg("attention: %s of %s: %lld %s in %.1f s (%.1f %s/s)", r.operation, r.object,
 							 (long long) r.done, r.unit, seconds, r.done / Max(seconds, 1e-6), r.unit)));
+	}
+}
+
+/* A consistent copy of slot s (its owner may be writing it): the change count even and unchanged around it. */
+static void
+copy_slot(ProgressSlot *s, ProgressRow *row, MemoryRow *models)
+{
+	for (;;)
+	{
+		uint32		before = pg_atomic_read_u32(&s->changecount);
+		uint32		after;
+
+		pg_read_barrier();
+		memcpy(row, &s->row, sizeof(ProgressRow));
+		memcpy(models, s->models, sizeof(s->models));
+		pg_read_barrier();
+		after = pg_atomic_read_u32(&s->changecount);
+		if (before == after && (before & 1) == 0)
+			break;
+		CHECK_FOR_INTERRUPTS();
 	}
 }
 
@@ -262,22 +324,10 @@ progress_status(ProgressRow **rows, int *n)
 	*rows = palloc(shared->nslots * sizeof(ProgressRow));
 	for (i = 0; i < shared->nslots; i++)
 	{
-		ProgressSlot *s = &shared->slots[i];
 		ProgressRow *r = &(*rows)[*n];
+		MemoryRow	models[PROGRESS_MODELS];
 
-		for (;;)
-		{
-			uint32		before = pg_atomic_read_u32(&s->changecount);
-			uint32		after;
-
-			pg_read_barrier();
-			memcpy(r, &s->row, sizeof(ProgressRow));
-			pg_read_barrier();
-			after = pg_atomic_read_u32(&s->changecount);
-			if (before == after && (before & 1) == 0)
-				break;
-			CHECK_FOR_INTERRUPTS();
-		}
+		copy_slot(&shared->slots[i], r, models);
 		if (r->pid == 0)
 			continue;
 		/* the strings as copied: terminated even where a field was full */
@@ -291,6 +341,76 @@ progress_status(ProgressRow **rows, int *n)
 			r->total = -1;
 		}
 		(*n)++;
+	}
+}
+
+void
+progress_model_memory(const char *model, const char *device, int64 weight_bytes, int64 engine_bytes)
+{
+	int			i,
+				k = -1;
+
+	register_callbacks();
+	if (mine == NULL && (weight_bytes < 0 || !claim_slot()))
+		return;
+	for (i = 0; i < PROGRESS_MODELS; i++)
+	{
+		if (mine->models[i].model[0] != '\0' && strncmp(mine->models[i].model, model, sizeof(mine->models[i].model) - 1) == 0)
+			break;
+		if (k < 0 && mine->models[i].model[0] == '\0')
+			k = i;
+	}
+	if (i == PROGRESS_MODELS && (weight_bytes < 0 || k < 0))
+		return;					/* not shown, or no room: more models than PROGRESS_MODELS */
+	write_begin();
+	if (weight_bytes < 0)
+	{
+		memset(&mine->models[i], 0, sizeof(MemoryRow));
+		models_held--;
+	}
+	else
+	{
+		if (i == PROGRESS_MODELS)
+		{
+			i = k;
+			models_held++;
+			mine->models[i].pid = MyProcPid;
+			mine->models[i].database = MyDatabaseId;
+			copy_clipped(mine->models[i].model, model, sizeof(mine->models[i].model));
+		}
+		copy_clipped(mine->models[i].device, device, sizeof(mine->models[i].device));
+		mine->models[i].weight_bytes = weight_bytes;
+		mine->models[i].engine_bytes = engine_bytes;
+	}
+	write_end();
+	if (models_held == 0 && mine->row.pid == 0)
+		clear_row(false);
+}
+
+void
+progress_memory_status(MemoryRow **rows, int *n)
+{
+	int			i,
+				k;
+
+	*n = 0;
+	*rows = NULL;
+	if (!progress_attach())
+		return;
+	*rows = palloc(mul_size(shared->nslots, PROGRESS_MODELS * sizeof(MemoryRow)));
+	for (i = 0; i < shared->nslots; i++)
+	{
+		ProgressRow row;
+		MemoryRow	models[PROGRESS_MODELS];
+
+		copy_slot(&shared->slots[i], &row, models);
+		for (k = 0; k < PROGRESS_MODELS; k++)
+			if (models[k].model[0] != '\0')
+			{
+				models[k].model[sizeof(models[k].model) - 1] = '\0';
+				models[k].device[sizeof(models[k].device) - 1] = '\0';
+				(*rows)[(*n)++] = models[k];
+			}
 	}
 }
 

@@ -1,8 +1,10 @@
 /*
- * progress.h - the progress of long statements (progress.c), as the view
- * attention.progress shows it to every session: one row per running
- * operation (translate_column, evaluate, an import, average_checkpoints,
- * quantize) with its done and total units. A leaf of the SQL glue.
+ * progress.h - the progress of long statements and the memory of loaded
+ * models (progress.c), as the views attention.progress and attention.memory
+ * show them to every session: one row per running operation
+ * (translate_column, evaluate, an import, average_checkpoints, quantize)
+ * with its done and total units, and one per model a process holds. A leaf
+ * of the SQL glue.
  *
  * A process reports one operation at a time: progress_begin, then
  * progress_add as units are done, then progress_end, which clears the
@@ -32,6 +34,20 @@ typedef struct ProgressRow
 	TimestampTz started;
 } ProgressRow;
 
+/* Models whose memory one process shows (more are not shown). */
+#define PROGRESS_MODELS 4
+
+/* One row of attention.memory (progress_memory_status): a model a process holds. */
+typedef struct MemoryRow
+{
+	int			pid;
+	Oid			database;
+	char		model[NAMEDATALEN * 2];
+	char		device[16];		/* cpu, cuda */
+	int64		weight_bytes;	/* parameters (tf_model_weight_bytes) */
+	int64		engine_bytes;	/* all the engine's allocator holds for it (tf_model_memory_bytes) */
+} MemoryRow;
+
 /*
  * Starts reporting `operation` on `object` (both cut to their fields'
  * sizes), total units of `unit` (-1: not known). Where an operation is
@@ -57,6 +73,16 @@ void		progress_end(void);
  * object is "", done and total -1.
  */
 void		progress_status(ProgressRow **rows, int *n);
+
+/*
+ * Shows (or updates) the memory model `model` holds in this process, on
+ * `device`; weight_bytes -1 stops showing it (the model freed). At most
+ * PROGRESS_MODELS models per process are shown.
+ */
+void		progress_model_memory(const char *model, const char *device, int64 weight_bytes, int64 engine_bytes);
+
+/* The models every process shows, a consistent copy of each (*rows palloc'd, *n of them). */
+void		progress_memory_status(MemoryRow **rows, int *n);
 
 /*
  * Reserves the rows' shared memory at start-up (from _PG_init under
