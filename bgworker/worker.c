@@ -151,6 +151,8 @@ report(Job *j, const char *what)
 	snprintf(text, sizeof(text), "attention training job %lld: %s, step %lld, epoch %lld",
 			 (long long) j->job_id, what, (long long) steps(j), (long long) EPOCH(j));
 	pgstat_report_activity(STATE_RUNNING, text);
+	snprintf(text, sizeof(text), strcmp(what, "training") == 0 ? "%s" : "training: %s", what);
+	progress_set_operation(text);
 }
 
 /* An engine error as an ERROR of the job. */
@@ -502,9 +504,13 @@ validate(Job *j)
 	if (j->valid.num_batches == 0)
 		return;
 	report(j, "validating");
+	/* inside the job's row, which counts steps: its sentences are not counted there */
+	progress_begin("validation", "", "sentences", -1);
 	j->valid_loss = dataset_loss(model(j), &j->valid, &j->feed);
 	if (j->valid.num_references > 0)
 		j->valid_bleu = dataset_bleu(model(j), j->vocab, &j->valid, &j->feed, 1, j->config.max_positions);
+	progress_end();
+	progress_set_operation("training");
 	j->validated = true;
 }
 
@@ -636,6 +642,8 @@ checkpoint(Job *j, const char *final_status)
 		elog(ERROR, "could not insert a checkpoint of job %lld", (long long) j->job_id);
 	}
 	checkpoint_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	/* inside the job's row, which counts steps: the tensors are not counted there */
+	progress_begin("checkpoint", "", "tensors", -1);
 	PG_TRY();
 	{
 		write_tensors(checkpoint_id, tensors, count);
@@ -646,6 +654,7 @@ checkpoint(Job *j, const char *final_status)
 	}
 	PG_END_TRY();
 	write_tensors(checkpoint_id, data, NUM_DATA_TENSORS);
+	progress_end();
 	if (j->o.keep_checkpoints > 0 &&
 		SPI_execute_with_args("DELETE FROM attention.checkpoints WHERE checkpoint_id IN ("
 							  "SELECT checkpoint_id FROM attention.checkpoints WHERE job_id = $1 AND kind = 'trained' "
@@ -658,6 +667,7 @@ checkpoint(Job *j, const char *final_status)
 	worker_commit();
 	j->checkpoint_step = steps(j);
 	j->checkpoint_time = worker_seconds();
+	progress_set_operation("training");
 	return cancel;
 }
 
@@ -1071,6 +1081,10 @@ run_job(Job *j, MemoryContext ctx)
 		return;
 	if (j->o.nodes > 1 && !join_as_coordinator(j, ctx))
 		return;
+	/* attention.progress: the job's steps, its phases as the operation (report) */
+	progress_begin("training", psprintf("%s (job %lld)", j->model_name, (long long) j->job_id), "steps",
+				   j->o.max_steps > 0 ? j->o.max_steps : -1);
+	progress_add(steps(j));
 	j->valid_loss = NAN;
 	j->valid_bleu = NAN;
 	j->learning_rate = NAN;
@@ -1099,6 +1113,7 @@ run_job(Job *j, MemoryContext ctx)
 			proc_exit(1);
 		train_step(j, &skipped);
 		step = steps(j);
+		progress_add(1);
 		if (cancel_requested(j))
 			continue;
 		if (j->o.validate_every_steps > 0 && step % j->o.validate_every_steps == 0)
@@ -1140,6 +1155,7 @@ run_job(Job *j, MemoryContext ctx)
 		write_progress(j, cancelled ? "cancelled" : "succeeded");
 		worker_commit();
 	}
+	progress_end();
 }
 
 /* Records an ERROR that ended the job (a cancel request from pg_cancel_backend ends it as cancelled). */

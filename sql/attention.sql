@@ -1379,7 +1379,7 @@ COMMENT ON FUNCTION progress_status() IS
 
 CREATE VIEW progress AS SELECT * FROM progress_status();
 COMMENT ON VIEW progress IS
-'One row per running long operation of the server (translate_column, evaluate, import_corpus, load_corpus, the Hugging Face imports, average_checkpoints, quantize): pid, database, role, operation, object (the relation, model or checkpoint), done and total units (rows, sentences, tensors; total NULL where not known), started_at, rate (units per second since the start) and seconds_left at that rate. A row goes when its operation ends, fails or is cancelled. Another role''s row shows pid, database, role and operation only (unless the caller has pg_read_all_stats).';
+'One row per running long operation of the server (translate_column, evaluate, import_corpus, load_corpus, the Hugging Face imports, average_checkpoints, quantize, and each training job with its phase): pid, database, role, operation, object (the relation, model or checkpoint), done and total units (rows, sentences, tensors; total NULL where not known), started_at, rate (units per second since the start) and seconds_left at that rate. A row goes when its operation ends, fails or is cancelled. Another role''s row shows pid, database, role and operation only (unless the caller has pg_read_all_stats).';
 GRANT SELECT ON progress TO PUBLIC;
 
 CREATE FUNCTION memory_status()

@@ -181,36 +181,34 @@ clear_row(bool all)
 	}
 }
 
-/* Forgets every operation begun: an abort. */
+/*
+ * Forgets the operations begun at transaction nest level `level` or deeper
+ * (their transaction aborts), clearing the row when none is left; those of
+ * a background worker begun outside any transaction (level 0) stay.
+ */
 static void
-forget_operations(void)
+forget_operations(int level)
 {
-	if (depth > 0)
-		clear_row(false);
-	depth = 0;
-}
-
-static void
-progress_xact_callback(XactEvent event, void *arg)
-{
-	if (depth > 0 && (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT))
-		forget_operations();
-}
-
-static void
-progress_subxact_callback(SubXactEvent event, SubTransactionId mySubid, SubTransactionId parentSubid, void *arg)
-{
-	int			level = GetCurrentTransactionNestLevel();
-
-	if (event != SUBXACT_EVENT_ABORT_SUB)
-		return;
-	/* forget the operations this subtransaction (or one inside it) began */
 	if (depth == 0)
 		return;
 	while (depth > 0 && begun_at_level[Min(depth, PROGRESS_MAX_DEPTH) - 1] >= level)
 		depth--;
 	if (depth == 0)
 		clear_row(false);
+}
+
+static void
+progress_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		forget_operations(1);
+}
+
+static void
+progress_subxact_callback(SubXactEvent event, SubTransactionId mySubid, SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		forget_operations(GetCurrentTransactionNestLevel());
 }
 
 static void
@@ -272,6 +270,16 @@ progress_add(int64 units)
 	mine->row.done += units;
 	if (mine->row.total >= 0 && mine->row.done > mine->row.total)
 		mine->row.total = mine->row.done;
+	write_end();
+}
+
+void
+progress_set_operation(const char *operation)
+{
+	if (depth != 1 || mine == NULL || mine->row.pid == 0)
+		return;
+	write_begin();
+	copy_clipped(mine->row.operation, operation, sizeof(mine->row.operation));
 	write_end();
 }
 

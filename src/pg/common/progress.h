@@ -60,6 +60,9 @@ void		progress_begin(const char *operation, const char *object, const char *unit
 /* Adds units done to this process's operation (nothing when none is reported). */
 void		progress_add(int64 units);
 
+/* Renames this process's operation: a phase of it ("training: validating"). */
+void		progress_set_operation(const char *operation);
+
 /*
  * Ends the operation begun last: clears its row and writes one LOG line
  * (operation, object, units done, seconds, rate), as autovacuum does.
