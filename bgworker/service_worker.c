@@ -44,6 +44,7 @@
 #include "libpq/pqformat.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "portability/instr_time.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
@@ -62,6 +63,7 @@
 #include "entry_points.h"
 #include "service_registry.h"
 #include "settings.h"
+#include "statistics.h"
 #include "translation.h"
 #include "wait_events.h"
 #include "workers.h"
@@ -516,12 +518,17 @@ answer_translations(Call *c)
 {
 	StringInfoData buf;
 	int			j;
+	int64		counts[STAT_COUNTERS] = {[STAT_CALLS] = 1, [STAT_SENTENCES] = c->req.n, [STAT_TOKENS_OUT] = c->tokens};
 
 	initStringInfo(&buf);
 	pq_sendint32(&buf, 0);
 	for (j = 0; j < c->req.n; j++)
+	{
 		service_put_text(&buf, c->results[j]);
+		counts[STAT_TOKENS_IN] += c->encoded[j].n;
+	}
 	count_served(1, c->req.n, c->tokens, 0);
+	statistics_add(stream_model->model_id, counts);
 	answer(c, &buf);
 	MemoryContextDelete(c->cxt);
 }
@@ -538,6 +545,7 @@ stream_fail(const char *message)
 	for (i = 0; i < places; i++)
 		if (streamed[i] != NULL)
 		{
+			statistics_add(stream_model->model_id, (int64[STAT_COUNTERS]) {[STAT_CALLS] = 1, [STAT_ERRORS] = 1});
 			answer_error(streamed[i], &e);
 			MemoryContextDelete(streamed[i]->cxt);
 			streamed[i] = NULL;
@@ -701,10 +709,18 @@ stream_step(void)
 	char		err[TF_ERRLEN];
 	TfHypothesis h;
 	int64		tag;
+	instr_time	start,
+				elapsed;
 	int			threads = cpu_budget_take_for(stream_model->engine, 0);
-	int			rc = tf_stream_step(stream, err, sizeof(err));
+	int			rc;
 
+	INSTR_TIME_SET_CURRENT(start);
+	rc = tf_stream_step(stream, err, sizeof(err));
+	INSTR_TIME_SET_CURRENT(elapsed);
+	INSTR_TIME_SUBTRACT(elapsed, start);
 	cpu_budget_give(threads);
+	statistics_add(stream_model->model_id,
+				   (int64[STAT_COUNTERS]) {[STAT_ENGINE_US] = (int64) INSTR_TIME_GET_MICROSEC(elapsed)});
 	if (rc != TF_OK)
 	{
 		stream_fail(err);

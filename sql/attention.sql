@@ -1399,3 +1399,34 @@ SELECT NULL, 'all processes', NULL, NULL, NULL, coalesce(sum(m.weight_bytes), 0)
 COMMENT ON VIEW memory IS
 'The memory of the models each process holds (sessions, translation services, training workers; at most 4 per process): pid, backend_type, database, model, device (cpu, cuda), weight_bytes (parameters) and engine_bytes (all the engine''s allocator holds for it: parameters, activations, caches, a training job''s gradients and Adam moments; on a GPU, device memory), as of the process''s last call; then one row, backend_type ''all processes'', with the server-wide sums.';
 GRANT SELECT ON memory TO PUBLIC;
+
+-----------------------------------------------------------------------------
+-- Per-model statistics that last (0.4.0): counted where the engine runs,
+-- saved by the postmaster at a clean shutdown (docs/operations.md).
+-----------------------------------------------------------------------------
+
+CREATE FUNCTION statistics_status()
+RETURNS TABLE (database oid, model_id integer, calls bigint, sentences bigint, tokens_in bigint, tokens_out bigint,
+               engine_seconds double precision, errors bigint)
+AS 'MODULE_PATHNAME', 'attention_statistics_status'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION statistics_status() IS
+'Every model''s translation counters in every database of the server, as the view attention.statistics shows them.';
+
+CREATE FUNCTION reset_statistics(model text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'attention_reset_statistics'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION reset_statistics(text) IS
+'Zeroes a model''s counters in attention.statistics; its owners only.';
+
+CREATE VIEW statistics AS
+SELECT d.datname AS database, s.model_id, m.name AS model, s.calls, s.sentences, s.tokens_in, s.tokens_out,
+       s.engine_seconds, s.errors
+  FROM statistics_status() s
+  JOIN pg_catalog.pg_database d ON d.oid = s.database
+  LEFT JOIN models m ON m.model_id = s.model_id AND d.datname = pg_catalog.current_database()
+ WHERE d.datname <> pg_catalog.current_database() OR m.model_id IS NOT NULL;
+COMMENT ON VIEW statistics IS
+'Per model and database: translation calls (a statement''s or a service request''s), sentences, source and translated tokens, seconds in the engine and calls that ended in an ERROR, counted where the engine runs (a session translating itself, a translation service) since the last reset_statistics; saved at a clean shutdown and read back at the next start when the library is preloaded, lost at a crash. model is NULL for models of other databases; dropped databases and this database''s dropped models are not shown.';
+GRANT SELECT ON statistics TO PUBLIC;

@@ -6,7 +6,7 @@ SELECT plan(32);
 SELECT has_schema('attention');
 SELECT tables_are('attention', ARRAY['corpora', 'corpus_pairs', 'vocabularies', 'models', 'jobs',
                                      'checkpoints', 'checkpoint_tensors', 'job_ranks', 'training_history']);
-SELECT views_are('attention', ARRAY['training_jobs', 'services', 'cpu_budget', 'progress', 'memory']);
+SELECT views_are('attention', ARRAY['training_jobs', 'services', 'cpu_budget', 'progress', 'memory', 'statistics']);
 SELECT col_is_pk('attention', 'corpora', 'corpus_id', 'corpora keyed by corpus_id');
 SELECT col_is_pk('attention', 'checkpoint_tensors', ARRAY['checkpoint_id', 'name', 'chunk'],
                  'checkpoint tensors keyed by (checkpoint_id, name, chunk)');

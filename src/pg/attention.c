@@ -4,9 +4,10 @@
  * per-row translate() calls and, under shared_preload_libraries,
  * registers the launcher that resumes interrupted training jobs (not in
  * pg_upgrade's binary-upgrade mode) and reserves the translation services'
- * registry, the CPU budget and the progress rows in shared memory. It also
- * loads OpenBLAS (src/blas.h) so that, preloaded, every backend and worker
- * inherits it from the postmaster, as when the library linked it.
+ * registry, the CPU budget, the progress rows and the statistics in shared
+ * memory. It also loads OpenBLAS (src/blas.h) so that, preloaded, every
+ * backend and worker inherits it from the postmaster, as when the library
+ * linked it.
  */
 #include "postgres.h"
 
@@ -19,6 +20,7 @@
 #include "progress.h"
 #include "service_registry.h"
 #include "settings.h"
+#include "statistics.h"
 #include "workers.h"
 
 PG_MODULE_MAGIC;
@@ -49,5 +51,6 @@ _PG_init(void)
 		service_shmem_init();
 		cpu_budget_shmem_init();
 		progress_shmem_init();
+		statistics_shmem_init();
 	}
 }

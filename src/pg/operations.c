@@ -1,21 +1,27 @@
 /*
  * operations.c - the SQL functions a DBA watches the extension with:
  * progress_status and memory_status (the views attention.progress and
- * attention.memory) over progress.c's rows.
+ * attention.memory) over progress.c's rows, statistics_status and
+ * reset_statistics (the view attention.statistics) over statistics.c's.
  */
 #include "postgres.h"
 
 #include "commands/dbcommands.h"
+#include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "catalog.h"
 #include "progress.h"
+#include "statistics.h"
 
 PG_FUNCTION_INFO_V1(attention_progress_status);
 PG_FUNCTION_INFO_V1(attention_memory_status);
+PG_FUNCTION_INFO_V1(attention_statistics_status);
+PG_FUNCTION_INFO_V1(attention_reset_statistics);
 
 /*
  * progress_status() returns table (pid, database, role, operation, object,
@@ -104,4 +110,55 @@ attention_memory_status(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+/*
+ * statistics_status() returns table (database, model_id, calls, sentences,
+ * tokens_in, tokens_out, engine_seconds, errors): every model's counters
+ * (statistics.h) in every database of the server.
+ */
+Datum
+attention_statistics_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	StatisticsRow *rows;
+	int			n,
+				i;
+
+	InitMaterializedSRF(fcinfo, 0);
+	statistics_status(&rows, &n);
+	for (i = 0; i < n; i++)
+	{
+		StatisticsRow *r = &rows[i];
+		Datum		values[8];
+		bool		nulls[8] = {false};
+
+		values[0] = ObjectIdGetDatum(r->database);
+		values[1] = Int32GetDatum(r->model_id);
+		values[2] = Int64GetDatum(r->counts[STAT_CALLS]);
+		values[3] = Int64GetDatum(r->counts[STAT_SENTENCES]);
+		values[4] = Int64GetDatum(r->counts[STAT_TOKENS_IN]);
+		values[5] = Int64GetDatum(r->counts[STAT_TOKENS_OUT]);
+		values[6] = Float8GetDatum(r->counts[STAT_ENGINE_US] / 1e6);
+		values[7] = Int64GetDatum(r->counts[STAT_ERRORS]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/*
+ * reset_statistics(model text) returns void: zeroes model's counters in
+ * this database. ERROR unless the caller is a member of the model's owner
+ * role (require_model_owner).
+ */
+Datum
+attention_reset_statistics(PG_FUNCTION_ARGS)
+{
+	int32		model_id;
+
+	SPI_connect();
+	model_id = require_model_owner(text_to_cstring(PG_GETARG_TEXT_PP(0)), "reset the statistics of");
+	SPI_finish();
+	statistics_reset(model_id);
+	PG_RETURN_VOID();
 }

@@ -17,6 +17,7 @@
 #include "fmgr.h"
 #include "libpq/pqformat.h"
 #include "miscadmin.h"
+#include "portability/instr_time.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 
@@ -24,6 +25,7 @@
 #include "model_cache.h"
 #include "service_registry.h"
 #include "settings.h"
+#include "statistics.h"
 #include "translation.h"
 
 const char *const decode_option_names[3] = {"beam_size", "length_penalty", "max_length_offset"};
@@ -322,12 +324,17 @@ translate_encoded(AttentionModel *am, const Encoded *e, int n, TfDecodeOptions *
 				i;
 	TfHypothesis *h = palloc0(max_batch * sizeof(TfHypothesis));
 	Encoded    *batch = palloc(max_batch * sizeof(Encoded));
+	int64		counts[STAT_COUNTERS] = {[STAT_CALLS] = 1, [STAT_SENTENCES] = n};
+	instr_time	start,
+				elapsed;
 
+	INSTR_TIME_SET_CURRENT(start);
 	for (i = 0; i < n; i++)
 	{
 		results[i] = NULL;
 		if (e[i].ids == NULL)
 			continue;
+		counts[STAT_TOKENS_IN] += e[i].n;
 		if (e[i].n == e[i].prefix)
 			results[i] = cstring_to_text("");
 		else
@@ -338,24 +345,39 @@ translate_encoded(AttentionModel *am, const Encoded *e, int n, TfDecodeOptions *
 		if (i == 0 || e[order[i]].n != e[order[i - 1]].n ||
 			memcmp(e[order[i]].ids, e[order[i - 1]].ids, e[order[i]].n * sizeof(int32_t)) != 0)
 			first[distinct++] = order[i];
-	for (i = 0; i < distinct; i += max_batch)
+	PG_TRY();
 	{
-		int			b = Min(max_batch, distinct - i);
-		int			j;
-
-		CHECK_FOR_INTERRUPTS();
-		for (j = 0; j < b; j++)
-			batch[j] = e[first[i + j]];
-		translate_batch(am, batch, b, opt, h);
-		calls++;
-		for (j = 0; j < b; j++)
+		for (i = 0; i < distinct; i += max_batch)
 		{
-			results[first[i + j]] = decode_ids(am, h[j].tokens, h[j].length);
-			if (tokens != NULL)
-				*tokens += h[j].length;
-			pfree(h[j].tokens);
+			int			b = Min(max_batch, distinct - i);
+			int			j;
+
+			CHECK_FOR_INTERRUPTS();
+			for (j = 0; j < b; j++)
+				batch[j] = e[first[i + j]];
+			translate_batch(am, batch, b, opt, h);
+			calls++;
+			for (j = 0; j < b; j++)
+			{
+				results[first[i + j]] = decode_ids(am, h[j].tokens, h[j].length);
+				counts[STAT_TOKENS_OUT] += h[j].length;
+				pfree(h[j].tokens);
+			}
 		}
 	}
+	PG_CATCH();
+	{
+		/* an ERROR or a cancel: counted as a call that failed */
+		statistics_add(am->model_id, (int64[STAT_COUNTERS]) {[STAT_CALLS] = 1, [STAT_ERRORS] = 1});
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	INSTR_TIME_SET_CURRENT(elapsed);
+	INSTR_TIME_SUBTRACT(elapsed, start);
+	counts[STAT_ENGINE_US] = (int64) INSTR_TIME_GET_MICROSEC(elapsed);
+	statistics_add(am->model_id, counts);
+	if (tokens != NULL)
+		*tokens += counts[STAT_TOKENS_OUT];
 	/* the duplicates share their first occurrence's translation */
 	for (i = 1; i < m; i++)
 		if (results[order[i]] == NULL)
