@@ -22,7 +22,7 @@ GLUE_LEAVES = src/pg/common/settings.c src/pg/common/cpu_budget.c src/pg/common/
 	src/pg/common/translation.c src/pg/common/service_registry.c src/pg/common/train_options.c \
 	src/pg/common/dataset.c src/pg/common/tensor_file.c src/pg/common/workers.c src/pg/common/svg.c \
 	src/pg/common/remote.c src/pg/common/rights.c src/pg/common/wait_events.c src/pg/common/progress.c \
-	src/pg/common/statistics.c
+	src/pg/common/statistics.c src/pg/common/addin_shmem.c
 GLUE_C = $(GLUE_LEAVES) src/pg/attention.c src/pg/bleu_functions.c src/pg/corpus.c src/pg/vocabulary.c \
 	src/pg/models.c src/pg/checkpoint.c src/pg/translate.c src/pg/inspect.c src/pg/translate_column.c \
 	src/pg/batch_translate.c src/pg/service.c src/pg/checkpoint_file.c src/pg/huggingface.c src/pg/huggingface_m2m100.c src/pg/evaluate.c \

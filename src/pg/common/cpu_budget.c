@@ -25,10 +25,10 @@
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
-#include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/resowner.h"
 
+#include "addin_shmem.h"
 #include "cpu_budget.h"
 #include "settings.h"
 
@@ -48,42 +48,24 @@ static int	cores = 0;			/* cpu_budget_server_cores(), computed once */
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
+/* Zeroes a new budget. */
+static void
+budget_init(void *p)
+{
+	CpuBudget  *b = p;
+
+	pg_atomic_init_u32(&b->in_use, 0);
+	pg_atomic_init_u64(&b->calls, 0);
+	pg_atomic_init_u64(&b->calls_given_fewer, 0);
+}
+
 /* Attaches (or creates) the budget's shared memory; false when there is none to be had. */
 static bool
 budget_attach(void)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	bool		found;
-
-	if (budget != NULL)
-		return true;
-	if (budget_unavailable)
-		return false;
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	PG_TRY();
-	{
-		CpuBudget  *b = ShmemInitStruct("attention CPU budget", sizeof(CpuBudget), &found);
-
-		if (!found)
-		{
-			pg_atomic_init_u32(&b->in_use, 0);
-			pg_atomic_init_u64(&b->calls, 0);
-			pg_atomic_init_u64(&b->calls_given_fewer, 0);
-		}
-		budget = b;
-	}
-	PG_CATCH();
-	{
-		/* out of shared memory: ShmemInitStruct released its own lock and left nothing behind */
-		MemoryContextSwitchTo(cxt);
-		FlushErrorState();
-		budget_unavailable = true;
-	}
-	PG_END_TRY();
-	LWLockRelease(AddinShmemInitLock);
-	if (budget_unavailable)
-		ereport(LOG, (errmsg("attention: no shared memory for the CPU budget: engine calls run on one thread"),
-					  errhint("Add attention to shared_preload_libraries.")));
+	if (budget == NULL)
+		budget = addin_shmem_attach("attention CPU budget", sizeof(CpuBudget), budget_init, &budget_unavailable,
+									"engine calls run on one thread");
 	return budget != NULL;
 }
 

@@ -28,11 +28,11 @@
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
-#include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/acl.h"
 #include "utils/timestamp.h"
 
+#include "addin_shmem.h"
 #include "progress.h"
 
 /* Rows without preloading. */
@@ -78,50 +78,31 @@ shared_size(int n)
 	return add_size(offsetof(ProgressShared, slots), mul_size(n, sizeof(ProgressSlot)));
 }
 
-/* Attaches (or creates) the rows' shared memory; false when there is none to be had. */
+/* Makes the slots of a new shared struct free. */
+static void
+progress_init(void *p)
+{
+	ProgressShared *s = p;
+	int			i;
+
+	s->nslots = preloaded_slots > 0 ? preloaded_slots : PROGRESS_SPARE_ROWS;
+	for (i = 0; i < s->nslots; i++)
+	{
+		pg_atomic_init_u32(&s->slots[i].owner, 0);
+		pg_atomic_init_u32(&s->slots[i].changecount, 0);
+		memset(&s->slots[i].row, 0, sizeof(ProgressRow));
+		memset(s->slots[i].models, 0, sizeof(s->slots[i].models));
+	}
+}
+
+/* Attaches (or creates) the slots' shared memory; false when there is none to be had. */
 static bool
 progress_attach(void)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	int			n = preloaded_slots > 0 ? preloaded_slots : PROGRESS_SPARE_ROWS;
-	bool		found;
-
-	if (shared != NULL)
-		return true;
-	if (unavailable)
-		return false;
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	PG_TRY();
-	{
-		ProgressShared *s = ShmemInitStruct("attention progress", shared_size(n), &found);
-
-		if (!found)
-		{
-			int			i;
-
-			s->nslots = n;
-			for (i = 0; i < n; i++)
-			{
-				pg_atomic_init_u32(&s->slots[i].owner, 0);
-				pg_atomic_init_u32(&s->slots[i].changecount, 0);
-				memset(&s->slots[i].row, 0, sizeof(ProgressRow));
-				memset(s->slots[i].models, 0, sizeof(s->slots[i].models));
-			}
-		}
-		shared = s;
-	}
-	PG_CATCH();
-	{
-		/* out of shared memory: ShmemInitStruct released its own lock and left nothing behind */
-		MemoryContextSwitchTo(cxt);
-		FlushErrorState();
-		unavailable = true;
-	}
-	PG_END_TRY();
-	LWLockRelease(AddinShmemInitLock);
-	if (unavailable)
-		ereport(LOG, (errmsg("attention: no shared memory for attention.progress: operations run unreported"),
-					  errhint("Add attention to shared_preload_libraries.")));
+	if (shared == NULL)
+		shared = addin_shmem_attach("attention progress",
+									shared_size(preloaded_slots > 0 ? preloaded_slots : PROGRESS_SPARE_ROWS),
+									progress_init, &unavailable, "operations and models run unshown");
 	return shared != NULL;
 }
 

@@ -22,9 +22,9 @@
 #include "port/atomics.h"
 #include "storage/fd.h"
 #include "storage/ipc.h"
-#include "storage/lwlock.h"
 #include "storage/shmem.h"
 
+#include "addin_shmem.h"
 #include "statistics.h"
 
 /* Entries under shared_preload_libraries, and without it. */
@@ -59,50 +59,31 @@ shared_size(int n)
 	return add_size(offsetof(StatisticsShared, entries), mul_size(n, sizeof(StatisticsEntry)));
 }
 
+/* Makes the entries of a new shared struct free. */
+static void
+statistics_init(void *p)
+{
+	StatisticsShared *s = p;
+	int			i,
+				k;
+
+	s->nentries = preloaded ? STATISTICS_ENTRIES : STATISTICS_SPARE_ENTRIES;
+	for (i = 0; i < s->nentries; i++)
+	{
+		pg_atomic_init_u64(&s->entries[i].key, 0);
+		for (k = 0; k < STAT_COUNTERS; k++)
+			pg_atomic_init_u64(&s->entries[i].counts[k], 0);
+	}
+}
+
 /* Attaches (or creates) the counters' shared memory; false when there is none to be had. */
 static bool
 statistics_attach(void)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	int			n = preloaded ? STATISTICS_ENTRIES : STATISTICS_SPARE_ENTRIES;
-	bool		found;
-
-	if (shared != NULL)
-		return true;
-	if (unavailable)
-		return false;
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	PG_TRY();
-	{
-		StatisticsShared *s = ShmemInitStruct("attention statistics", shared_size(n), &found);
-
-		if (!found)
-		{
-			int			i,
-						k;
-
-			s->nentries = n;
-			for (i = 0; i < n; i++)
-			{
-				pg_atomic_init_u64(&s->entries[i].key, 0);
-				for (k = 0; k < STAT_COUNTERS; k++)
-					pg_atomic_init_u64(&s->entries[i].counts[k], 0);
-			}
-		}
-		shared = s;
-	}
-	PG_CATCH();
-	{
-		/* out of shared memory: ShmemInitStruct released its own lock and left nothing behind */
-		MemoryContextSwitchTo(cxt);
-		FlushErrorState();
-		unavailable = true;
-	}
-	PG_END_TRY();
-	LWLockRelease(AddinShmemInitLock);
-	if (unavailable)
-		ereport(LOG, (errmsg("attention: no shared memory for attention.statistics: translations are not counted"),
-					  errhint("Add attention to shared_preload_libraries.")));
+	if (shared == NULL)
+		shared = addin_shmem_attach("attention statistics",
+									shared_size(preloaded ? STATISTICS_ENTRIES : STATISTICS_SPARE_ENTRIES),
+									statistics_init, &unavailable, "translations are not counted");
 	return shared != NULL;
 }
 
