@@ -1106,14 +1106,14 @@ run_job(Job *j, MemoryContext ctx)
 	while (!agree_stop(j, cancelled || j->cancelled || limit_reached(j) ||
 					   (j->o.nodes > 1 && (ProcDiePending || QueryCancelPending || !PostmasterIsAlive())) ? VOTE_STOP : 0))
 	{
-		int64		step;
+		int64		step = steps(j);
 
 		CHECK_FOR_INTERRUPTS();
 		if (!PostmasterIsAlive())
 			proc_exit(1);
 		train_step(j, &skipped);
+		progress_add(steps(j) - step);	/* 0 for a step skipped for a non-finite gradient */
 		step = steps(j);
-		progress_add(1);
 		if (cancel_requested(j))
 			continue;
 		if (j->o.validate_every_steps > 0 && step % j->o.validate_every_steps == 0)

@@ -256,13 +256,16 @@ COMMENT ON FUNCTION memory_status() IS
 
 CREATE VIEW memory AS
 WITH m AS (SELECT * FROM memory_status())
-SELECT m.pid, a.backend_type, m.database, m.model, m.device, m.weight_bytes, m.engine_bytes FROM m
+SELECT m.pid, a.backend_type, m.database,
+       CASE WHEN m.database = pg_catalog.current_database() OR pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')
+            THEN m.model END AS model,
+       m.device, m.weight_bytes, m.engine_bytes FROM m
   LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = m.pid
 UNION ALL
 SELECT NULL, 'all processes', NULL, NULL, NULL, coalesce(sum(m.weight_bytes), 0)::bigint,
        coalesce(sum(m.engine_bytes), 0)::bigint FROM m;
 COMMENT ON VIEW memory IS
-'The memory of the models each process holds (sessions, translation services, training workers; at most 4 per process): pid, backend_type, database, model, device (cpu, cuda), weight_bytes (parameters) and engine_bytes (all the engine''s allocator holds for it: parameters, activations, caches, a training job''s gradients and Adam moments; on a GPU, device memory), as of the process''s last call; then one row, backend_type ''all processes'', with the server-wide sums.';
+'The memory of the models each process holds (sessions, translation services, training workers; at most 4 per process): pid, backend_type, database, model, device (cpu, cuda), weight_bytes (parameters) and engine_bytes (all the engine''s allocator holds for it: parameters, activations, caches, a training job''s gradients and Adam moments; on a GPU, device memory), as of the process''s last call (model NULL for another database''s, unless the caller has pg_read_all_stats); then one row, backend_type ''all processes'', with the server-wide sums. Shown where the library is preloaded (without it, only while the process reports an operation).';
 GRANT SELECT ON memory TO PUBLIC;
 
 -----------------------------------------------------------------------------

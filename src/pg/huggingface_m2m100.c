@@ -216,7 +216,7 @@ read_language_tokens(Jsonb *tokenizer, Layout layout, int *n, bool *special)
 	int			k = 0;
 
 	if (v != NULL && v->type == jbvNull)
-		v = NULL;				/* as transformers reads null: no list */
+		v = NULL;				/* null: no list (transformers 4.40 raises on it; read leniently) */
 	*special = !((v == NULL || (v->type == jbvBinary && JsonContainerIsArray(v->val.binary.data) &&
 								JsonContainerSize(v->val.binary.data) == 0)) && layout == LAYOUT_M2M100);
 	if (!*special)
@@ -297,7 +297,8 @@ added_token_cmp(const void *a, const void *b)
 /*
  * Reads "added_tokens_decoder" ({"id": {"content": "...", ...}, ...}, which
  * transformers 4.34 and later save for every tokenizer) into *out, sorted for
- * added_token_id (a content listed twice keeps its first id); none when
+ * added_token_id (a content listed twice keeps its last id: jsonb reads the
+ * ids in numeric order, the highest last); none when
  * absent (older files: ids by order). ERROR naming the entry for an id that
  * is not a non-negative integer or an entry without a string content (an id
  * past the model's vocabulary is refused where a token is placed).
@@ -369,9 +370,13 @@ read_added_tokens(Jsonb *tokenizer, AddedTokens *out)
 								   key)));
 	}
 	qsort(out->entry, out->n, sizeof(AddedToken), added_token_cmp);
+	/* of equal contents the last read (the highest id) stays, as transformers' encoder keeps the last */
 	for (i = 0, kept = 0; i < out->n; i++)
-		if (kept == 0 || strcmp(out->entry[kept - 1].content, out->entry[i].content) != 0)
-			out->entry[kept++] = out->entry[i];
+	{
+		if (kept > 0 && strcmp(out->entry[kept - 1].content, out->entry[i].content) == 0)
+			kept--;
+		out->entry[kept++] = out->entry[i];
+	}
 	out->n = kept;
 }
 
@@ -756,6 +761,9 @@ attention_import_huggingface_m2m100(PG_FUNCTION_ARGS)
 {
 	Oid			lo;
 
+	/* the oid[] form where an earlier 0.4.0 install declared it with this symbol */
+	if (get_fn_expr_argtype(fcinfo->flinfo, 2) == OIDARRAYOID)
+		return attention_import_huggingface_m2m100_shards(fcinfo);
 	if (PG_ARGISNULL(2))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("safetensors must not be NULL")));
 	lo = PG_GETARG_OID(2);
@@ -834,7 +842,8 @@ import_m2m100(FunctionCallInfo fcinfo, const Oid *lo, int n_files)
 	int32		model_id;
 	int64		checkpoint_id;
 	bool		isnull,
-				special;
+				special,
+				has_special;
 	StringInfoData engine_config;
 
 	for (i = 0; i < 6; i++)
@@ -895,9 +904,20 @@ import_m2m100(FunctionCallInfo fcinfo, const Oid *lo, int n_files)
 
 	SPI_connect();
 	free_import_name(model, !PG_ARGISNULL(8) && PG_GETARG_BOOL(8));
-	if (SPI_execute_with_args("INSERT INTO attention.vocabularies (name, vocab_size, pad_id, unk_id, bos_id, eos_id, "
+	if (!vocabulary_has_column("language_tokens_special") && !special)
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						errmsg("this database's attention schema cannot hold a tokenizer whose language tokens are "
+							   "text (an M2M100Tokenizer saved without listing them)"),
+						errhint("Run ALTER EXTENSION attention UPDATE.")));
+	/* a 0.3.0 schema (a library newer than its schema) has no language_tokens_special: true, its default */
+	has_special = vocabulary_has_column("language_tokens_special");
+	if (SPI_execute_with_args(has_special ?
+							  "INSERT INTO attention.vocabularies (name, vocab_size, pad_id, unk_id, bos_id, eos_id, "
 							  "model, target_model, pieces, languages, language_ids, language_tokens_special) "
-							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11)", 11,
+							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11)" :
+							  "INSERT INTO attention.vocabularies (name, vocab_size, pad_id, unk_id, bos_id, eos_id, "
+							  "model, target_model, pieces, languages, language_ids) "
+							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10)", has_special ? 11 : 10,
 							  (Oid[]) {TEXTOID, INT4OID, INT4OID, INT4OID, INT4OID, INT4OID, BYTEAOID, TEXTARRAYOID,
 							  TEXTARRAYOID, INT4ARRAYOID, BOOLOID},
 							  (Datum[]) {CStringGetTextDatum(model), Int32GetDatum(mc.c.vocab_size),
@@ -1096,10 +1116,13 @@ attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	if (SPI_execute_with_args("SELECT m.name, m.config, v.vocab_size, v.pad_id, v.bos_id, v.eos_id, v.model, "
-							  "v.pieces, v.languages, v.language_ids, m.source_language, m.target_language, "
-							  "v.language_tokens_special FROM attention.checkpoints c JOIN attention.models m USING (model_id) "
-							  "JOIN attention.vocabularies v USING (vocabulary_id) WHERE c.checkpoint_id = $1", 1,
+	if (SPI_execute_with_args(psprintf("SELECT m.name, m.config, v.vocab_size, v.pad_id, v.bos_id, v.eos_id, v.model, "
+									   "v.pieces, v.languages, v.language_ids, m.source_language, m.target_language, "
+									   "%s FROM attention.checkpoints c JOIN attention.models m USING (model_id) "
+									   "JOIN attention.vocabularies v USING (vocabulary_id) WHERE c.checkpoint_id = $1",
+									   /* a 0.3.0 schema: its language tokens are special tokens */
+									   vocabulary_has_column("language_tokens_special") ?
+									   "v.language_tokens_special" : "true"), 1,
 							  (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read attention.checkpoints");
 	if (SPI_processed == 0)

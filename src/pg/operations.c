@@ -68,6 +68,7 @@ attention_progress_status(PG_FUNCTION_ARGS)
 		values[7] = CStringGetTextDatum(r->unit);
 		nulls[7] = hidden;
 		values[8] = TimestampTzGetDatum(r->started);
+		nulls[8] = hidden;		/* as pg_stat_activity hides another role's query_start */
 		values[9] = Float8GetDatum(rate);
 		nulls[9] = hidden;
 		values[10] = Float8GetDatum(Max(r->total - r->done, 0) / rate);

@@ -29,8 +29,14 @@ addin_shmem_attach(const char *name, Size size, void (*init) (void *shared), boo
 	}
 	PG_CATCH();
 	{
+		ErrorData  *e;
+
 		/* out of shared memory: ShmemInitStruct released its own lock and left nothing behind */
 		MemoryContextSwitchTo(cxt);
+		e = CopyErrorData();
+		if (e->sqlerrcode != ERRCODE_OUT_OF_MEMORY)
+			PG_RE_THROW();		/* anything else (a struct of another size) is a bug to see */
+		FreeErrorData(e);
 		FlushErrorState();
 		*unavailable = true;
 	}

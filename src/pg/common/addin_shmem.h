@@ -13,7 +13,8 @@
  * The shared struct `name` of `size` bytes (ShmemInitStruct under
  * AddinShmemInitLock), init() run on it by the process that creates it;
  * NULL when the shared memory is exhausted (once: *unavailable is set, a
- * LOG line says `consequence`, and later calls return NULL at once).
+ * LOG line says `consequence`, and later calls return NULL at once); any
+ * other ERROR of ShmemInitStruct is raised.
  */
 void	   *addin_shmem_attach(const char *name, Size size, void (*init) (void *shared), bool *unavailable,
 							   const char *consequence);

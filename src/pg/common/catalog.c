@@ -311,6 +311,16 @@ vocabulary_columns(void)
 	}
 }
 
+bool
+vocabulary_has_column(const char *column)
+{
+	if (SPI_execute_with_args("SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = "
+							  "'attention.vocabularies'::pg_catalog.regclass AND attname = $1 AND NOT attisdropped",
+							  1, (Oid[]) {NAMEOID}, (Datum[]) {CStringGetDatum(column)}, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the columns of attention.vocabularies");
+	return SPI_processed == 1;
+}
+
 SpmModel *
 vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int sqlerrcode)
 {

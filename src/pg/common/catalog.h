@@ -68,6 +68,12 @@ void		read_model_row(const char *name);
 const char *vocabulary_columns(void);
 
 /*
+ * Whether attention.vocabularies has `column` here (a library newer than
+ * the schema until ALTER EXTENSION UPDATE). Inside SPI.
+ */
+bool		vocabulary_has_column(const char *column);
+
+/*
  * The attention extension's version in this database, or with `remote` in
  * the one it reaches (palloc'd; NULL when it is not installed). Inside SPI.
  */

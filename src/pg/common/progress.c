@@ -38,6 +38,9 @@
 /* Rows without preloading. */
 #define PROGRESS_SPARE_ROWS 32
 
+/* Operations that took this long or longer end with a LOG line (shorter ones: DEBUG1). */
+#define PROGRESS_LOG_SECONDS 1.0
+
 typedef struct ProgressSlot
 {
 	pg_atomic_uint32 owner;		/* pid of the process reporting here; 0: free */
@@ -142,12 +145,17 @@ claim_slot(void)
 	return mine != NULL;
 }
 
-/* Clears this process's operation row; frees the slot when it holds no model either (or `all`). */
+/*
+ * Clears this process's operation row; frees the slot when it holds no
+ * model either. `all` (the process's exit), or without preloading (where
+ * models are shown only beside an operation), clears its models too.
+ */
 static void
 clear_row(bool all)
 {
 	if (mine == NULL)
 		return;
+	all = all || preloaded_slots == 0;
 	write_begin();
 	memset(&mine->row, 0, sizeof(ProgressRow));
 	if (all)
@@ -172,6 +180,9 @@ forget_operations(int level)
 {
 	if (depth == 0)
 		return;
+	/* those beyond the stack began after its last: inside this transaction when that one is outside it */
+	if (depth > PROGRESS_MAX_DEPTH && begun_at_level[PROGRESS_MAX_DEPTH - 1] < level)
+		depth = PROGRESS_MAX_DEPTH;
 	while (depth > 0 && begun_at_level[Min(depth, PROGRESS_MAX_DEPTH) - 1] >= level)
 		depth--;
 	if (depth == 0)
@@ -275,8 +286,10 @@ progress_end(void)
 		double		seconds = (GetCurrentTimestamp() - r.started) / 1e6;
 
 		clear_row(false);
-		ereport(LOG, (errmsg("attention: %s of %s: %lld %s in %.1f s (%.1f %s/s)", r.operation, r.object,
-							 (long long) r.done, r.unit, seconds, r.done / Max(seconds, 1e-6), r.unit)));
+		/* long ones in the server log, as autovacuum's above log_autovacuum_min_duration */
+		ereport(seconds >= PROGRESS_LOG_SECONDS ? LOG : DEBUG1,
+				(errmsg("attention: %s of %s: %lld %s in %.1f s (%.1f %s/s)", r.operation, r.object,
+						(long long) r.done, r.unit, seconds, r.done / Max(seconds, 1e-6), r.unit)));
 	}
 }
 
@@ -340,7 +353,12 @@ progress_model_memory(const char *model, const char *device, int64 weight_bytes,
 				k = -1;
 
 	register_callbacks();
-	if (mine == NULL && (weight_bytes < 0 || !claim_slot()))
+	/*
+	 * a process holds its models as long as it lives: only where every
+	 * backend has a slot (preloaded) does it take one for them, so that
+	 * sessions holding models never leave operations unshown
+	 */
+	if (mine == NULL && (weight_bytes < 0 || preloaded_slots == 0 || !claim_slot()))
 		return;
 	for (i = 0; i < PROGRESS_MODELS; i++)
 	{

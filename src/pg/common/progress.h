@@ -64,8 +64,10 @@ void		progress_add(int64 units);
 void		progress_set_operation(const char *operation);
 
 /*
- * Ends the operation begun last: clears its row and writes one LOG line
- * (operation, object, units done, seconds, rate), as autovacuum does.
+ * Ends the operation begun last: clears its row and writes one line
+ * (operation, object, units done, seconds, rate), LOG for one that took a
+ * second or more (DEBUG1 otherwise), as autovacuum does above
+ * log_autovacuum_min_duration.
  */
 void		progress_end(void);
 
@@ -80,7 +82,8 @@ void		progress_status(ProgressRow **rows, int *n);
 /*
  * Shows (or updates) the memory model `model` holds in this process, on
  * `device`; weight_bytes -1 stops showing it (the model freed). At most
- * PROGRESS_MODELS models per process are shown.
+ * PROGRESS_MODELS models per process are shown, and only where the
+ * library is preloaded (or while the process reports an operation).
  */
 void		progress_model_memory(const char *model, const char *device, int64 weight_bytes, int64 engine_bytes);
 

@@ -275,12 +275,9 @@ statistics_shmem_startup(void)
 		return;
 	if (!IsUnderPostmaster)
 	{
-		static bool save_registered = false;
-
+		/* a crash restart's shmem_exit ran and emptied the exit callbacks: registered again each time */
 		statistics_load();
-		if (!save_registered)
-			on_shmem_exit(statistics_save, (Datum) 0);
-		save_registered = true;
+		on_shmem_exit(statistics_save, (Datum) 0);
 	}
 }
 

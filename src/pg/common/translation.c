@@ -328,6 +328,8 @@ translate_encoded(AttentionModel *am, const Encoded *e, int n, TfDecodeOptions *
 	instr_time	start,
 				elapsed;
 
+	/* the model's entry found (or placed) now: never inside the handler below, which must not raise */
+	statistics_add(am->model_id, (int64[STAT_COUNTERS]) {0});
 	INSTR_TIME_SET_CURRENT(start);
 	for (i = 0; i < n; i++)
 	{
