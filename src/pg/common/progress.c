@@ -362,7 +362,8 @@ progress_model_memory(const char *model, const char *device, int64 weight_bytes,
 		return;
 	for (i = 0; i < PROGRESS_MODELS; i++)
 	{
-		if (mine->models[i].model[0] != '\0' && strncmp(mine->models[i].model, model, sizeof(mine->models[i].model) - 1) == 0)
+		if (mine->models[i].model[0] != '\0' &&
+			strncmp(mine->models[i].model, model, sizeof(mine->models[i].model) - 1) == 0)
 			break;
 		if (k < 0 && mine->models[i].model[0] == '\0')
 			k = i;
