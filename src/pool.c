@@ -50,6 +50,7 @@ struct TfPool
 	_Atomic uint32_t wake_seq;	/* futex word of sleeping helpers: bumped by every call and at stop */
 	_Atomic int sleepers;
 	_Atomic bool stop;
+	_Atomic int64_t helper_spin_ns;	/* how long each helper spins when idle */
 
 	/* the current call, set before it is published */
 	_Atomic(TfPoolFn) fn;
@@ -154,7 +155,7 @@ helper_main(void *p)
 	omp_set_num_threads(1);
 	for (;;)
 	{
-		int64_t		spin_until = now_ns() + TF_POOL_SPIN_US * 1000;
+		int64_t		spin_until = now_ns() + atomic_load_explicit(&pool->helper_spin_ns, memory_order_relaxed);
 		uint64_t	j;
 		int			i = 0;
 
@@ -203,6 +204,7 @@ tf_pool_create(void)
 	atomic_init(&pool->wake_seq, 0);
 	atomic_init(&pool->sleepers, 0);
 	atomic_init(&pool->stop, false);
+	atomic_init(&pool->helper_spin_ns, (int64_t) TF_POOL_SPIN_US * 1000);
 	atomic_init(&pool->fn, NULL);
 	atomic_init(&pool->arg, NULL);
 	atomic_init(&pool->n, 0);
@@ -245,6 +247,9 @@ start_helpers(TfPool *pool, int want)
 		   pthread_create(&pool->threads[pool->helpers], NULL, helper_main, pool) == 0)
 		pool->helpers++;
 	tf_restore_signals(&old);
+	if (pool->helpers > 0)
+		atomic_store(&pool->helper_spin_ns, (int64_t) (TF_POOL_SPIN_TOTAL_US / pool->helpers < TF_POOL_SPIN_US ?
+													 TF_POOL_SPIN_TOTAL_US / pool->helpers : TF_POOL_SPIN_US) * 1000);
 }
 
 void
