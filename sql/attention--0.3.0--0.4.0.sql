@@ -228,6 +228,8 @@ COMMENT ON FUNCTION import_huggingface_m2m100(text, jsonb, oid[], bytea, jsonb, 
 
 ALTER TABLE vocabularies ADD COLUMN language_tokens_special boolean NOT NULL DEFAULT true;
 COMMENT ON COLUMN vocabularies.language_tokens_special IS 'Whether a multilingual vocabulary''s language tokens are special tokens of its tokenizer (listed in additional_special_tokens): cut out of text before SentencePiece and skipped by decode; false: ordinary text in both, as transformers reads an M2M100Tokenizer saved without the list. Translation forces the target language''s id either way and leaves it out of the text.';
+ALTER TABLE vocabularies ADD COLUMN source_language_last boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN vocabularies.source_language_last IS 'Whether a multilingual source ends with its language token (text, </s>, language: NllbTokenizer''s legacy_behaviour) rather than beginning with it (language, text, </s>: M2M-100 and NLLB-200 as published).';
 
 -----------------------------------------------------------------------------
 -- Progress of long statements (0.4.0): what a DBA watches from another

@@ -130,6 +130,7 @@ attention_evaluate(PG_FUNCTION_ARGS)
 								  (Oid[]) {INT4OID}, (Datum[]) {Int32GetDatum(vocabulary_id)}, NULL, true, 1) != SPI_OK_SELECT ||
 			SPI_processed != 1)
 			elog(ERROR, "could not read the vocabulary of model \"%s\"", model);
+		feed.source_language_last = vocabulary_source_language_last(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 		vocab = vocabulary_load(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
 								psprintf("the vocabulary of model \"%s\"", model), ERRCODE_DATA_CORRUPTED);
 	}

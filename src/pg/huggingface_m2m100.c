@@ -838,13 +838,18 @@ import_m2m100(FunctionCallInfo fcinfo, const Oid *lo, int n_files)
 	int32	   *ids;
 	int			n_languages,
 				unk_id,
+				nargs,
 				i;
 	int32		model_id;
 	int64		checkpoint_id;
 	bool		isnull,
 				special,
-				has_special;
-	StringInfoData engine_config;
+				has_special,
+				has_last,
+				source_language_last = false;
+	Datum		values[12];
+	StringInfoData engine_config,
+				insert;
 
 	for (i = 0; i < 6; i++)
 		if (required[i] != NULL && PG_ARGISNULL(i))
@@ -858,16 +863,14 @@ import_m2m100(FunctionCallInfo fcinfo, const Oid *lo, int n_files)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("tokenizer_config.json must be a JSON object")));
 	layout = read_layout(tokenizer);
-	if (layout == LAYOUT_NLLB && config_value(tokenizer, "legacy_behaviour") != NULL &&
-		(config_value(tokenizer, "legacy_behaviour")->type != jbvBool ||
-		 config_value(tokenizer, "legacy_behaviour")->val.boolean))
-		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						errmsg("tokenizer_config.json: \"legacy_behaviour\" is not false"),
-						errdetail("NllbTokenizer's legacy layout puts the source language after the text "
-								  "(pieces, </s>, language); this engine puts it first, as transformers does by "
-								  "default."),
-						errhint("Models trained on the legacy layout cannot be imported; one saved with "
-								"\"legacy_behaviour\": true by mistake imports with the key set to false.")));
+	/* NllbTokenizer's legacy_behaviour: the source's language token after its </s> (absent: false) */
+	if (layout == LAYOUT_NLLB && config_value(tokenizer, "legacy_behaviour") != NULL)
+	{
+		if (config_value(tokenizer, "legacy_behaviour")->type != jbvBool)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("tokenizer_config.json: \"legacy_behaviour\" is not true or false")));
+		source_language_last = config_value(tokenizer, "legacy_behaviour")->val.boolean;
+	}
 	tokens = read_language_tokens(tokenizer, layout, &n_languages, &special);
 	codes = palloc(n_languages * sizeof(char *));
 	ids = palloc(n_languages * sizeof(int32));
@@ -904,32 +907,40 @@ import_m2m100(FunctionCallInfo fcinfo, const Oid *lo, int n_files)
 
 	SPI_connect();
 	free_import_name(model, !PG_ARGISNULL(8) && PG_GETARG_BOOL(8));
-	if (!vocabulary_has_column("language_tokens_special") && !special)
-		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-						errmsg("this database's attention schema cannot hold a tokenizer whose language tokens are "
-							   "text (an M2M100Tokenizer saved without listing them)"),
-						errhint("Run ALTER EXTENSION attention UPDATE.")));
-	/* a 0.3.0 schema (a library newer than its schema) has no language_tokens_special: true, its default */
+	/* a 0.3.0 schema (a library newer than its schema) has neither column: their defaults, true and false */
 	has_special = vocabulary_has_column("language_tokens_special");
-	if (SPI_execute_with_args(has_special ?
-							  "INSERT INTO attention.vocabularies (name, vocab_size, pad_id, unk_id, bos_id, eos_id, "
-							  "model, target_model, pieces, languages, language_ids, language_tokens_special) "
-							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11)" :
-							  "INSERT INTO attention.vocabularies (name, vocab_size, pad_id, unk_id, bos_id, eos_id, "
-							  "model, target_model, pieces, languages, language_ids) "
-							  "VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10)", has_special ? 11 : 10,
+	has_last = vocabulary_has_column("source_language_last");
+	if ((!has_special && !special) || (!has_last && source_language_last))
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						errmsg("this database's attention schema cannot hold %s",
+							   !special ? "a tokenizer whose language tokens are text (an M2M100Tokenizer saved "
+							   "without listing them)" : "NllbTokenizer's legacy_behaviour (the source language last)"),
+						errhint("Run ALTER EXTENSION attention UPDATE.")));
+	initStringInfo(&insert);
+	appendStringInfo(&insert, "INSERT INTO attention.vocabularies (name, vocab_size, pad_id, unk_id, bos_id, eos_id, "
+					 "model, target_model, pieces, languages, language_ids%s%s) "
+					 "VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10%s%s)",
+					 has_special ? ", language_tokens_special" : "", has_last ? ", source_language_last" : "",
+					 has_special ? ", $11" : "", has_last ? (has_special ? ", $12" : ", $11") : "");
+	values[0] = CStringGetTextDatum(model);
+	values[1] = Int32GetDatum(mc.c.vocab_size);
+	values[2] = Int32GetDatum(mc.pad_id);
+	values[3] = Int32GetDatum(unk_id);
+	values[4] = Int32GetDatum(mc.decoder_start_id);
+	values[5] = Int32GetDatum(mc.eos_id);
+	values[6] = PointerGetDatum(spm);
+	values[7] = PointerGetDatum(construct_array(table, mc.c.vocab_size, TEXTOID, -1, false, TYPALIGN_INT));
+	values[8] = PointerGetDatum(construct_array(code_datums, n_languages, TEXTOID, -1, false, TYPALIGN_INT));
+	values[9] = PointerGetDatum(construct_array(id_datums, n_languages, INT4OID, 4, true, TYPALIGN_INT));
+	nargs = 10;
+	if (has_special)
+		values[nargs++] = BoolGetDatum(special);
+	if (has_last)
+		values[nargs++] = BoolGetDatum(source_language_last);
+	if (SPI_execute_with_args(insert.data, nargs,
 							  (Oid[]) {TEXTOID, INT4OID, INT4OID, INT4OID, INT4OID, INT4OID, BYTEAOID, TEXTARRAYOID,
-							  TEXTARRAYOID, INT4ARRAYOID, BOOLOID},
-							  (Datum[]) {CStringGetTextDatum(model), Int32GetDatum(mc.c.vocab_size),
-								  Int32GetDatum(mc.pad_id), Int32GetDatum(unk_id), Int32GetDatum(mc.decoder_start_id),
-								  Int32GetDatum(mc.eos_id), PointerGetDatum(spm),
-								  PointerGetDatum(construct_array(table, mc.c.vocab_size, TEXTOID, -1, false,
-																  TYPALIGN_INT)),
-								  PointerGetDatum(construct_array(code_datums, n_languages, TEXTOID, -1, false,
-																  TYPALIGN_INT)),
-							  PointerGetDatum(construct_array(id_datums, n_languages, INT4OID, 4, true, TYPALIGN_INT)),
-							  BoolGetDatum(special)},
-							  NULL, false, 0) != SPI_OK_INSERT)
+							  TEXTARRAYOID, INT4ARRAYOID, BOOLOID, BOOLOID},
+							  values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not insert vocabulary \"%s\"", model);
 	if (SPI_execute_with_args("SELECT attention.create_model($1, $1, $2::jsonb)", 2, (Oid[]) {TEXTOID, TEXTOID},
 							  (Datum[]) {CStringGetTextDatum(model), CStringGetTextDatum(engine_config.data)},
@@ -1108,7 +1119,8 @@ attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
 				i;
 	bool		isnull,
 				nllb,
-				special;
+				special,
+				legacy;
 	bytea	   *spm;
 	Oid			lo;
 	StringInfoData s;
@@ -1118,11 +1130,13 @@ attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (SPI_execute_with_args(psprintf("SELECT m.name, m.config, v.vocab_size, v.pad_id, v.bos_id, v.eos_id, v.model, "
 									   "v.pieces, v.languages, v.language_ids, m.source_language, m.target_language, "
-									   "%s FROM attention.checkpoints c JOIN attention.models m USING (model_id) "
+									   "%s, %s FROM attention.checkpoints c JOIN attention.models m USING (model_id) "
 									   "JOIN attention.vocabularies v USING (vocabulary_id) WHERE c.checkpoint_id = $1",
-									   /* a 0.3.0 schema: its language tokens are special tokens */
+									   /* a 0.3.0 schema: special language tokens, the source language first */
 									   vocabulary_has_column("language_tokens_special") ?
-									   "v.language_tokens_special" : "true"), 1,
+									   "v.language_tokens_special" : "true",
+									   vocabulary_has_column("source_language_last") ?
+									   "v.source_language_last" : "false"), 1,
 							  (Oid[]) {INT8OID}, (Datum[]) {Int64GetDatum(checkpoint_id)}, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read attention.checkpoints");
 	if (SPI_processed == 0)
@@ -1154,6 +1168,7 @@ attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
 	source = SPI_getvalue(tup, desc, 11);
 	target = SPI_getvalue(tup, desc, 12);
 	special = DatumGetBool(SPI_getbinval(tup, desc, 13, &isnull));
+	legacy = DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull));
 	if (n_languages == 0 || DatumGetInt32(ids[0]) < 0 || DatumGetInt32(ids[0]) >= n_pieces)
 		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
 						errmsg("the vocabulary of model \"%s\" has no valid language tokens", model)));
@@ -1219,7 +1234,7 @@ attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
 					 "\"clean_up_tokenization_spaces\": true, \"model_max_length\": %d, \"sp_model_kwargs\": {}, ",
 					 nllb ? "NllbTokenizer" : "M2M100Tokenizer", c.max_positions);
 	if (nllb)
-		appendStringInfo(&s, "\"mask_token\": \"<mask>\", \"legacy_behaviour\": false, ");
+		appendStringInfo(&s, "\"mask_token\": \"<mask>\", \"legacy_behaviour\": %s, ", legacy ? "true" : "false");
 	else
 		appendStringInfo(&s, "\"language_codes\": \"%s\", \"num_madeup_words\": %d, ",
 						 language_codes_name(codes, n_languages), c.vocab_size - first - n_languages);

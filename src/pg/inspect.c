@@ -72,7 +72,10 @@ inspected_model(FunctionCallInfo fcinfo, int model, int target, int source, Call
 	return attention_model_load(&d, "cpu", false);
 }
 
-/* Pieces of source + EOS and of BOS + target (queries of the decoder), as text datums. */
+/*
+ * Pieces of e + last_id (a source's: its last id, EOS or a language token
+ * that goes last) and of BOS + e (queries of the decoder), as text datums.
+ */
 static Datum *
 token_texts(AttentionModel *am, const Encoded *e, int first_id, int last_id)
 {
@@ -133,7 +136,7 @@ attention_attention_weights(PG_FUNCTION_ARGS)
 	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, SPM_SOURCE, lang.source_id);
 	target = inspection_target(am, &source, TEXT_ARG_OR_NULL(1), lang);
 	teacher_forced(am, &source, &target, true);
-	src_tokens = token_texts(am, &source, -1, am->eos_id);
+	src_tokens = token_texts(am, &source, -1, source.ids[source.n]);
 	dec_tokens = token_texts(am, &target, am->bos_id, -1);
 	for (kind = 0; kind < 3; kind++)
 	{
@@ -236,7 +239,7 @@ attention_align(PG_FUNCTION_ARGS)
 	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, SPM_SOURCE, lang.source_id);
 	target = encode_text(am, PG_GETARG_TEXT_PP(1), false, SPM_TARGET, lang.target_id);
 	a = alignment(am, &source, &target, &q, &k);
-	src_tokens = token_texts(am, &source, -1, am->eos_id);
+	src_tokens = token_texts(am, &source, -1, source.ids[source.n]);
 	tgt_tokens = token_texts(am, &target, -1, am->eos_id);
 	for (i = 0; i < q; i++)
 		for (j = 0; j < k; j++)
@@ -366,7 +369,7 @@ attention_plot_attention(PG_FUNCTION_ARGS)
 						"plot_attention", "attention_weights");
 	teacher_forced(am, &source, &target, true);
 	p = fetch_attention(am, kind, layer, &q, &k);
-	src_labels = label_strings(token_texts(am, &source, -1, am->eos_id), source.n + 1);
+	src_labels = label_strings(token_texts(am, &source, -1, source.ids[source.n]), source.n + 1);
 	dec_labels = label_strings(token_texts(am, &target, am->bos_id, -1), target.n + 1);
 	rows = q;
 	cols = k;
@@ -422,7 +425,7 @@ attention_plot_alignment(PG_FUNCTION_ARGS)
 	map.rows = q;
 	map.cols = k;
 	map.row_labels = label_strings(token_texts(am, &target, -1, am->eos_id), q);
-	map.col_labels = label_strings(token_texts(am, &source, -1, am->eos_id), k);
+	map.col_labels = label_strings(token_texts(am, &source, -1, source.ids[source.n]), k);
 	map.panels = 1;
 	map.panel_titles = NULL;
 	map.weights = a;

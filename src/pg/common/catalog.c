@@ -294,20 +294,25 @@ vocabulary_columns(void)
 {
 	/* the columns of 0.2.0, 0.3.0 and 0.4.0, present since those versions */
 	if (SPI_execute("SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = 'attention.vocabularies'::pg_catalog.regclass "
-					"AND attname IN ('pieces', 'language_ids', 'language_tokens_special') AND NOT attisdropped",
+					"AND attname IN ('pieces', 'language_ids', 'language_tokens_special', 'source_language_last') "
+					"AND NOT attisdropped",
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the columns of attention.vocabularies");
 	switch (SPI_processed)
 	{
-		case 3:
+		case 4:
 			return "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id, v.language_ids, "
-				"v.language_tokens_special";
+				"v.language_tokens_special, v.source_language_last";
+		case 3:
+			/* a development 0.4.0 that had language_tokens_special only */
+			return "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id, v.language_ids, "
+				"v.language_tokens_special, false";
 		case 2:
-			return "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id, v.language_ids, true";
+			return "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id, v.language_ids, true, false";
 		case 1:
-			return "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id, NULL::integer[], true";
+			return "v.model, v.target_model, v.pieces, v.pad_id, v.unk_id, v.bos_id, v.eos_id, NULL::integer[], true, false";
 		default:
-			return "v.model, NULL::bytea, NULL::text[], v.pad_id, v.unk_id, v.bos_id, v.eos_id, NULL::integer[], true";
+			return "v.model, NULL::bytea, NULL::text[], v.pad_id, v.unk_id, v.bos_id, v.eos_id, NULL::integer[], true, false";
 	}
 }
 
@@ -319,6 +324,15 @@ vocabulary_has_column(const char *column)
 							  1, (Oid[]) {NAMEOID}, (Datum[]) {CStringGetDatum(column)}, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the columns of attention.vocabularies");
 	return SPI_processed == 1;
+}
+
+bool
+vocabulary_source_language_last(HeapTuple tup, TupleDesc desc, int first)
+{
+	bool		isnull;
+	Datum		last = SPI_getbinval(tup, desc, first + 9, &isnull);
+
+	return !isnull && DatumGetBool(last);
 }
 
 SpmModel *

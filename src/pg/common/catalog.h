@@ -59,9 +59,10 @@ void		read_model_row(const char *name);
 /*
  * The select list of attention.vocabularies (alias v) that vocabulary_load
  * reads: model, target_model, pieces, pad_id, unk_id, bos_id, eos_id,
- * language_ids, language_tokens_special (NULL target_model and pieces where
- * the schema is still at 0.1.0, NULL language_ids before 0.3.0, true before
- * 0.4.0, which have no such columns). Runs
+ * language_ids, language_tokens_special, source_language_last (NULL
+ * target_model and pieces where the schema is still at 0.1.0, NULL
+ * language_ids before 0.3.0, true and false before 0.4.0, which have no such
+ * columns). Runs
  * a catalogue query: call it before the caller's own.
  * Inside SPI.
  */
@@ -89,6 +90,14 @@ char	   *attention_extension_version(Remote *remote);
  * (sqlerrcode, naming `what`) when it does not load.
  */
 SpmModel   *vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int sqlerrcode);
+
+/*
+ * Whether the vocabulary in columns first .. first + 9 of an SPI row
+ * (vocabulary_columns()) puts a multilingual source's language token after
+ * its EOS (source_language_last: NllbTokenizer's legacy_behaviour) rather
+ * than before its text.
+ */
+bool		vocabulary_source_language_last(HeapTuple tup, TupleDesc desc, int first);
 
 /*
  * Id of model `name` when the current role is a member of its owner role;

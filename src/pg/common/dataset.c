@@ -325,9 +325,16 @@ fill_languages(const DataSet *d, const DataBatch *b, const DataFeed *feed, TfBat
 		int32	   *x = feed->tgt_in + (int64) k * lt;
 		int32	   *y = feed->labels + (int64) k * lt;
 
-		s[0] = feed->source_language;
-		for (t = 1; t < ls; t++)
-			s[t] = t <= p->src_len ? p->src[t - 1] : t == p->src_len + 1 ? feed->eos_id : feed->pad_id;
+		if (feed->source_language_last)
+			for (t = 0; t < ls; t++)
+				s[t] = t < p->src_len ? p->src[t] : t == p->src_len ? feed->eos_id :
+					t == p->src_len + 1 ? feed->source_language : feed->pad_id;
+		else
+		{
+			s[0] = feed->source_language;
+			for (t = 1; t < ls; t++)
+				s[t] = t <= p->src_len ? p->src[t - 1] : t == p->src_len + 1 ? feed->eos_id : feed->pad_id;
+		}
 		x[0] = feed->bos_id;
 		y[0] = x[1] = feed->target_language;
 		for (t = 1; t < lt; t++)
@@ -449,10 +456,17 @@ dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed 
 			int32	   *s = feed->src + k * len;
 			int32		m = Min(p->src_len, len - 1 - prefix);
 
-			if (prefix)
-				s[0] = feed->source_language;
-			for (t = 0; t < len - prefix; t++)
-				s[t + prefix] = t < m ? p->src[t] : t == m ? feed->eos_id : feed->pad_id;
+			if (prefix && feed->source_language_last)
+				for (t = 0; t < len; t++)
+					s[t] = t < m ? p->src[t] : t == m ? feed->eos_id : t == m + 1 ? feed->source_language :
+						feed->pad_id;
+			else
+			{
+				if (prefix)
+					s[0] = feed->source_language;
+				for (t = 0; t < len - prefix; t++)
+					s[t + prefix] = t < m ? p->src[t] : t == m ? feed->eos_id : feed->pad_id;
+			}
 		}
 		threads = cpu_budget_take_for(engine, 0);
 		rc = tf_model_translate(engine, feed->src, n, len, &opt, hyps, err, sizeof(err));

@@ -87,10 +87,12 @@ typedef struct DataFeed
 				eos_id;
 	/*
 	 * A multilingual model's languages (evaluate): every source starts with
-	 * the token source_language, the decoder with bos then the forced
-	 * target_language, which the loss does not count (as score)
+	 * the token source_language (or, with source_language_last, ends with it
+	 * after its EOS), the decoder with bos then the forced target_language,
+	 * which the loss does not count (as score)
 	 */
-	bool		multilingual;
+	bool		multilingual,
+				source_language_last;
 	int32		source_language,
 				target_language;
 	int32	   *src;			/* also holds VALIDATE_BLEU_BATCH sources */

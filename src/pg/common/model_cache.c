@@ -113,6 +113,7 @@ model_load(const DeployedModel *d, const char *device, bool owner)
 	am->eos_id = info.eos_id;
 	am->pad_id = info.pad_id;
 	am->max_positions = c.max_positions;
+	am->source_language_last = vocabulary_source_language_last(vocab_row, vocab_desc, 6);
 	am->bytes = tf_model_weight_bytes(engine);
 	strlcpy(am->device, device, sizeof(am->device));
 	return am;

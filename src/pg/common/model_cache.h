@@ -27,6 +27,7 @@ typedef struct AttentionModel
 				eos_id,
 				pad_id;
 	int			max_positions;
+	bool		source_language_last;	/* a multilingual source: text, EOS, language (catalog.h) */
 	size_t		bytes;			/* parameter memory */
 	char		device[16];		/* "cpu" or "cuda" */
 } AttentionModel;

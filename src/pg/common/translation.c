@@ -33,7 +33,9 @@ const char *const decode_option_names[3] = {"beam_size", "length_penalty", "max_
 /*
  * Encodes text of a side under the model's vocabulary, after the language
  * token `language` (-1: none); with add_eos an EOS follows (space is always
- * reserved).
+ * reserved). A source of a model whose source language goes last
+ * (am->source_language_last) is the text, EOS, then the language token in
+ * EOS's place (translation.h's Encoded).
  */
 Encoded
 encode_text(AttentionModel *am, text *t, bool add_eos, SpmSide side, int32 language)
@@ -58,12 +60,20 @@ encode_text(AttentionModel *am, text *t, bool add_eos, SpmSide side, int32 langu
 								"(the model takes at most %d).", am->max_positions - 1 - prefix)));
 	}
 	e.ids = palloc((n + prefix + 1) * sizeof(int32_t));
+	e.n = (int) n + prefix;
+	e.prefix = prefix;
+	if (prefix && side == SPM_SOURCE && am->source_language_last)
+	{
+		memcpy(e.ids, ids, n * sizeof(int32_t));
+		e.ids[n] = am->eos_id;
+		e.ids[e.n] = language;
+		spm_free_buffer(ids);
+		return e;
+	}
 	if (prefix)
 		e.ids[0] = language;
 	memcpy(e.ids + prefix, ids, n * sizeof(int32_t));
 	spm_free_buffer(ids);
-	e.n = (int) n + prefix;
-	e.prefix = prefix;
 	if (add_eos)
 		e.ids[e.n] = am->eos_id;
 	return e;

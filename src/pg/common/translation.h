@@ -21,9 +21,14 @@
 /* A source (or target) as subword ids. */
 typedef struct Encoded
 {
-	int32_t    *ids;			/* the language token (prefix 1), the text's ids, then EOS when add_eos */
-	int			n;				/* ids without EOS */
-	int			prefix;			/* 1 when ids begin with a language token, else 0 */
+	/*
+	 * the language token (prefix 1), the text's ids, then EOS when add_eos;
+	 * a source whose language goes last (source_language_last): the text's
+	 * ids, EOS, then the language token where EOS would be
+	 */
+	int32_t    *ids;
+	int			n;				/* ids but the last (EOS, or that language token) */
+	int			prefix;			/* 1 when ids hold a language token, else 0 */
 } Encoded;
 
 /*
