@@ -25,6 +25,7 @@
 #include <linux/futex.h>
 #include <omp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -50,7 +51,7 @@ struct TfPool
 	_Atomic uint32_t wake_seq;	/* futex word of sleeping helpers: bumped by every call and at stop */
 	_Atomic int sleepers;
 	_Atomic bool stop;
-	_Atomic int64_t helper_spin_ns;	/* how long each helper spins when idle */
+	_Atomic int64_t helper_yield_ns;	/* how long each helper waits for a call before it sleeps */
 
 	/* the current call, set before it is published */
 	_Atomic(TfPoolFn) fn;
@@ -88,6 +89,20 @@ cpu_relax(void)
 #if defined(__x86_64__) || defined(__i386__)
 	__builtin_ia32_pause();
 #endif
+}
+
+/*
+ * One turn of a wait: a pause while it is young (yielding: false), then
+ * sched_yield, which returns at once on an idle CPU but hands a busy one to
+ * whatever else wants it (the thread we wait for, or another program).
+ */
+static inline void
+wait_turn(bool yielding)
+{
+	if (yielding)
+		sched_yield();
+	else
+		cpu_relax();
 }
 
 static int64_t
@@ -155,15 +170,21 @@ helper_main(void *p)
 	omp_set_num_threads(1);
 	for (;;)
 	{
-		int64_t		spin_until = now_ns() + atomic_load_explicit(&pool->helper_spin_ns, memory_order_relaxed);
+		int64_t		start = now_ns(),
+					spin_until = start + TF_POOL_SPIN_US * 1000,
+					yield_until = start + atomic_load_explicit(&pool->helper_yield_ns, memory_order_relaxed);
 		uint64_t	j;
 		int			i = 0;
+		bool		yielding = false;
 
 		while (claim_generation(atomic_load_explicit(&pool->claim, memory_order_relaxed)) == seen &&
 			   !atomic_load_explicit(&pool->stop, memory_order_relaxed))
 		{
-			cpu_relax();
-			if (++i % 64 == 0 && now_ns() > spin_until)
+			wait_turn(yielding);
+			if (++i % 64 != 0)
+				continue;
+			yielding = now_ns() > spin_until;
+			if (now_ns() > yield_until)
 			{
 				uint32_t	seq = atomic_load(&pool->wake_seq);
 
@@ -204,7 +225,7 @@ tf_pool_create(void)
 	atomic_init(&pool->wake_seq, 0);
 	atomic_init(&pool->sleepers, 0);
 	atomic_init(&pool->stop, false);
-	atomic_init(&pool->helper_spin_ns, (int64_t) TF_POOL_SPIN_US * 1000);
+	atomic_init(&pool->helper_yield_ns, (int64_t) TF_POOL_YIELD_US * 1000);
 	atomic_init(&pool->fn, NULL);
 	atomic_init(&pool->arg, NULL);
 	atomic_init(&pool->n, 0);
@@ -248,8 +269,8 @@ start_helpers(TfPool *pool, int want)
 		pool->helpers++;
 	tf_restore_signals(&old);
 	if (pool->helpers > 0)
-		atomic_store(&pool->helper_spin_ns, (int64_t) (TF_POOL_SPIN_TOTAL_US / pool->helpers < TF_POOL_SPIN_US ?
-													 TF_POOL_SPIN_TOTAL_US / pool->helpers : TF_POOL_SPIN_US) * 1000);
+		atomic_store(&pool->helper_yield_ns, (int64_t) (TF_POOL_YIELD_TOTAL_US / pool->helpers < TF_POOL_YIELD_US ?
+													  TF_POOL_YIELD_TOTAL_US / pool->helpers : TF_POOL_YIELD_US) * 1000);
 }
 
 void
@@ -257,7 +278,9 @@ tf_pool_for(TfPool *pool, int threads, long n, long grain, TfPoolFn fn, void *ar
 {
 	long		chunks,
 				helpers;
-	int64_t		spin_until;
+	int64_t		spin_until,
+				yield_until;
+	bool		yielding = false;
 	int			i = 0;
 
 	if (n <= 0)
@@ -303,10 +326,14 @@ tf_pool_for(TfPool *pool, int threads, long n, long grain, TfPoolFn fn, void *ar
 
 	/* the chunks helpers took: spin a little, then sleep until the last one ends */
 	spin_until = now_ns() + TF_POOL_SPIN_US * 1000;
+	yield_until = spin_until + (TF_POOL_YIELD_US - TF_POOL_SPIN_US) * 1000;
 	while (atomic_load_explicit(&pool->done, memory_order_acquire) < (uint32_t) chunks)
 	{
-		cpu_relax();
-		if (++i % 64 == 0 && now_ns() > spin_until)
+		wait_turn(yielding);
+		if (++i % 64 != 0)
+			continue;
+		yielding = now_ns() > spin_until;
+		if (now_ns() > yield_until)
 		{
 			uint32_t	d;
 

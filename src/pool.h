@@ -12,9 +12,10 @@
  * machine). Here nobody waits for a thread that has not started: the chunks
  * a descheduled helper never claimed are run by whoever is running (the
  * caller included), and the caller waits only for chunks already under way.
- * Idle helpers spin for at most TF_POOL_SPIN_US each and TF_POOL_SPIN_TOTAL_US
- * all together, then sleep on a futex, so little CPU is burnt after a call
- * (a few milliseconds at most, whatever the team).
+ * Idle helpers spin briefly, then yield the CPU for up to TF_POOL_YIELD_US
+ * each and TF_POOL_YIELD_TOTAL_US all together, then sleep on a futex, so
+ * little CPU is burnt after a call (a few milliseconds at most, whatever the
+ * team).
  *
  * Determinism: the chunks are fixed by n and grain alone, never by the
  * thread count or by who runs them; a function that writes only its own
@@ -30,18 +31,24 @@
 /* Most threads of one call, the caller included. */
 #define TF_POOL_MAX_THREADS 64
 /*
- * How long an idle helper spins for the next call before it sleeps, and
- * the caller for the chunks helpers took, microseconds; the helpers' spins
- * together at most TF_POOL_SPIN_TOTAL_US (each helper spins the total over
- * their number, TF_POOL_SPIN_US at most). A decoding step's regions come a
- * few hundred microseconds apart: a helper that sleeps between them makes
- * every call pay a futex wake-up. Measured idle against the OpenMP build
- * (bench/decode_pool 6, decoding of the small model at beam 4, fp32 and
- * int8, batch 1 and 32, 2 threads, medians): 100 us 0.86-0.93x, 1,000 us
- * 0.95-1.05x (bench/results/decode_pool-vm-20261129-0343.txt, -0406.txt).
+ * How a thread waits, for the next call (a helper) or for the chunks
+ * helpers took (the caller): TF_POOL_SPIN_US of pauses, then sched_yield
+ * until TF_POOL_YIELD_US from the start (the helpers together at most
+ * TF_POOL_YIELD_TOTAL_US: each waits the total over their number), then a
+ * futex sleep; microseconds. A decoding step's regions come a few hundred
+ * microseconds apart: a helper that sleeps between them makes every call
+ * pay a futex wake-up, and one that spins on a busy machine takes a CPU
+ * that other work wants. Measured against the OpenMP build (bench/decode_pool
+ * 6: the small model, beam 4, fp32 and int8, batch 1 and 32, 2 threads,
+ * idle, medians; bench/busy 20 2 for the busy server): 100 us of pauses then
+ * sleep: 0.86-0.93x idle (bench/results/decode_pool-vm-20261129-0343.txt);
+ * 1,000 us of pauses: 0.95-1.05x idle (-0406.txt), but beside two busy loops
+ * 8 clients kept 0.33x of their idle rate and TPC-B beside them 0.32x of
+ * its own (busy-vm-20261129-0418.txt; 0.40x and 0.51x with 100 us).
  */
-#define TF_POOL_SPIN_US 1000
-#define TF_POOL_SPIN_TOTAL_US 3000
+#define TF_POOL_SPIN_US 100
+#define TF_POOL_YIELD_US 1000
+#define TF_POOL_YIELD_TOTAL_US 3000
 
 typedef struct TfPool TfPool;
 

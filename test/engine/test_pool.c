@@ -197,7 +197,7 @@ busy_chunk(void *arg, long begin, long end, int worker)
 	*sink += x * 0.0;
 }
 
-/* After a call the helpers spin at most TF_POOL_SPIN_TOTAL_US together, then sleep: under 5 ms of CPU in the next 200 ms. */
+/* After a call the helpers wait at most TF_POOL_YIELD_TOTAL_US together, then sleep: under 5 ms of CPU in the next 200 ms. */
 static void
 check_no_spin_after_call(TfPool *pool)
 {
