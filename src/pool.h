@@ -44,7 +44,9 @@
  * sleep: 0.86-0.93x idle (bench/results/decode_pool-vm-20261129-0343.txt);
  * 1,000 us of pauses: 0.95-1.05x idle (-0406.txt), but beside two busy loops
  * 8 clients kept 0.33x of their idle rate and TPC-B beside them 0.32x of
- * its own (busy-vm-20261129-0418.txt; 0.40x and 0.51x with 100 us).
+ * its own (busy-vm-20261129-0418.txt; 0.40x and 0.51x with 100 us). As
+ * here: 0.42x and 0.39x busy (-0432.txt), 0.83-1.06x idle (-0438.txt: int8
+ * at batch 32 the lowest).
  */
 #define TF_POOL_SPIN_US 100
 #define TF_POOL_YIELD_US 1000
