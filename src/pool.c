@@ -91,20 +91,6 @@ cpu_relax(void)
 #endif
 }
 
-/*
- * One turn of a wait: a pause while it is young (yielding: false), then
- * sched_yield, which returns at once on an idle CPU but hands a busy one to
- * whatever else wants it (the thread we wait for, or another program).
- */
-static inline void
-wait_turn(bool yielding)
-{
-	if (yielding)
-		sched_yield();
-	else
-		cpu_relax();
-}
-
 static int64_t
 now_ns(void)
 {
@@ -112,6 +98,48 @@ now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A thread's wait before it sleeps (pool.h): pauses until spin_until, then sched_yield until yield_until. */
+typedef struct Wait
+{
+	int64_t		spin_until,
+				yield_until;
+	int			turns;
+	bool		yielding;
+} Wait;
+
+static void
+wait_begin(Wait *w, int64_t yield_ns)
+{
+	int64_t		now = now_ns();
+
+	w->spin_until = now + TF_POOL_SPIN_US * 1000;
+	w->yield_until = now + yield_ns;
+	w->turns = 0;
+	w->yielding = false;
+}
+
+/*
+ * One turn of a wait: a pause while it is young, then sched_yield, which
+ * returns at once on an idle CPU but hands a busy one to whatever else wants
+ * it (the thread waited for, or another program). True when its time is up
+ * and the thread should sleep (the clock is read every 64 turns).
+ */
+static bool
+wait_turn(Wait *w)
+{
+	int64_t		now;
+
+	if (w->yielding)
+		sched_yield();
+	else
+		cpu_relax();
+	if (++w->turns % 64 != 0)
+		return false;
+	now = now_ns();
+	w->yielding = now > w->spin_until;
+	return now > w->yield_until;
 }
 
 static inline uint32_t
@@ -170,21 +198,14 @@ helper_main(void *p)
 	omp_set_num_threads(1);
 	for (;;)
 	{
-		int64_t		start = now_ns(),
-					spin_until = start + TF_POOL_SPIN_US * 1000,
-					yield_until = start + atomic_load_explicit(&pool->helper_yield_ns, memory_order_relaxed);
+		Wait		w;
 		uint64_t	j;
-		int			i = 0;
-		bool		yielding = false;
 
+		wait_begin(&w, atomic_load_explicit(&pool->helper_yield_ns, memory_order_relaxed));
 		while (claim_generation(atomic_load_explicit(&pool->claim, memory_order_relaxed)) == seen &&
 			   !atomic_load_explicit(&pool->stop, memory_order_relaxed))
 		{
-			wait_turn(yielding);
-			if (++i % 64 != 0)
-				continue;
-			yielding = now_ns() > spin_until;
-			if (now_ns() > yield_until)
+			if (wait_turn(&w))
 			{
 				uint32_t	seq = atomic_load(&pool->wake_seq);
 
@@ -278,10 +299,7 @@ tf_pool_for(TfPool *pool, int threads, long n, long grain, TfPoolFn fn, void *ar
 {
 	long		chunks,
 				helpers;
-	int64_t		spin_until,
-				yield_until;
-	bool		yielding = false;
-	int			i = 0;
+	Wait		w;
 
 	if (n <= 0)
 		return;
@@ -324,16 +342,11 @@ tf_pool_for(TfPool *pool, int threads, long n, long grain, TfPoolFn fn, void *ar
 
 	(void) run_chunks(pool, pool->generation, 0);
 
-	/* the chunks helpers took: spin a little, then sleep until the last one ends */
-	spin_until = now_ns() + TF_POOL_SPIN_US * 1000;
-	yield_until = spin_until + (TF_POOL_YIELD_US - TF_POOL_SPIN_US) * 1000;
+	/* the chunks helpers took: pause, yield, then sleep until the last one ends */
+	wait_begin(&w, (int64_t) TF_POOL_YIELD_US * 1000);
 	while (atomic_load_explicit(&pool->done, memory_order_acquire) < (uint32_t) chunks)
 	{
-		wait_turn(yielding);
-		if (++i % 64 != 0)
-			continue;
-		yielding = now_ns() > spin_until;
-		if (now_ns() > yield_until)
+		if (wait_turn(&w))
 		{
 			uint32_t	d;
 
