@@ -306,6 +306,29 @@ data_fill(const DataSet *d, const DataBatch *b, int pad_id, int bos_id, int eos_
 }
 
 /*
+ * A source row of `width` ids: src[0 .. m), EOS, then padding; with
+ * `language` the feed's source language token first, or after the EOS
+ * (source_language_last). The caller leaves room: m + 2 <= width with a
+ * language, m + 1 without.
+ */
+static void
+source_row(int32 *s, int width, const int32 *src, int m, const DataFeed *feed, bool language)
+{
+	int			t = 0,
+				k;
+
+	if (language && !feed->source_language_last)
+		s[t++] = feed->source_language;
+	for (k = 0; k < m; k++)
+		s[t++] = src[k];
+	s[t++] = feed->eos_id;
+	if (language && feed->source_language_last)
+		s[t++] = feed->source_language;
+	while (t < width)
+		s[t++] = feed->pad_id;
+}
+
+/*
  * data_fill with feed's languages: each row one wider, the source after its
  * language token, the decoder input bos + target language + target, the
  * labels target language + target + EOS.
@@ -325,16 +348,7 @@ fill_languages(const DataSet *d, const DataBatch *b, const DataFeed *feed, TfBat
 		int32	   *x = feed->tgt_in + (int64) k * lt;
 		int32	   *y = feed->labels + (int64) k * lt;
 
-		if (feed->source_language_last)
-			for (t = 0; t < ls; t++)
-				s[t] = t < p->src_len ? p->src[t] : t == p->src_len ? feed->eos_id :
-					t == p->src_len + 1 ? feed->source_language : feed->pad_id;
-		else
-		{
-			s[0] = feed->source_language;
-			for (t = 1; t < ls; t++)
-				s[t] = t <= p->src_len ? p->src[t - 1] : t == p->src_len + 1 ? feed->eos_id : feed->pad_id;
-		}
+		source_row(s, ls, p->src, p->src_len, feed, true);
 		x[0] = feed->bos_id;
 		y[0] = x[1] = feed->target_language;
 		for (t = 1; t < lt; t++)
@@ -440,7 +454,6 @@ dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed 
 		int32		n = Min(VALIDATE_BLEU_BATCH, d->num_references - b),
 					len = 0,
 					k,
-					t,
 					threads,
 					rc;
 
@@ -456,17 +469,7 @@ dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed 
 			int32	   *s = feed->src + k * len;
 			int32		m = Min(p->src_len, len - 1 - prefix);
 
-			if (prefix && feed->source_language_last)
-				for (t = 0; t < len; t++)
-					s[t] = t < m ? p->src[t] : t == m ? feed->eos_id : t == m + 1 ? feed->source_language :
-						feed->pad_id;
-			else
-			{
-				if (prefix)
-					s[0] = feed->source_language;
-				for (t = 0; t < len - prefix; t++)
-					s[t + prefix] = t < m ? p->src[t] : t == m ? feed->eos_id : feed->pad_id;
-			}
+			source_row(s, len, p->src, m, feed, prefix);
 		}
 		threads = cpu_budget_take_for(engine, 0);
 		rc = tf_model_translate(engine, feed->src, n, len, &opt, hyps, err, sizeof(err));
