@@ -21,7 +21,9 @@
 #include <sys/mman.h>
 
 #include "activation.h"
+#include "bf16.h"
 #include "blas.h"
+#include "cpu_bf16.h"
 #include "cpu_matmul.h"
 #include "pool.h"
 #include "rng.h"
@@ -83,6 +85,16 @@ typedef struct CpuState
 	double	   *partials;		/* one per chunk of sum_squares */
 	size_t		partials_capacity;
 	CpuMatmul  *matmul;			/* oneDNN products (linear) */
+	/* bf16 mixed precision (cpu_set_precision) */
+	TfPrecision precision;
+	const float *weights;		/* the master weights [num_weights] given to set_precision */
+	size_t		num_weights;
+	uint16_t   *weights16;		/* their bf16 copy where the CPU multiplies bf16 natively, else NULL */
+	CpuBf16    *bf16;			/* oneDNN's bf16 products, where native; else NULL */
+	void	   *operand[2];		/* gemm's operands rounded (bf16 bits where native, else floats) */
+	size_t		operand_capacity[2];
+	float	   *attention16;	/* attention's q, k, v and dctx rounded, packed [rows, d] each */
+	size_t		attention16_capacity;
 	char		error[TF_ERRLEN];	/* the first error since the last status call, or "" */
 } CpuState;
 
@@ -232,8 +244,8 @@ gemm_chunk(void *arg, long begin, long end, int worker)
  * other kernels for small products).
  */
 static void
-cpu_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-		 const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc)
+gemm_fp32(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+		  const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
 	GemmArgs	g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, m, n, 1, alpha, beta, a, b, c};
 	long		blocks = 1;
@@ -260,6 +272,171 @@ cpu_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float a
 	par_for(be, blocks, 1, gemm_chunk, &g);
 }
 
+/* Keeps the first error since the last status call. */
+static void
+cpu_error(CpuState *st, const char *msg)
+{
+	if (st->error[0] == '\0')
+		snprintf(st->error, sizeof(st->error), "%s", msg);
+}
+
+/* Grows *buf to hold bytes; false when out of memory. */
+static bool
+grow(void **buf, size_t *capacity, size_t bytes)
+{
+	void	   *p;
+
+	if (bytes <= *capacity)
+		return true;
+	p = realloc(*buf, bytes);
+	if (p == NULL)
+		return false;
+	*buf = p;
+	*capacity = bytes;
+	return true;
+}
+
+/*
+ * A bf16 product's K, where both operands are rounded into scratch: rounded
+ * up to this multiple with zeros (which add nothing), so that the weight
+ * gradients' products, whose K is a batch's token count, take few shapes
+ * (cpu_bf16.c makes a oneDNN primitive per shape).
+ */
+#define BF16_K_MULTIPLE 128
+
+/* One operand rounded to bf16: src [rows, cols] (row stride ld) into dst [out_rows, out_cols], zero-padded. */
+typedef struct RoundArgs
+{
+	const float *src;
+	void	   *dst;
+	int			rows,
+				cols,
+				ld,
+				out_cols;
+	bool		bits;			/* dst holds bf16 bits (oneDNN's operands), else the rounded floats */
+} RoundArgs;
+
+static void
+round_chunk(void *arg, long begin, long end, int worker)
+{
+	const RoundArgs *r = arg;
+	long		i;
+	int			j;
+
+	(void) worker;
+	for (i = begin; i < end; i++)
+	{
+		const float *s = r->src + (size_t) i * r->ld;
+		int			cols = i < r->rows ? r->cols : 0;
+
+		if (r->bits)
+		{
+			uint16_t   *d = (uint16_t *) r->dst + (size_t) i * r->out_cols;
+
+			for (j = 0; j < cols; j++)
+				d[j] = tf_bf16_bits(s[j]);
+			memset(d + cols, 0, (size_t) (r->out_cols - cols) * sizeof(uint16_t));
+		}
+		else
+		{
+			float	   *d = (float *) r->dst + (size_t) i * r->out_cols;
+
+			for (j = 0; j < cols; j++)
+				d[j] = tf_bf16_round(s[j]);
+			memset(d + cols, 0, (size_t) (r->out_cols - cols) * sizeof(float));
+		}
+	}
+}
+
+/* True when x points into the weights whose bf16 copy the backend keeps. */
+static bool
+in_weights16(const CpuState *st, const float *x)
+{
+	return st->weights16 != NULL && x >= st->weights && x < st->weights + st->num_weights;
+}
+
+/*
+ * A bf16 product's operand stored as [rows, cols] (row stride ld): its
+ * place in the weights' copy, or x rounded into the backend's operand
+ * slot and zero-padded to [out_rows, out_cols]. *ld_out receives its row
+ * stride. NULL when out of memory.
+ */
+static const void *
+operand16(TfBackend *be, int slot, const float *x, int rows, int cols, int ld, int out_rows, int out_cols,
+		  int *ld_out)
+{
+	CpuState   *st = be->state;
+	bool		bits = st->bf16 != NULL;
+	RoundArgs	r = {x, NULL, rows, cols, ld, out_cols, bits};
+
+	if (in_weights16(st, x))
+	{
+		*ld_out = ld;
+		return st->weights16 + (x - st->weights);
+	}
+	if (!grow(&st->operand[slot], &st->operand_capacity[slot],
+			  (size_t) out_rows * out_cols * (bits ? sizeof(uint16_t) : sizeof(float))))
+		return NULL;
+	r.dst = st->operand[slot];
+	par_for(be, out_rows, row_grain(out_cols), round_chunk, &r);
+	*ld_out = out_cols;
+	return r.dst;
+}
+
+/*
+ * A product under the bf16 rules (docs/gpus.md#bf16-mixed-precision): both
+ * operands rounded to bf16, sums in fp32. Where the CPU multiplies bf16
+ * natively, oneDNN's bf16 matmul (cpu_bf16.c) on the weights' bf16 copy
+ * and operands rounded into scratch; elsewhere the rounded values widened
+ * back to floats through OpenBLAS, whose fp32 products of them are exact
+ * (8-bit significands) and sum in fp32: the same rules.
+ */
+static void
+gemm_bf16(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+		  const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+	CpuState   *st = be->state;
+	int			kp = k,
+				lda16,
+				ldb16;
+	const void *a16,
+			   *b16;
+	char		err[TF_ERRLEN];
+
+	if (m <= 0 || n <= 0 || k <= 0)
+	{
+		gemm_fp32(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);	/* reads no operand */
+		return;
+	}
+	if (!in_weights16(st, a) && !in_weights16(st, b))
+		kp = (k + BF16_K_MULTIPLE - 1) / BF16_K_MULTIPLE * BF16_K_MULTIPLE;
+	a16 = trans_a ? operand16(be, 0, a, k, m, lda, kp, m, &lda16) : operand16(be, 0, a, m, k, lda, m, kp, &lda16);
+	b16 = trans_b ? operand16(be, 1, b, n, k, ldb, n, kp, &ldb16) : operand16(be, 1, b, k, n, ldb, kp, n, &ldb16);
+	if (a16 == NULL || b16 == NULL)
+	{
+		snprintf(err, sizeof(err), "out of memory for the bf16 operands of a %d x %d x %d product", m, n, k);
+		cpu_error(st, err);
+		return;
+	}
+	if (st->bf16 == NULL)
+		gemm_fp32(be, trans_a, trans_b, m, n, kp, alpha, a16, lda16, b16, ldb16, beta, c, ldc);
+	else if (!cpu_bf16_gemm(st->bf16, st->pool, st->threads, trans_a, trans_b, m, n, kp, alpha, a16, lda16, b16,
+							ldb16, beta, c, ldc, err, sizeof(err)))
+		cpu_error(st, err);
+}
+
+static void
+cpu_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+		 const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+	CpuState   *st = be->state;
+
+	if (st->precision == TF_BF16)
+		gemm_bf16(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+	else
+		gemm_fp32(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 static void cpu_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols, int ld);
 
 /*
@@ -280,7 +457,9 @@ cpu_linear(TfBackend *be, TfWeightType type, float *y, const float *x, const voi
 	CpuState   *st = be->state;
 	char		err[TF_ERRLEN];
 
-	if (type == TF_WEIGHTS_FP32 && (rows == 1 || (rows >= FP32_BLAS_MIN_ROWS && rows <= FP32_BLAS_MAX_ROWS)))
+	/* in bf16 fp32 weights go through gemm, which applies the rules */
+	if (type == TF_WEIGHTS_FP32 &&
+		(st->precision == TF_BF16 || rows == 1 || (rows >= FP32_BLAS_MIN_ROWS && rows <= FP32_BLAS_MAX_ROWS)))
 	{
 		if (bias != NULL)
 			cpu_bias_rows(be, y, bias, rows, out, out);
@@ -986,8 +1165,11 @@ typedef struct AttnArgs
 			   *v,
 			   *dctx,
 			   *lse_in;
-	int			ldq,
-				ldk;
+	int			ldq,			/* of q and dq */
+				ldk,			/* of k, v, dk and dv */
+				ldq_in,			/* of the q and dctx read (d where bf16 rounded them into a copy) */
+				ldk_in;			/* of the k and v read */
+	bool		bf16;			/* docs/gpus.md's bf16 rules: q, k, v and dctx are rounded copies */
 } AttnArgs;
 
 /*
@@ -1012,6 +1194,60 @@ attention_grain(const TfAttentionShape *sh)
 	return (long) sh->num_heads * (sentences > 1 ? sentences : 1);
 }
 
+/*
+ * In bf16, points aa's q, k, v (and dctx, when set) at copies rounded to
+ * bf16, packed [rows, d]: every product inside attention then reads its
+ * operands so (docs/gpus.md#bf16-mixed-precision). false when out of memory
+ * (the error kept for status).
+ */
+static bool
+attention_rounded(TfBackend *be, AttnArgs *aa)
+{
+	CpuState   *st = be->state;
+	const TfAttentionShape *sh = aa->sh;
+	int			d = sh->num_heads * sh->head_dim,
+				q_rows = sh->q_start[sh->batch],
+				k_rows = 0,
+				b;
+	float	   *copy;
+	RoundArgs	r = {.cols = d, .out_cols = d};
+
+	aa->bf16 = st->precision == TF_BF16;
+	if (!aa->bf16)
+		return true;
+	for (b = 0; b < sh->batch; b++)
+	{
+		int			end = sh->k_len != NULL ? sh->k_start[b] + sh->k_len[b] : sh->k_start[b + 1];
+
+		k_rows = end > k_rows ? end : k_rows;
+	}
+	if (!grow((void **) &st->attention16, &st->attention16_capacity,
+			  ((size_t) 2 * q_rows + 2 * k_rows) * d * sizeof(float)))
+	{
+		cpu_error(st, "out of memory for attention's bf16 operands");
+		return false;
+	}
+	copy = st->attention16;
+	r.src = aa->q, r.dst = copy, r.rows = q_rows, r.ld = aa->ldq;
+	par_for(be, q_rows, row_grain(d), round_chunk, &r);
+	aa->q = copy, copy += (size_t) q_rows * d;
+	if (aa->dctx != NULL)
+	{
+		r.src = aa->dctx, r.dst = copy, r.ld = d;
+		par_for(be, q_rows, row_grain(d), round_chunk, &r);
+		aa->dctx = copy, copy += (size_t) q_rows * d;
+	}
+	r.src = aa->k, r.dst = copy, r.rows = k_rows, r.ld = aa->ldk;
+	par_for(be, k_rows, row_grain(d), round_chunk, &r);
+	aa->k = copy, copy += (size_t) k_rows * d;
+	r.src = aa->v, r.dst = copy;
+	par_for(be, k_rows, row_grain(d), round_chunk, &r);
+	aa->v = copy;
+	aa->ldq_in = d;
+	aa->ldk_in = d;
+	return true;
+}
+
 static void
 attention_chunk(void *arg, long begin, long end, int worker)
 {
@@ -1027,8 +1263,8 @@ attention_chunk(void *arg, long begin, long end, int worker)
 	float	   *ctx = aa->ctx,
 			   *lse = aa->lse,
 			   *probs = aa->probs;
-	int			ldq = aa->ldq,
-				ldk = aa->ldk;
+	int			ldq = aa->ldq_in,
+				ldk = aa->ldk_in;
 	long		pair;
 
 	for (pair = begin; pair < end; pair++)
@@ -1059,7 +1295,7 @@ attention_chunk(void *arg, long begin, long end, int worker)
 			}
 			continue;
 		}
-		if (a.lq == 1 && sh->dropout <= 0.0f)
+		if (a.lq == 1 && sh->dropout <= 0.0f && !aa->bf16)
 		{
 			attention_one_query(cb, p, lb, qb, kb, vb, ldk, a.lk, dk, scale);
 			continue;
@@ -1079,23 +1315,40 @@ attention_chunk(void *arg, long begin, long end, int worker)
 				row[j] = expf(row[j] - mx);
 				sum += row[j];
 			}
-			for (j = 0; j < visible; j++)
-				row[j] = (float) (row[j] / sum);
+			if (!aa->bf16)		/* bf16: P~ = exp(S - max) goes into the product, divided by the sum last */
+				for (j = 0; j < visible; j++)
+					row[j] = (float) (row[j] / sum);
 			for (j = visible; j < a.lk; j++)
 				row[j] = 0.0f;
 			if (lb != NULL)
 				lb[(size_t) i * sh->num_heads] = mx + (float) log(sum);
 		}
-		if (sh->dropout > 0.0f)
+		if (sh->dropout > 0.0f || aa->bf16)
 		{
 			size_t		e;
-			float		keep_scale = 1.0f / (1.0f - sh->dropout);
+			float		keep_scale = sh->dropout > 0.0f ? 1.0f / (1.0f - sh->dropout) : 1.0f;
 
 			for (e = 0; e < n; e++)
 				pd[e] = kept(sh, a.p_off + e) ? p[e] * keep_scale : 0.0f;
+			if (aa->bf16)
+				for (e = 0; e < n; e++)
+					pd[e] = tf_bf16_round(pd[e]);
 		}
 		blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a.lq, dk, a.lk,
-					1.0f, sh->dropout > 0.0f ? pd : p, a.lk, vb, ldk, 0.0f, cb, d);
+					1.0f, sh->dropout > 0.0f || aa->bf16 ? pd : p, a.lk, vb, ldk, 0.0f, cb, d);
+		if (aa->bf16)
+			for (i = 0; i < a.lq; i++)
+			{
+				float	   *row = p + (size_t) i * a.lk;
+				double		sum = 0.0;
+
+				for (j = 0; j < visible_keys(sh, &a, i); j++)	/* the sum again, in the same order */
+					sum += row[j];
+				for (j = 0; j < dk; j++)
+					cb[(size_t) i * d + j] = (float) (cb[(size_t) i * d + j] / sum);
+				for (j = 0; j < a.lk; j++)	/* the probabilities kept, as in fp32 */
+					row[j] = (float) (row[j] / sum);
+			}
 	}
 }
 
@@ -1104,9 +1357,10 @@ cpu_attention(TfBackend *be, float *ctx, float *lse, float *probs, const float *
 			  const float *k, const float *v, int ldk, const TfAttentionShape *sh)
 {
 	AttnArgs	aa = {.st = be->state, .sh = sh, .ctx = ctx, .lse = lse, .probs = probs, .q = q, .k = k, .v = v,
-	.ldq = ldq, .ldk = ldk};
+	.ldq = ldq, .ldk = ldk, .ldq_in = ldq, .ldk_in = ldk};
 
-	par_for(be, (long) sh->batch * sh->num_heads, attention_grain(sh), attention_chunk, &aa);
+	if (attention_rounded(be, &aa))
+		par_for(be, (long) sh->batch * sh->num_heads, attention_grain(sh), attention_chunk, &aa);
 }
 
 static void
@@ -1137,6 +1391,9 @@ attention_backward_chunk(void *arg, long begin, long end, int worker)
 		int			h = pair % sh->num_heads;
 		size_t		qoff = a.q_row * ldq + h * hd;
 		size_t		koff = a.k_row * ldk + h * hd;
+		const float *qb = q + a.q_row * aa->ldq_in + h * hd;	/* what is read: q, k and v or their copies */
+		const float *kb = k + a.k_row * aa->ldk_in + h * hd;
+		const float *vb = v + a.k_row * aa->ldk_in + h * hd;
 		const float *dc = dctx + a.q_row * d + h * hd;
 		const float *lb = lse + a.q_row * sh->num_heads + h;
 		float	   *p = st->scratch + (size_t) worker * 2 * st->scratch_per_thread;
@@ -1162,7 +1419,7 @@ attention_backward_chunk(void *arg, long begin, long end, int worker)
 			continue;
 		}
 		/* the probabilities again: P = exp(S - lse) where the query sees the key */
-		pair_scores(p, &a, q + qoff, ldq, k + koff, ldk, hd, scale);
+		pair_scores(p, &a, qb, aa->ldq_in, kb, aa->ldk_in, hd, scale);
 		for (i = 0; i < a.lq; i++)
 		{
 			float	   *row = p + (size_t) i * a.lk;
@@ -1177,12 +1434,15 @@ attention_backward_chunk(void *arg, long begin, long end, int worker)
 		/* the dropped-out probabilities, from the generator */
 		for (e = 0; e < n; e++)
 			dp[e] = kept(sh, a.p_off + e) ? p[e] * keep_scale : 0.0f;
+		if (aa->bf16)
+			for (e = 0; e < n; e++)
+				dp[e] = tf_bf16_round(dp[e]);
 		/* dV = Pd^T dctx */
 		blas->sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a.lk, hd, a.lq,
 					1.0f, dp, a.lk, dc, d, 0.0f, dv + koff, ldk);
 		/* dPd = dctx V^T, then through the dropout mask */
 		blas->sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a.lq, a.lk, hd,
-					1.0f, dc, d, v + koff, ldk, 0.0f, dp, a.lk);
+					1.0f, dc, d, vb, aa->ldk_in, 0.0f, dp, a.lk);
 		if (sh->dropout > 0.0f)
 			for (e = 0; e < n; e++)
 				dp[e] = kept(sh, a.p_off + e) ? dp[e] * keep_scale : 0.0f;
@@ -1208,11 +1468,14 @@ attention_backward_chunk(void *arg, long begin, long end, int worker)
 			for (j = 0; j < a.lk; j++)
 				drow[j] = prow[j] * (drow[j] - (float) dot) * scale;
 		}
+		if (aa->bf16)
+			for (e = 0; e < n; e++)
+				dp[e] = tf_bf16_round(dp[e]);
 		/* dQ = dS K, dK = dS^T Q */
 		blas->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a.lq, hd, a.lk,
-					1.0f, dp, a.lk, k + koff, ldk, 0.0f, dq + qoff, ldq);
+					1.0f, dp, a.lk, kb, aa->ldk_in, 0.0f, dq + qoff, ldq);
 		blas->sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a.lk, hd, a.lq,
-					1.0f, dp, a.lk, q + qoff, ldq, 0.0f, dk + koff, ldk);
+					1.0f, dp, a.lk, qb, aa->ldq_in, 0.0f, dk + koff, ldk);
 	}
 }
 
@@ -1222,7 +1485,10 @@ cpu_attention_backward(TfBackend *be, float *dq, float *dk, float *dv, const flo
 					   int ldk, const TfAttentionShape *sh)
 {
 	AttnArgs	aa = {.st = be->state, .sh = sh, .dq = dq, .dk = dk, .dv = dv, .q = q, .k = k, .v = v,
-	.dctx = dctx, .lse_in = lse, .ldq = ldq, .ldk = ldk};
+	.dctx = dctx, .lse_in = lse, .ldq = ldq, .ldk = ldk, .ldq_in = ldq, .ldk_in = ldk};
+
+	if (!attention_rounded(be, &aa))
+		return;
 
 	par_for(be, (long) sh->batch * sh->num_heads, attention_grain(sh), attention_backward_chunk, &aa);
 }
@@ -1238,6 +1504,7 @@ typedef struct CrossEntropyArgs
 				pad_id;
 	float		label_smoothing;
 	double	   *row_loss;
+	bool		round16;		/* bf16 training: the logits are read rounded to bf16 */
 } CrossEntropyArgs;
 
 static void
@@ -1270,6 +1537,9 @@ cross_entropy_chunk(void *arg, long begin, long end, int worker)
 			row_loss[r] = 0.0;
 			continue;
 		}
+		if (ce->round16)
+			for (j = 0; j < vocab; j++)
+				x[j] = tf_bf16_round(x[j]);
 		label_logit = x[labels[r]];
 #pragma omp simd reduction(max:mx)
 		for (j = 0; j < vocab; j++)
@@ -1304,7 +1574,9 @@ static void
 cpu_cross_entropy(TfBackend *be, float *logits, bool gradient, const int32_t *labels, int rows,
 				  int vocab, int ld, int pad_id, float label_smoothing, double *row_loss)
 {
-	CrossEntropyArgs ce = {logits, gradient, labels, vocab, ld, pad_id, label_smoothing, row_loss};
+	CpuState   *st = be->state;
+	CrossEntropyArgs ce = {logits, gradient, labels, vocab, ld, pad_id, label_smoothing, row_loss,
+	gradient && st->precision == TF_BF16};
 
 	par_for(be, rows, row_grain(vocab), cross_entropy_chunk, &ce);
 }
@@ -1388,6 +1660,7 @@ typedef struct AdamArgs
 				beta2,
 				eps,
 				sqrt_bc2;
+	uint16_t   *params16;		/* the weights' bf16 copy, refreshed in the same pass; NULL: none */
 } AdamArgs;
 
 static void
@@ -1410,13 +1683,18 @@ adam_chunk(void *arg, long begin, long end, int worker)
 		params[i] -= a->step_size * m[i] / (sqrtf(v[i]) / a->sqrt_bc2 + a->eps);
 		grads[i] = 0.0f;
 	}
+	if (a->params16 != NULL)
+		for (i = begin; i < end; i++)
+			a->params16[i] = tf_bf16_bits(params[i]);
 }
 
 static void
 cpu_adam(TfBackend *be, float *params, float *grads, float *m, float *v, size_t n, float grad_scale,
 		 float lr, float beta1, float beta2, float eps, float bc1, float bc2)
 {
-	AdamArgs	a = {params, grads, m, v, grad_scale, lr / bc1, beta1, beta2, eps, sqrtf(bc2)};
+	CpuState   *st = be->state;
+	AdamArgs	a = {params, grads, m, v, grad_scale, lr / bc1, beta1, beta2, eps, sqrtf(bc2),
+		st->weights16 != NULL && params == st->weights && n == st->num_weights ? st->weights16 : NULL};
 
 	par_for(be, (long) n, ELEMENT_GRAIN, adam_chunk, &a);
 }
@@ -1631,6 +1909,63 @@ cpu_set_threads(TfBackend *be, int threads)
 	st->threads = threads;
 }
 
+/* Rounds the weights into their bf16 copy, elements [begin, end). */
+static void
+weights16_chunk(void *arg, long begin, long end, int worker)
+{
+	const CpuState *st = arg;
+	long		i;
+
+	(void) worker;
+	for (i = begin; i < end; i++)
+		st->weights16[i] = tf_bf16_bits(st->weights[i]);
+}
+
+/*
+ * bf16 mixed precision (backend.h). Where the CPU multiplies bf16 natively
+ * the weights get a bf16 copy, which oneDNN's products read; elsewhere
+ * products round both operands at each call. Key/value caches stay fp32
+ * (cache_bytes 4): attention rounds keys and values as it reads them,
+ * which gives the values a bf16 cache would hold.
+ */
+static bool
+cpu_set_precision(TfBackend *be, TfPrecision precision, const float *weights, size_t n)
+{
+	CpuState   *st = be->state;
+
+	if (precision != TF_BF16)
+	{
+		free(st->weights16);
+		st->weights16 = NULL;
+		st->weights = NULL;
+		st->num_weights = 0;
+		st->precision = TF_FP32;
+		return true;
+	}
+	if (cpu_bf16_native() && st->bf16 == NULL && (st->bf16 = cpu_bf16_create()) == NULL)
+		return false;
+	if (st->bf16 != NULL && (st->weights16 == NULL || n != st->num_weights))
+	{
+		uint16_t   *w16 = realloc(st->weights16, (n > 0 ? n : 1) * sizeof(uint16_t));
+
+		if (w16 == NULL)
+			return false;
+		st->weights16 = w16;
+	}
+	st->weights = weights;
+	st->num_weights = n;
+	st->precision = TF_BF16;
+	if (st->weights16 != NULL)
+		par_for(be, (long) n, ELEMENT_GRAIN, weights16_chunk, st);
+	return true;
+}
+
+bool
+tf_cpu_bf16_native(void)
+{
+	return cpu_bf16_native();
+}
+
 /* Releases the backend. */
 static void
 cpu_destroy(TfBackend *be)
@@ -1639,6 +1974,11 @@ cpu_destroy(TfBackend *be)
 
 	tf_pool_free(st->pool);
 	cpu_matmul_free(st->matmul);
+	cpu_bf16_free(st->bf16);
+	free(st->weights16);
+	free(st->operand[0]);
+	free(st->operand[1]);
+	free(st->attention16);
 	free(st->scratch);
 	free(st->partials);
 	free(st);
@@ -1722,6 +2062,7 @@ tf_backend_cpu_create(int threads)
 	be->cache_bytes = sizeof(float);
 	be->log_softmax_topk = cpu_log_softmax_topk;
 	be->set_threads = cpu_set_threads;
+	be->set_precision = cpu_set_precision;
 	be->linear = cpu_linear;
 	be->embed_int8 = cpu_embed_int8;
 	be->int8_weight_max = cpu_matmul_int8_weight_max();

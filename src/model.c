@@ -460,7 +460,7 @@ tf_model_set_precision(TfModel *m, TfPrecision precision, char *err, size_t errl
 	{
 		if (precision == TF_FP32)
 			return TF_OK;
-		snprintf(err, errlen, "precision \"%s\" needs a CUDA device; the %s backend computes in fp32 only",
+		snprintf(err, errlen, "precision \"%s\": the %s backend computes in fp32 only",
 				 tf_precision_name(precision), m->be->name);
 		return TF_ERROR;
 	}
@@ -469,7 +469,7 @@ tf_model_set_precision(TfModel *m, TfPrecision precision, char *err, size_t errl
 	tf_restore_signals(&old);
 	if (!ok)
 	{
-		snprintf(err, errlen, "out of device memory for the %s copy of %zu weights", tf_precision_name(precision),
+		snprintf(err, errlen, "out of memory for the %s copy of %zu weights", tf_precision_name(precision),
 				 m->num_params);
 		m->be->set_precision(m->be, TF_FP32, m->params, m->num_params);
 		m->precision = TF_FP32;

@@ -259,12 +259,12 @@ void		tf_model_set_threads(TfModel *model, int threads);
 
 /*
  * Arithmetic of the matrix products. TF_FP32: everything in fp32 (the
- * default, and the only precision of the CPU backend). TF_BF16 (mixed
- * precision, CUDA): every matrix product takes its operands rounded to
+ * default). TF_BF16 (mixed precision, docs/gpus.md#bf16-mixed-precision;
+ * CUDA and the CPU): every matrix product takes its operands rounded to
  * bfloat16 (round-to-nearest-even from fp32) and accumulates in fp32; so do
- * attention's keys and values; LayerNorm, softmax, the loss, the gradients'
- * sums and Adam stay fp32, on fp32 master weights of which a bf16 copy is
- * refreshed after every optimizer step and load.
+ * the products inside attention; LayerNorm, softmax, the loss, the
+ * gradients' sums and Adam stay fp32, on fp32 master weights of which a
+ * bf16 copy is refreshed after every optimizer step and load.
  */
 typedef enum TfPrecision
 {
@@ -281,10 +281,18 @@ const char *tf_precision_name(TfPrecision precision);
 /*
  * Sets the model's precision for its next calls (either way at any time;
  * parameters and checkpoints stay fp32). TF_ERROR with a message: TF_BF16
- * on a backend without it (the CPU's), out of device memory for the bf16
- * copy of the weights.
+ * on a backend without it, out of memory for the bf16 copy of the weights.
  */
 int			tf_model_set_precision(TfModel *model, TfPrecision precision, char *err, size_t errlen);
+
+/*
+ * True when this CPU multiplies bf16 natively (AVX512_BF16 or AMX, as
+ * oneDNN sees it: ONEDNN_MAX_CPU_ISA lowers it): there the CPU backend's
+ * bf16 products run through oneDNN, faster than fp32; elsewhere it follows
+ * the same rules by widening the rounded operands, slower than fp32.
+ * Training's "auto" precision picks bf16 on the CPU only where this holds.
+ */
+bool		tf_cpu_bf16_native(void);
 
 /* The model's precision (TF_FP32 until set). */
 TfPrecision tf_model_precision(const TfModel *model);
