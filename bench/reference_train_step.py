@@ -7,7 +7,8 @@ Usage: reference_train_step.py BATCHES_FILE small|base THREADS STEPS [cpu|cuda] 
 On cuda the step time waits for the device (torch.cuda.synchronize); tf32 lets cuBLAS round
 matrix-product inputs to TF32 on tensor cores, fp32 forbids it (the engine's fp32 backend);
 bf16 is torch.autocast(bfloat16) with attention through F.scaled_dot_product_attention (its
-fused kernels), the comparison for the engine's bf16 mixed precision.
+fused kernels; PyTorch 1.13, which lacks it, the model's explicit attention under autocast),
+the comparison for the engine's bf16 mixed precision.
 """
 import os
 import resource
@@ -46,7 +47,8 @@ def main():
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-    torch_model.SDPA = precision == "bf16"
+    # fused attention where this PyTorch has it (2.0 on); 1.13 (Debian 12's) runs the explicit softmax under autocast
+    torch_model.SDPA = precision == "bf16" and hasattr(torch.nn.functional, "scaled_dot_product_attention")
     autocast = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=precision == "bf16")
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     batches = [tuple(t.to(device) for t in b) for b in read_batches(path)]

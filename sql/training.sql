@@ -94,10 +94,45 @@ SELECT bool_and(a.valid_loss = b.valid_loss AND a.valid_bleu = b.valid_bleu) AS 
 SELECT attention.initialize_checkpoint('job', 3) AS initial \gset
 SELECT (SELECT loss FROM attention.evaluate('job', 'tj_corpus', 'valid', :full_24, 1))
      < (SELECT loss FROM attention.evaluate('job', 'tj_corpus', 'valid', :initial, 1)) AS loss_fell;
--- evaluate reports what the worker measured for the same checkpoint
-SELECT abs(e.loss - c.valid_loss) < 1e-5 AS same_loss, abs(e.bleu - c.valid_bleu) < 1e-6 AS same_bleu, e.sentences
+-- evaluate (fp32) reports what the worker measured for the same checkpoint: the same loss where
+-- the job ran in fp32, within 1% where "auto" chose bf16 (the worker validates as it trains)
+SELECT abs(e.loss - c.valid_loss) < CASE j.options->>'precision' WHEN 'fp32' THEN 1e-5 ELSE 1e-2 * e.loss END
+         AS same_loss,
+       abs(e.bleu - c.valid_bleu) < 1e-6 AS same_bleu, e.sentences
   FROM attention.evaluate('job', 'tj_corpus', 'valid', :full_24, 1) e, attention.checkpoints c
+  JOIN attention.training_jobs j USING (job_id)
  WHERE c.checkpoint_id = :full_24;
+
+-- precision: "auto", the default, stores what it resolved to (bf16 where the CPU multiplies bf16
+-- natively: AVX512_BF16 or AMX; fp32 elsewhere) and runs it: the default job's validation at
+-- step 8 is that of the explicit job of the same precision; bf16 runs on any CPU (emulated where
+-- not native), within 2% of fp32 and not equal to it; other names are refused before any job is queued
+SELECT count(*) AS jobs_before FROM attention.training_jobs \gset
+SELECT attention.train('job', 'tj_corpus', '{"precision": "fp16"}');
+SELECT attention.train('job', 'tj_corpus', '{"precision": "BF16"}');
+SELECT count(*) = :jobs_before AS no_job_queued FROM attention.training_jobs;
+SELECT attention.train('job', 'tj_corpus', format('{"max_steps": 8, "precision": "fp32", %s}', :'options')::jsonb)
+  AS fp32_job \gset
+SELECT attention.wait_training(:fp32_job);
+SELECT attention.train('job', 'tj_corpus', format('{"max_steps": 8, "precision": "bf16", %s}', :'options')::jsonb)
+  AS bf16_job \gset
+SELECT attention.wait_training(:bf16_job);
+SELECT attention.train('job', 'tj_corpus', format('{"max_steps": 1, "precision": "auto", %s}', :'options')::jsonb)
+  AS auto_job \gset
+SELECT attention.wait_training(:auto_job);
+SELECT f.options->>'precision' AS fp32, b.options->>'precision' AS bf16,
+       a.options->>'precision' IN ('bf16', 'fp32') AS auto_resolved,
+       a.options->>'precision' = d.options->>'precision' AS auto_is_the_default
+  FROM attention.training_jobs f, attention.training_jobs b, attention.training_jobs a, attention.training_jobs d
+ WHERE f.job_id = :fp32_job AND b.job_id = :bf16_job AND a.job_id = :auto_job AND d.job_id = :full_job;
+SELECT d.valid_loss = CASE j.options->>'precision' WHEN 'bf16' THEN b.valid_loss ELSE f.valid_loss END
+         AS ran_what_it_stored,
+       abs(b.valid_loss - f.valid_loss) / f.valid_loss < 0.02 AS within_2_percent, b.valid_loss <> f.valid_loss AS differs
+  FROM attention.training_history d JOIN attention.training_jobs j USING (job_id),
+       attention.training_history b, attention.training_history f
+ WHERE d.job_id = :full_job AND b.job_id = :bf16_job AND f.job_id = :fp32_job
+   AND d.step = 8 AND b.step = 8 AND f.step = 8
+   AND d.valid_loss IS NOT NULL AND b.valid_loss IS NOT NULL AND f.valid_loss IS NOT NULL;
 SELECT bleu >= 0 AS bleu, loss > 0 AS loss, sentences, seconds > 0 AS timed
   FROM attention.evaluate('job', 'tj_corpus', 'test', :full_24);
 SELECT * FROM attention.evaluate('job', 'tj_corpus', 'dev');

@@ -95,6 +95,22 @@ typedef struct CpuState
 	size_t		operand_capacity[2];
 	float	   *attention16;	/* attention's q, k, v and dctx rounded, packed [rows, d] each */
 	size_t		attention16_capacity;
+	/*
+	 * The bf16 bits of the last training cross_entropy's gradient (native
+	 * bf16 only), which the logits' two backward products read instead of
+	 * rounding [rows, vocab] each: gradient16 [gradient16_rows, ld], the
+	 * rows past gradient_rows zero (a product's K padding). It is current
+	 * (gradient not NULL) from cross_entropy's return until any operation
+	 * but a product that does not write into it and bias_backward.
+	 */
+	const float *gradient;
+	bool		keep_gradient16;	/* inside a product or bias_backward, which only read it */
+	int			gradient_rows,
+				gradient16_rows,
+				gradient_cols,
+				gradient_ld;
+	uint16_t   *gradient16;
+	size_t		gradient16_capacity;
 	char		error[TF_ERRLEN];	/* the first error since the last status call, or "" */
 } CpuState;
 
@@ -104,7 +120,16 @@ par_for(TfBackend *be, long n, long grain, TfPoolFn fn, void *arg)
 {
 	CpuState   *st = be->state;
 
+	if (!st->keep_gradient16)
+		st->gradient = NULL;
 	tf_pool_for(st->pool, st->threads, n, grain, fn, arg);
+}
+
+/* Ends the cross-entropy gradient's bf16 copy (an operation that does not go through par_for). */
+static void
+gradient16_end(TfBackend *be)
+{
+	((CpuState *) be->state)->gradient = NULL;
 }
 
 /* Rows per chunk of a loop over rows of `cols` elements. */
@@ -149,21 +174,21 @@ cpu_free(TfBackend *be, void *ptr)
 static void
 cpu_copy(TfBackend *be, void *dst, const void *src, size_t bytes)
 {
-	(void) be;
+	gradient16_end(be);
 	memcpy(dst, src, bytes);
 }
 
 static void
 cpu_zero(TfBackend *be, float *x, size_t n)
 {
-	(void) be;
+	gradient16_end(be);
 	memset(x, 0, n * sizeof(float));
 }
 
 static void
 cpu_copy_floats(TfBackend *be, float *dst, const float *src, size_t n)
 {
-	(void) be;
+	gradient16_end(be);
 	memcpy(dst, src, n * sizeof(float));
 }
 
@@ -356,6 +381,31 @@ in_weights16(const CpuState *st, const float *x)
 }
 
 /*
+ * True when the operand [rows, cols] at x (row stride ld), zero-padded to
+ * [out_rows, out_cols], lies in the cross-entropy gradient's bf16 copy.
+ */
+static bool
+in_gradient16(const CpuState *st, const float *x, int rows, int cols, int ld, int out_rows, int out_cols)
+{
+	size_t		off;
+
+	if (st->gradient == NULL || x < st->gradient || ld != st->gradient_ld || out_cols != cols)
+		return false;
+	off = (size_t) (x - st->gradient);
+	return off / ld + rows <= (size_t) st->gradient_rows && off / ld + out_rows <= (size_t) st->gradient16_rows &&
+		off % ld + cols <= (size_t) st->gradient_cols;
+}
+
+/* Ends the gradient copy's currency when [x, x + n) overlaps the gradient (something writes there). */
+static void
+gradient16_written(CpuState *st, const float *x, size_t n)
+{
+	if (st->gradient != NULL && x < st->gradient + (size_t) st->gradient_rows * st->gradient_ld &&
+		st->gradient < x + n)
+		st->gradient = NULL;
+}
+
+/*
  * A bf16 product's operand stored as [rows, cols] (row stride ld): its
  * place in the weights' copy, or x rounded into the backend's operand
  * slot and zero-padded to [out_rows, out_cols]. *ld_out receives its row
@@ -373,6 +423,11 @@ operand16(TfBackend *be, int slot, const float *x, int rows, int cols, int ld, i
 	{
 		*ld_out = ld;
 		return st->weights16 + (x - st->weights);
+	}
+	if (in_gradient16(st, x, rows, cols, ld, out_rows, out_cols))
+	{
+		*ld_out = ld;
+		return st->gradient16 + (x - st->gradient);
 	}
 	if (!grow(&st->operand[slot], &st->operand_capacity[slot],
 			  (size_t) out_rows * out_cols * (bits ? sizeof(uint16_t) : sizeof(float))))
@@ -431,10 +486,14 @@ cpu_gemm(TfBackend *be, bool trans_a, bool trans_b, int m, int n, int k, float a
 {
 	CpuState   *st = be->state;
 
+	if (m > 0 && n > 0)
+		gradient16_written(st, c, (size_t) (m - 1) * ldc + n);
+	st->keep_gradient16 = true;
 	if (st->precision == TF_BF16)
 		gemm_bf16(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 	else
 		gemm_fp32(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+	st->keep_gradient16 = false;
 }
 
 static void cpu_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols, int ld);
@@ -457,6 +516,7 @@ cpu_linear(TfBackend *be, TfWeightType type, float *y, const float *x, const voi
 	CpuState   *st = be->state;
 	char		err[TF_ERRLEN];
 
+	gradient16_end(be);
 	/* in bf16 fp32 weights go through gemm, which applies the rules */
 	if (type == TF_WEIGHTS_FP32 &&
 		(st->precision == TF_BF16 || rows == 1 || (rows >= FP32_BLAS_MIN_ROWS && rows <= FP32_BLAS_MAX_ROWS)))
@@ -543,9 +603,13 @@ bias_backward_chunk(void *arg, long begin, long end, int worker)
 static void
 cpu_bias_backward(TfBackend *be, float *dbias, const float *dout, int rows, int cols, int ld, float scale)
 {
+	CpuState   *st = be->state;
 	LoopArgs	l = {.out = dbias, .x = dout, .rows = rows, .cols = cols, .ld = ld, .scale = scale};
 
+	gradient16_written(st, dbias, (size_t) cols);
+	st->keep_gradient16 = true;
 	par_for(be, (cols + COLUMN_BLOCK - 1) / COLUMN_BLOCK, 1, bias_backward_chunk, &l);
+	st->keep_gradient16 = false;
 }
 
 void
@@ -1505,6 +1569,7 @@ typedef struct CrossEntropyArgs
 	float		label_smoothing;
 	double	   *row_loss;
 	bool		round16;		/* bf16 training: the logits are read rounded to bf16 */
+	uint16_t   *gradient16;		/* and the gradient's bf16 bits written here too (ld apart); NULL: not */
 } CrossEntropyArgs;
 
 static void
@@ -1534,6 +1599,8 @@ cross_entropy_chunk(void *arg, long begin, long end, int worker)
 		{
 			if (gradient)
 				memset(x, 0, (size_t) vocab * sizeof(float));
+			if (ce->gradient16 != NULL)
+				memset(ce->gradient16 + (size_t) r * ce->ld, 0, (size_t) vocab * sizeof(uint16_t));
 			row_loss[r] = 0.0;
 			continue;
 		}
@@ -1567,6 +1634,13 @@ cross_entropy_chunk(void *arg, long begin, long end, int worker)
 				x[j] = x[j] * inv - smooth;
 			x[labels[r]] -= 1.0f - label_smoothing;
 		}
+		if (ce->gradient16 != NULL)
+		{
+			uint16_t   *g = ce->gradient16 + (size_t) r * ce->ld;
+
+			for (j = 0; j < vocab; j++)
+				g[j] = tf_bf16_bits(x[j]);
+		}
 	}
 }
 
@@ -1576,9 +1650,25 @@ cpu_cross_entropy(TfBackend *be, float *logits, bool gradient, const int32_t *la
 {
 	CpuState   *st = be->state;
 	CrossEntropyArgs ce = {logits, gradient, labels, vocab, ld, pad_id, label_smoothing, row_loss,
-	gradient && st->precision == TF_BF16};
+	gradient && st->precision == TF_BF16, NULL};
+	int			padded = (rows + BF16_K_MULTIPLE - 1) / BF16_K_MULTIPLE * BF16_K_MULTIPLE;
 
+	/* where oneDNN multiplies, the gradient's bits for the logits' two backward products */
+	if (ce.round16 && st->bf16 != NULL && rows > 0 &&
+		grow((void **) &st->gradient16, &st->gradient16_capacity, (size_t) padded * ld * sizeof(uint16_t)))
+	{
+		ce.gradient16 = st->gradient16;
+		memset(st->gradient16 + (size_t) rows * ld, 0, (size_t) (padded - rows) * ld * sizeof(uint16_t));
+	}
 	par_for(be, rows, row_grain(vocab), cross_entropy_chunk, &ce);
+	if (ce.gradient16 != NULL)
+	{
+		st->gradient = logits;
+		st->gradient_rows = rows;
+		st->gradient16_rows = padded;
+		st->gradient_cols = vocab;
+		st->gradient_ld = ld;
+	}
 }
 
 static void
@@ -1587,7 +1677,7 @@ cpu_accumulate(TfBackend *be, double *out, const double *x, size_t n)
 	double		total = 0.0;
 	size_t		i;
 
-	(void) be;
+	gradient16_end(be);
 	for (i = 0; i < n; i++)
 		total += x[i];
 	*out += total;
@@ -1729,6 +1819,7 @@ cpu_gather(TfBackend *be, float *dst, size_t dst_stride, const float *src, size_
 	GatherArgs	g = {dst, dst_stride, src, src_stride, rows, count};
 	int			i;
 
+	gradient16_end(be);
 	if (dst == src)
 	{
 		/* in place (rows increasing, rows[i] >= i): in order, so no source is overwritten first */
@@ -1933,6 +2024,7 @@ cpu_set_precision(TfBackend *be, TfPrecision precision, const float *weights, si
 {
 	CpuState   *st = be->state;
 
+	gradient16_end(be);
 	if (precision != TF_BF16)
 	{
 		free(st->weights16);
@@ -1979,6 +2071,7 @@ cpu_destroy(TfBackend *be)
 	free(st->operand[0]);
 	free(st->operand[1]);
 	free(st->attention16);
+	free(st->gradient16);
 	free(st->scratch);
 	free(st->partials);
 	free(st);

@@ -5,8 +5,8 @@
  *
  * Round to nearest, ties to even, in integer arithmetic: subnormal inputs
  * and results are kept (vcvtneps2bf16 flushes them to zero), NaN stays a
- * quiet NaN, values above the largest bf16 become infinity. Branch-free
- * apart from the NaN test, so loops over it vectorize.
+ * quiet NaN, values above the largest bf16 become infinity. Branch-free,
+ * so loops over it vectorize.
  */
 #ifndef ATTENTION_BF16_H
 #define ATTENTION_BF16_H
@@ -21,10 +21,8 @@ tf_bf16_bits(float x)
 	uint32_t	u;
 
 	memcpy(&u, &x, sizeof(u));
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t) ((u >> 16) | 0x0040u);	/* quiet NaN */
-	u += 0x7fffu + ((u >> 16) & 1u);
-	return (uint16_t) (u >> 16);
+	/* a select, not a branch: NaN keeps its high bits, made quiet */
+	return (uint16_t) ((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x0040u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 /* x rounded to bf16 and widened back to float (exact). */

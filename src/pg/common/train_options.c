@@ -130,10 +130,12 @@ train_options_parse(Jsonb *options, bool only_resumable, TrainOptions *o)
 	JsonbIteratorToken tok;
 	const OptionSpec *pending = NULL;
 	bool		saw_device = false,
-				saw_precision = false;
+				saw_precision = false,
+				was_cpu;
 
 	if (!only_resumable)
 		train_options_default(o);
+	was_cpu = strcmp(o->device, "cpu") == 0;
 	if (!JB_ROOT_IS_OBJECT(options))
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("training options must be a JSON object")));
@@ -169,9 +171,9 @@ train_options_parse(Jsonb *options, bool only_resumable, TrainOptions *o)
 	}
 	if (!only_resumable && o->max_steps == 0 && o->max_epochs == 0 && o->max_minutes == 0)
 		o->max_epochs = 10;
-	/* a job keeps its precision, except that a move to the CPU without one names fp32, the CPU's only */
-	if (only_resumable && saw_device && !saw_precision && strcmp(o->device, "cpu") == 0)
-		strlcpy(o->precision, "fp32", sizeof(o->precision));
+	/* a job keeps its precision, except that a move between the CPU and CUDA without one takes the new default */
+	if (only_resumable && saw_device && !saw_precision && was_cpu != (strcmp(o->device, "cpu") == 0))
+		strlcpy(o->precision, "auto", sizeof(o->precision));
 
 }
 
@@ -181,22 +183,21 @@ train_options_precision(const TrainOptions *o)
 	TfPrecision p;
 	char		err[TF_ERRLEN];
 
-	if (o->precision[0] == '\0')
-		return strcmp(o->device, "cpu") == 0 ? TF_FP32 : TF_BF16;
+	/* auto: bf16 where the device multiplies it natively (CUDA; a CPU with AVX512_BF16 or AMX), else fp32 */
+	if (o->precision[0] == '\0' || strcmp(o->precision, "auto") == 0)
+		return strcmp(o->device, "cpu") != 0 || tf_cpu_bf16_native() ? TF_BF16 : TF_FP32;
 	if (tf_precision_parse(o->precision, &p, err, sizeof(err)) != TF_OK)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						errmsg("training option \"precision\": %s", err),
-						errhint("Leave it out for the device's default: bf16 on CUDA devices, fp32 on the CPU.")));
+						errmsg("training option \"precision\" is \"%s\": expected \"fp32\", \"bf16\" or \"auto\"",
+							   o->precision),
+						errhint("Leave it out for \"auto\": bf16 where the device multiplies bf16 natively (CUDA, "
+								"CPUs with AVX512_BF16 or AMX), fp32 elsewhere.")));
 	return p;
 }
 
 void
 train_options_check(TrainOptions *o)
 {
-	if (train_options_precision(o) == TF_BF16 && strcmp(o->device, "cpu") == 0)
-		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						errmsg("training option \"precision\" is \"bf16\", but \"device\" is \"cpu\""),
-						errhint("bf16 mixed precision runs on CUDA devices; the CPU trains in fp32.")));
 	strlcpy(o->precision, tf_precision_name(train_options_precision(o)), sizeof(o->precision));
 	o->ranks = attention_check_device(o->device);
 	if (o->nodes > 1 && strcmp(o->device, "cpu") == 0)

@@ -32,7 +32,7 @@ typedef struct TrainOptions
 	int64		init_checkpoint;	/* a checkpoint of the model whose parameters start the job
 									 * (fine-tuning; fresh optimizer state); 0: initialise from seed */
 	char		device[256];	/* "cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all" */
-	char		precision[8];	/* "fp32" or "bf16"; "" until train_options_check gives the device's default */
+	char		precision[8];	/* "fp32", "bf16" or "auto" ("" too) until train_options_check resolves it */
 	int32		threads;		/* 0: attention.num_threads */
 	int32		nodes;			/* machines, each with the devices `device` names */
 	int32		ranks;			/* not an option: the devices `device` names here */
@@ -49,8 +49,8 @@ typedef struct TrainOptions
 void		train_options_parse(Jsonb *options, bool only_resumable, TrainOptions *o);
 
 /*
- * Checks the options against this server: the precision fits the device
- * (bf16 needs CUDA), the devices exist (o->ranks is
+ * Checks the options against this server: the precision is resolved
+ * (train_options_precision), the devices exist (o->ranks is
  * set), "nodes" > 1 runs on CUDA, batches_per_step (derived when not given:
  * nodes x ranks x accumulate_batches) is at least the ranks of all nodes.
  * ERROR naming the option otherwise.
@@ -61,10 +61,12 @@ void		train_options_check(TrainOptions *o);
 Jsonb	   *train_options_to_jsonb(const TrainOptions *o);
 
 /*
- * The precision a job computes in: its "precision" option, or by default
- * bf16 on CUDA devices and fp32 on the CPU, which train_options_check
- * stores: a job keeps its precision across resumes unless one names
- * another, or moves the job to the CPU without naming one (then fp32).
+ * The precision a job computes in: its "precision" option, or for "auto"
+ * (the default) bf16 on CUDA devices and on CPUs that multiply bf16
+ * natively (tf_cpu_bf16_native), fp32 on other CPUs; train_options_check
+ * stores the result: a job keeps its precision across resumes unless one
+ * names another, or moves the job between the CPU and CUDA without naming
+ * one (then the new device's "auto"). ERROR naming a value that is none of these.
  */
 TfPrecision train_options_precision(const TrainOptions *o);
 
