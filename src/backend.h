@@ -170,8 +170,8 @@ struct TfBackend
 	 * hold activations or their gradients: the ops that write parameters,
 	 * their gradients, Adam's moments, loss sums or key/value caches do not
 	 * look for them. The caller calls it again (count 0 at the latest)
-	 * before it frees a listed buffer. NULL on backends that round nothing
-	 * (the CPU's).
+	 * before it frees a listed buffer. NULL on backends that keep no
+	 * copies (the CPU's, which rounds each operand as a product reads it).
 	 */
 	void		(*set_operands16) (TfBackend *be, const TfOperand16 *list, int count);
 
@@ -367,7 +367,9 @@ struct TfBackend
 	/*
 	 * Key/value caches of incremental decoding hold cache_bytes bytes per
 	 * element: 4 (fp32), or 2 (bfloat16) while set_precision TF_BF16 is in
-	 * force. cache_gather is gather on cache elements (rows, strides and
+	 * force on a backend that keeps bf16 caches (CUDA's; the CPU's stay fp32
+	 * and its attention rounds keys and values as it reads them: the same
+	 * values). cache_gather is gather on cache elements (rows, strides and
 	 * count in elements); with from_fp32, src is fp32 memory whose values
 	 * are rounded into the cache's format (appending keys and values).
 	 */
@@ -388,11 +390,14 @@ struct TfBackend
 									 float *eos_logp);
 
 	/*
-	 * Mixed precision (NULL on backends without it: the CPU's). With TF_BF16
-	 * gemm rounds both operands to bfloat16 (round-to-nearest-even) and
-	 * accumulates in fp32, attention and attention_backward read keys and
-	 * values rounded so, and key/value caches hold bfloat16 (cache_bytes 2);
-	 * every other operation is unchanged. weights [n]
+	 * Mixed precision (docs/gpus.md#bf16-mixed-precision; NULL on backends
+	 * without it). With TF_BF16 gemm rounds both operands to bfloat16
+	 * (round-to-nearest-even) and accumulates in fp32, attention and
+	 * attention_backward round the operands of their products so (keys,
+	 * values, queries, P~, dctx, dS; the softmax divides last), training's
+	 * cross_entropy reads the logits rounded, and key/value caches hold
+	 * bfloat16 (cache_bytes 2) where the backend keeps bf16 caches; every
+	 * other operation is unchanged. weights [n]
 	 * (fp32, the master copy) get a bf16 copy now, which gemm reads for
 	 * operands inside them: call again whenever the weights change (after
 	 * adam, an upload). TF_FP32 frees the copy. false when out of memory.

@@ -96,6 +96,39 @@ check_options(void)
 	tf_model_free(m);
 }
 
+/*
+ * tf_cpu_bf16_native (what training's "auto" precision reads) against the
+ * CPU's own flags in /proc/cpuinfo: native exactly where the CPU has
+ * avx512_bf16 or amx_bf16. Not compared (said so) where ONEDNN_MAX_CPU_ISA
+ * lowers oneDNN's view on purpose or the file is missing.
+ */
+static void
+check_native(void)
+{
+	FILE	   *f = getenv("ONEDNN_MAX_CPU_ISA") == NULL ? fopen("/proc/cpuinfo", "r") : NULL;
+	static char line[1 << 16];
+	bool		seen = false,
+				flags_bf16 = false;
+
+	if (f == NULL)
+	{
+		printf("  bf16 native: %s (not compared with the CPU's flags: ONEDNN_MAX_CPU_ISA set or no /proc/cpuinfo)\n",
+			   tf_cpu_bf16_native() ? "yes" : "no");
+		return;
+	}
+	while (!seen && fgets(line, sizeof(line), f) != NULL)
+		if (strncmp(line, "flags", 5) == 0)
+		{
+			seen = true;
+			flags_bf16 = strstr(line, " avx512_bf16") != NULL || strstr(line, " amx_bf16") != NULL;
+		}
+	fclose(f);
+	CHECK(seen, "/proc/cpuinfo has a flags line");
+	CHECK(tf_cpu_bf16_native() == flags_bf16, "bf16 native %d, but the CPU's flags say %d", tf_cpu_bf16_native(),
+		  flags_bf16);
+	printf("  bf16 native: %s, as the CPU's flags say\n", tf_cpu_bf16_native() ? "yes" : "no");
+}
+
 /* gemm on row-major [rows, cols] with leading dimension ld, on the host: the CPU backend. */
 typedef struct Operand
 {
@@ -257,6 +290,89 @@ check_gemm(const char *device)
 		   sizeof(shapes) / sizeof(shapes[0]), worst_rounded, worst_fp32);
 	cpu->destroy(cpu);
 	gpu->destroy(gpu);
+}
+
+/*
+ * The CPU's copy of the training loss's gradient (bf16 bits cross_entropy
+ * writes where oneDNN multiplies, backend_cpu.c): the logits' two backward
+ * products read it and give the bits they give on an unlisted copy of the
+ * same gradient (rounded at the product); any other operation ends it: a
+ * zeroing of the gradient is seen by the next product, and so is a product
+ * that writes into it.
+ */
+static void
+check_gradient_copy(void)
+{
+	enum
+	{
+		R = 37, V = 300, D = 24
+	};
+	char		err[TF_ERRLEN];
+	TfBackend  *be = tf_backend_create("cpu", 0, 2, err, sizeof(err));
+	float	   *e = be->alloc(be, (size_t) V * D * 4),
+			   *logits = be->alloc(be, (size_t) R * V * 4),
+			   *other = be->alloc(be, (size_t) R * V * 4),
+			   *x = be->alloc(be, (size_t) R * D * 4),
+			   *out[4];
+	int32_t    *labels = be->alloc(be, R * sizeof(int32_t));
+	double	   *loss = be->alloc(be, R * sizeof(double));
+	size_t		n[4] = {(size_t) V * D, (size_t) R * D, (size_t) V * D, (size_t) R * D};
+	float	   *h = malloc((size_t) R * V * 4),
+			   *got = malloc((size_t) R * V * 4),
+			   *want = malloc((size_t) R * V * 4);
+	bool		zeros = true;
+
+	for (int i = 0; i < 4; i++)
+		out[i] = be->alloc(be, n[i] * 4);
+	for (size_t i = 0; i < (size_t) V * D; i++)
+		h[i] = rnd();
+	be->upload(be, e, h, (size_t) V * D * 4);
+	for (size_t i = 0; i < (size_t) R * D; i++)
+		h[i] = rnd();
+	be->upload(be, x, h, (size_t) R * D * 4);
+	for (int r = 0; r < R; r++)
+		labels[r] = r % 5 == 4 ? 0 : 1 + r * 7 % (V - 1);	/* some rows padding (id 0) */
+	for (size_t i = 0; i < (size_t) R * V; i++)
+		h[i] = 8.0f * rnd();
+	CHECK(be->set_precision(be, TF_BF16, e, (size_t) V * D), "set_precision bf16");
+	be->upload(be, logits, h, (size_t) R * V * 4);
+	be->cross_entropy(be, logits, true, labels, R, V, V, 0, 0.1f, loss);
+	/* the two products on the gradient just written (its copy), then on an unlisted copy of it */
+	be->gemm(be, true, false, V, D, R, 0.5f, logits, V, x, D, 0.0f, out[0], D);
+	be->gemm(be, false, false, R, D, V, 0.5f, logits, V, e, D, 0.0f, out[1], D);
+	be->copy(be, other, logits, (size_t) R * V);
+	be->gemm(be, true, false, V, D, R, 0.5f, other, V, x, D, 0.0f, out[2], D);
+	be->gemm(be, false, false, R, D, V, 0.5f, other, V, e, D, 0.0f, out[3], D);
+	CHECK(memcmp(out[0], out[2], n[0] * 4) == 0 && memcmp(out[1], out[3], n[1] * 4) == 0,
+		  "the gradient's bf16 copy gives other bits than rounding it at the product");
+	/* ended by a zeroing ... */
+	be->upload(be, logits, h, (size_t) R * V * 4);
+	be->cross_entropy(be, logits, true, labels, R, V, V, 0, 0.1f, loss);
+	be->zero(be, logits, (size_t) R * V);
+	be->gemm(be, false, false, R, D, V, 1.0f, logits, V, e, D, 0.0f, out[1], D);
+	be->download(be, got, out[1], n[1] * 4);
+	for (size_t i = 0; i < n[1]; i++)
+		zeros &= got[i] == 0.0f;
+	CHECK(zeros, "a product read the gradient's copy after the gradient was zeroed");
+	/* ... and by a product writing into it */
+	be->upload(be, logits, h, (size_t) R * V * 4);
+	be->cross_entropy(be, logits, true, labels, R, V, V, 0, 0.1f, loss);
+	be->gemm(be, false, true, R, V, D, 1.0f, x, D, e, D, 0.0f, logits, V);
+	be->gemm(be, false, false, R, D, V, 1.0f, logits, V, e, D, 0.0f, out[1], D);
+	be->copy(be, other, logits, (size_t) R * V);
+	be->gemm(be, false, false, R, D, V, 1.0f, other, V, e, D, 0.0f, out[3], D);
+	be->download(be, got, out[1], n[1] * 4);
+	be->download(be, want, out[3], n[1] * 4);
+	CHECK(memcmp(got, want, n[1] * 4) == 0, "a product read the gradient's copy after a product overwrote it");
+	CHECK(be->status(be, err, sizeof(err)) == TF_OK, "gradient copy: %s", err);
+	printf("  bf16 cross-entropy gradient's copy (CPU%s): the products' bits as rounded at the product; ended by "
+		   "a zeroing and by a product into it\n", tf_cpu_bf16_native() ? "" : ", none kept here: not native");
+	for (int i = 0; i < 4; i++)
+		be->free(be, out[i]);
+	be->free(be, e), be->free(be, logits), be->free(be, other), be->free(be, x), be->free(be, labels);
+	be->free(be, loss);
+	free(h), free(got), free(want);
+	be->destroy(be);
 }
 
 /*
@@ -1196,11 +1312,15 @@ test_precision(const char *fixtures)
 {
 	check_rounding_model();
 	check_options();
+	check_native();
 	check_gemm(test_device);
 	check_attention_rules(test_device);
 	check_model(fixtures);
 	if (strcmp(test_device, "cuda") != 0)
+	{
+		check_gradient_copy();
 		return;
+	}
 	/* the copies that spare CUDA's rounding passes (set_operands16, only16): the CPU has none */
 	check_joined_copies();
 	check_rounded_logits();
