@@ -25,6 +25,7 @@
 #include "blas.h"
 #include "cpu_bf16.h"
 #include "cpu_matmul.h"
+#include "dispatch.h"
 #include "pool.h"
 #include "rng.h"
 #include "transformer.h"
@@ -341,7 +342,7 @@ typedef struct RoundArgs
 	bool		bits;			/* dst holds bf16 bits (oneDNN's operands), else the rounded floats */
 } RoundArgs;
 
-static void
+TF_CLONES static void
 round_chunk(void *arg, long begin, long end, int worker)
 {
 	const RoundArgs *r = arg;
@@ -558,7 +559,7 @@ typedef struct LoopArgs
 				stream;
 } LoopArgs;
 
-static void
+TF_CLONES static void
 bias_rows_chunk(void *arg, long begin, long end, int worker)
 {
 	const LoopArgs *l = arg;
@@ -577,7 +578,7 @@ cpu_bias_rows(TfBackend *be, float *out, const float *bias, int rows, int cols, 
 	par_for(be, rows, row_grain(cols), bias_rows_chunk, &l);
 }
 
-static void
+TF_CLONES static void
 bias_backward_chunk(void *arg, long begin, long end, int worker)
 {
 	const LoopArgs *l = arg;
@@ -650,7 +651,7 @@ tf_positional_encoding_fairseq(float *pe, int positions, int d, int first)
 static void cpu_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64_t seed,
 						uint64_t stream, uint8_t *keep_mask);
 
-static void
+TF_CLONES static void
 embed_chunk(void *arg, long begin, long end, int worker)
 {
 	const LoopArgs *l = arg;
@@ -715,7 +716,7 @@ cpu_embed_int8(TfBackend *be, float *out, const int32_t *ids, const int32_t *pos
 }
 
 /* Column blocks: each chunk owns some columns of every row, in row order. */
-static void
+TF_CLONES static void
 embed_backward_chunk(void *arg, long begin, long end, int worker)
 {
 	const LoopArgs *l = arg;
@@ -755,7 +756,7 @@ cpu_embed_backward(TfBackend *be, float *dembedding, const float *dout, int rows
 }
 
 /* One Philox block gives the words of 4 consecutive elements (tf_random_u32). */
-static void
+TF_CLONES static void
 dropout_chunk(void *arg, long begin, long end, int worker)
 {
 	const LoopArgs *l = arg;
@@ -811,7 +812,7 @@ cpu_dropout(TfBackend *be, float *out, const float *x, size_t n, float p, uint64
 	}
 }
 
-static void
+TF_CLONES static void
 dropout_backward_chunk(void *arg, long begin, long end, int worker)
 {
 	const LoopArgs *l = arg;
@@ -838,7 +839,7 @@ cpu_dropout_backward(TfBackend *be, float *dx, const float *dout, size_t n, floa
 	par_for(be, (long) n, ELEMENT_GRAIN, dropout_backward_chunk, &l);
 }
 
-static void
+TF_CLONES static void
 add_chunk(void *arg, long begin, long end, int worker)
 {
 	const LoopArgs *l = arg;
@@ -857,7 +858,7 @@ cpu_add(TfBackend *be, float *out, const float *a, const float *b, size_t n)
 	par_for(be, (long) n, ELEMENT_GRAIN, add_chunk, &l);
 }
 
-static void
+TF_CLONES static void
 activation_chunk(void *arg, long begin, long end, int worker)
 {
 	const LoopArgs *l = arg;
@@ -881,7 +882,7 @@ cpu_activation(TfBackend *be, TfActivation f, float *out, const float *x, size_t
 }
 
 /* dx = dout * f'(x): out dx, x dout, y x. */
-static void
+TF_CLONES static void
 activation_backward_chunk(void *arg, long begin, long end, int worker)
 {
 	const LoopArgs *l = arg;
@@ -923,7 +924,7 @@ typedef struct NormArgs
 	float		eps;
 } NormArgs;
 
-static void
+TF_CLONES static void
 layernorm_chunk(void *arg, long begin, long end, int worker)
 {
 	const NormArgs *a = arg;
@@ -972,7 +973,7 @@ cpu_layernorm(TfBackend *be, float *out, float *mean, float *rstd, const float *
 }
 
 /* dx row by row. */
-static void
+TF_CLONES static void
 layernorm_backward_rows(void *arg, long begin, long end, int worker)
 {
 	const NormArgs *a = arg;
@@ -1016,7 +1017,7 @@ layernorm_backward_rows(void *arg, long begin, long end, int worker)
 }
 
 /* dgamma and dbeta by column blocks, every row in order. */
-static void
+TF_CLONES static void
 layernorm_backward_columns(void *arg, long begin, long end, int worker)
 {
 	const NormArgs *a = arg;
@@ -1572,7 +1573,7 @@ typedef struct CrossEntropyArgs
 	uint16_t   *gradient16;		/* and the gradient's bf16 bits written here too (ld apart); NULL: not */
 } CrossEntropyArgs;
 
-static void
+TF_CLONES static void
 cross_entropy_chunk(void *arg, long begin, long end, int worker)
 {
 	const CrossEntropyArgs *ce = arg;
@@ -1690,7 +1691,7 @@ typedef struct SumArgs
 	double	   *partials;
 } SumArgs;
 
-static void
+TF_CLONES static void
 sum_squares_chunk(void *arg, long begin, long end, int worker)
 {
 	const SumArgs *a = arg;
@@ -1753,7 +1754,7 @@ typedef struct AdamArgs
 	uint16_t   *params16;		/* the weights' bf16 copy, refreshed in the same pass; NULL: none */
 } AdamArgs;
 
-static void
+TF_CLONES static void
 adam_chunk(void *arg, long begin, long end, int worker)
 {
 	const AdamArgs *a = arg;
@@ -2001,7 +2002,7 @@ cpu_set_threads(TfBackend *be, int threads)
 }
 
 /* Rounds the weights into their bf16 copy, elements [begin, end). */
-static void
+TF_CLONES static void
 weights16_chunk(void *arg, long begin, long end, int worker)
 {
 	const CpuState *st = arg;
