@@ -306,22 +306,6 @@ cpu_error(CpuState *st, const char *msg)
 		snprintf(st->error, sizeof(st->error), "%s", msg);
 }
 
-/* Grows *buf to hold bytes; false when out of memory. */
-static bool
-grow(void **buf, size_t *capacity, size_t bytes)
-{
-	void	   *p;
-
-	if (bytes <= *capacity)
-		return true;
-	p = realloc(*buf, bytes);
-	if (p == NULL)
-		return false;
-	*buf = p;
-	*capacity = bytes;
-	return true;
-}
-
 /*
  * A bf16 product's K, where both operands are rounded into scratch: rounded
  * up to this multiple with zeros (which add nothing), so that the weight
@@ -430,7 +414,7 @@ operand16(TfBackend *be, int slot, const float *x, int rows, int cols, int ld, i
 		*ld_out = ld;
 		return st->gradient16 + (x - st->gradient);
 	}
-	if (!grow(&st->operand[slot], &st->operand_capacity[slot],
+	if (!cpu_scratch_grow(&st->operand[slot], &st->operand_capacity[slot],
 			  (size_t) out_rows * out_cols * (bits ? sizeof(uint16_t) : sizeof(float))))
 		return NULL;
 	r.dst = st->operand[slot];
@@ -1286,7 +1270,7 @@ attention_rounded(TfBackend *be, AttnArgs *aa)
 
 		k_rows = end > k_rows ? end : k_rows;
 	}
-	if (!grow((void **) &st->attention16, &st->attention16_capacity,
+	if (!cpu_scratch_grow((void **) &st->attention16, &st->attention16_capacity,
 			  ((size_t) 2 * q_rows + 2 * k_rows) * d * sizeof(float)))
 	{
 		cpu_error(st, "out of memory for attention's bf16 operands");
@@ -1656,7 +1640,7 @@ cpu_cross_entropy(TfBackend *be, float *logits, bool gradient, const int32_t *la
 
 	/* where oneDNN multiplies, the gradient's bits for the logits' two backward products */
 	if (ce.round16 && st->bf16 != NULL && rows > 0 &&
-		grow((void **) &st->gradient16, &st->gradient16_capacity, (size_t) padded * ld * sizeof(uint16_t)))
+		cpu_scratch_grow((void **) &st->gradient16, &st->gradient16_capacity, (size_t) padded * ld * sizeof(uint16_t)))
 	{
 		ce.gradient16 = st->gradient16;
 		memset(st->gradient16 + (size_t) rows * ld, 0, (size_t) (padded - rows) * ld * sizeof(uint16_t));

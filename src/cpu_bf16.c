@@ -325,9 +325,8 @@ gemm_chunk(void *arg, long begin, long end, int worker)
 	}
 }
 
-/* Grows *buf to hold bytes; false when out of memory. */
-static bool
-grow(void **buf, size_t *capacity, size_t bytes)
+bool
+cpu_scratch_grow(void **buf, size_t *capacity, size_t bytes)
 {
 	void	   *p;
 
@@ -421,11 +420,11 @@ cpu_bf16_gemm(CpuBf16 *g, TfPool *pool, int threads, bool trans_a, bool trans_b,
 	for (i = 0; i < threads; i++)
 		if ((g->streams[i] == NULL &&
 			 dnnl_stream_create(&g->streams[i], g->engine, dnnl_stream_default_flags) != dnnl_success) ||
-			!grow(&g->scratch[i], &g->scratch_capacity[i], scratch) ||
+			!cpu_scratch_grow(&g->scratch[i], &g->scratch_capacity[i], scratch) ||
 			(gm.tail_rows > 0 &&
-			 !grow((void **) &g->a_tail[i], &g->a_tail_capacity[i], (size_t) TAIL_ROWS * k * sizeof(uint16_t))) ||
+			 !cpu_scratch_grow((void **) &g->a_tail[i], &g->a_tail_capacity[i], (size_t) TAIL_ROWS * k * sizeof(uint16_t))) ||
 			((gm.tail_rows > 0 || !gm.direct) &&
-			 !grow((void **) &g->c_block[i], &g->c_block_capacity[i], block_floats * sizeof(float))))
+			 !cpu_scratch_grow((void **) &g->c_block[i], &g->c_block_capacity[i], block_floats * sizeof(float))))
 			break;
 	if (i == 0)
 	{

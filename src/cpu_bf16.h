@@ -42,4 +42,11 @@ bool		cpu_bf16_gemm(CpuBf16 *g, TfPool *pool, int threads, bool trans_a, bool tr
 						  float alpha, const uint16_t *a, int lda, const uint16_t *b, int ldb, float beta,
 						  float *c, int ldc, char *err, size_t errlen);
 
+/*
+ * Grows the scratch buffer *buf (realloc'd, contents kept) to hold at least
+ * bytes, *capacity its size; false when out of memory (*buf unchanged).
+ * The CPU backend's scratch buffers too.
+ */
+bool		cpu_scratch_grow(void **buf, size_t *capacity, size_t bytes);
+
 #endif
