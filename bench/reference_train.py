@@ -11,8 +11,9 @@ job's own initial parameters (DATA_DIR/initial.safetensors, exported from the da
 attention.initialize_checkpoint with the job's seed draws exactly the worker's starting
 point), or without that file the same initialisation scheme drawn by PyTorch's generator
 (Xavier-uniform projections, zero biases, LayerNorm 1/0, embeddings N(0, d^-0.5)); with
-Adam (0.9, 0.98, 1e-9) and the paper's learning-rate schedule, for the same wall-clock
-budget of training. Then it measures the validation cross-entropy
+Adam (0.9, 0.98, 1e-9) and the paper's learning-rate schedule, in the precision the job
+ran (its options' "precision": bf16 trains under torch.autocast(bfloat16), PyTorch's CPU
+mixed precision; fp32 without), for the same wall-clock budget of training. Then it measures the validation cross-entropy
 and translates the test sources with the engine's beam search rules
 (bench/reference_decode.py: beam 4, alpha 0.6, offset 50, batches of 32 in length order).
 
@@ -34,6 +35,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from reference_decode import Decoder, translate  # noqa: E402
+import torch_model  # noqa: E402
 from torch_model import Transformer  # noqa: E402
 
 M32 = 0xFFFFFFFF
@@ -185,6 +187,10 @@ def main():
         cfg["dropout"] = opt["dropout"]
     if opt.get("label_smoothing") is not None:
         cfg["label_smoothing"] = opt["label_smoothing"]
+    precision = opt.get("precision", "fp32")
+    # fused attention where this PyTorch has it (2.0 on); 1.13 (Debian 12's) runs the explicit softmax under autocast
+    torch_model.SDPA = precision == "bf16" and hasattr(torch.nn.functional, "scaled_dot_product_attention")
+    autocast = torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
     seed = int(opt["seed"])
     torch.manual_seed(seed)
     model = Transformer(cfg)
@@ -210,7 +216,8 @@ def main():
             epoch, position = epoch + 1, 0
             order = epoch_order(len(batches), seed, epoch)
         adam.zero_grad()
-        _, loss, n = model(src, tgt, lab)
+        with autocast:
+            _, loss, n = model(src, tgt, lab)
         (loss / n).backward()
         step += 1
         for group in adam.param_groups:
@@ -231,7 +238,7 @@ def main():
     valid_loss, decode_seconds = evaluate(model, cfg, data, out, "test.hyp.ids")
     print(f"pytorch steps={step} epochs={epoch + position / len(batches):.2f} minutes={trained / 60:.1f} "
           f"tokens_per_s={tokens / trained:.0f} valid_loss={valid_loss:.4f} "
-          f"decode_s={decode_seconds:.0f} torch={torch.__version__}", flush=True)
+          f"decode_s={decode_seconds:.0f} precision={precision} torch={torch.__version__}", flush=True)
 
 
 if __name__ == "__main__":

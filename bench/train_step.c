@@ -361,7 +361,15 @@ main(int argc, char **argv)
 		return make_batches(argv[2], argv[3], argc > 4 ? atoi(argv[4]) : 4096);
 	if (argc == 6 && strcmp(argv[1], "run") == 0)
 		return run(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
+	if (argc == 2 && strcmp(argv[1], "core") == 0)
+	{
+		/* the OpenBLAS kernel family the engine loads here, for a reference to run on */
+		const TfBlas *blas = tf_blas(NULL, 0);
+
+		printf("%s\n", blas != NULL ? blas->get_corename() : "none");
+		return blas != NULL ? 0 : 1;
+	}
 	fprintf(stderr, "usage: train_step batches CORPUS_DIR OUT [TOKENS] | run BATCHES small|base THREADS STEPS "
-			"[--device cpu|cuda|cuda:N] [--precision fp32|bf16]\n");
+			"[--device cpu|cuda|cuda:N] [--precision fp32|bf16] | core\n");
 	return 2;
 }
