@@ -58,6 +58,11 @@ class Decoder:
         m, cfg = model.model, model.cfg
         self.model, self.d, self.h = model, cfg["d_model"], cfg["num_heads"]
         self.dk = self.d // self.h
+        # pre-LayerNorm layers (normalize_before): LN before each sublayer, one more after each stack
+        self.pre = cfg.get("normalize_before", False)
+        self.identity = lambda t: t  # noqa: E731
+        self.enc_ln = getattr(m.encoder, "layer_norm", self.identity)
+        self.dec_ln = getattr(m.decoder, "layer_norm", self.identity)
         self.emb, self.pe = m.shared.weight, positions(max_positions, self.d)
         self.layers = []
         for layer in m.decoder.layers:
@@ -75,6 +80,7 @@ class Decoder:
         x = self.emb[src] * math.sqrt(self.d) + self.pe[:src.shape[1]]
         for layer in self.model.model.encoder.layers:
             x = layer(x, pad, False)
+        x = self.enc_ln(x)
         kv = [self.heads(torch.addmm(L["kv"][1], x.reshape(-1, self.d), L["kv"][0]).view(*x.shape[:2], -1))
               for L in self.layers]
         self.mem = [(m[:, :self.h].contiguous(), m[:, self.h:].contiguous()) for m in kv]
@@ -98,25 +104,30 @@ class Decoder:
         padded = sent * beam + slot  # the rows' places in [S, beam] for the cross-attention
         for i, (L, (Kt, V), (mk, mv)) in enumerate(zip(self.layers, self.cache, self.mem)):
             layer = L["layer"]
+            # post-norm: x = LN(x + F(x)); pre-norm: x = x + F(LN(x))
+            pre_ln = (lambda ln: ln) if self.pre else (lambda ln: self.identity)  # noqa: E731
+            post_ln = (lambda ln: self.identity) if self.pre else (lambda ln: ln)  # noqa: E731
             # masked self-attention: the caches reordered by parent, plus position t; one query
             # per row, so broadcast products and sums (batched matrix-vector products; bmm is
             # 2-4x slower here)
-            q, k, v = self.heads(torch.addmm(L["qkv"][1], x, L["qkv"][0])[:, None]).split(self.h, dim=1)
+            h = pre_ln(layer.self_attn_layer_norm)(x)
+            q, k, v = self.heads(torch.addmm(L["qkv"][1], h, L["qkv"][0])[:, None]).split(self.h, dim=1)
             Kt = torch.cat([Kt[parent], k.transpose(-1, -2)], -1)
             V = torch.cat([V[parent], v], 2)
             self.cache[i] = (Kt, V)
             p = torch.softmax((q.transpose(-1, -2) * scale * Kt).sum(-2, keepdim=True), -1)  # [R, H, 1, t+1]
             a = (p.transpose(-1, -2) * V).sum(-2)  # [R, H, d_k]
-            x = layer.self_attn_layer_norm(x + layer.self_attn.out_proj(a.reshape(R, d)))
+            x = post_ln(layer.self_attn_layer_norm)(x + layer.self_attn.out_proj(a.reshape(R, d)))
             # encoder-decoder attention: each sentence's hypotheses (zeros in empty slots) against its source
             qc = x.new_zeros(S * beam, d)
-            qc[padded] = layer.encoder_attn.q_proj(x)
+            qc[padded] = layer.encoder_attn.q_proj(pre_ln(layer.encoder_attn_layer_norm)(x))
             qc = qc.view(S, beam, self.h, self.dk).transpose(1, 2)
             a = torch.softmax(qc @ mk.transpose(-1, -2) * scale + self.mem_bias, -1) @ mv
             a = a.transpose(1, 2).reshape(S * beam, d)[padded]
-            x = layer.encoder_attn_layer_norm(x + layer.encoder_attn.out_proj(a))
-            x = layer.final_layer_norm(x + layer.fc2(torch.relu(layer.fc1(x))))
-        return x @ self.emb.t()
+            x = post_ln(layer.encoder_attn_layer_norm)(x + layer.encoder_attn.out_proj(a))
+            h = pre_ln(layer.final_layer_norm)(x)
+            x = post_ln(layer.final_layer_norm)(x + layer.fc2(torch.relu(layer.fc1(h))))
+        return self.dec_ln(x) @ self.emb.t()
 
 
 def translate(dec, src, beam, offset, alpha=0.6, nbest=1, max_positions=1024, pad=0, bos=2, eos=3):

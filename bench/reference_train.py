@@ -140,6 +140,23 @@ def load_safetensors(path):
     return out
 
 
+def check_decoder(model, dec, batch, pad, bos, eos):
+    """Exits unless the incremental decoder's logits, fed the targets of batch one token at a
+    time, equal the model's full forward's (to 1e-3): the beam search reads the same model."""
+    src, tgt, lab = tensors(batch, pad, bos, eos)
+    full = model(src, tgt, lab)[0].view(tgt.shape[0], tgt.shape[1], -1)
+    rows = torch.arange(src.shape[0])
+    dec.start(src, pad)
+    worst = 0.0
+    for t in range(tgt.shape[1]):
+        step = dec.step(tgt[:, t], t, rows, rows, torch.zeros_like(rows), 1)
+        live = tgt[:, t] != pad
+        worst = max(worst, float((step[live] - full[live, t]).abs().max()))
+    if worst > 1e-3:
+        sys.exit(f"reference_train.py: the incremental decoder differs from the model's forward by {worst:.3g}")
+    return worst
+
+
 def evaluate(model, cfg, data, out, hyp_name):
     """Writes beam-4 translations of the test sources to OUT_DIR/hyp_name; returns the
     validation cross-entropy and the decoding seconds. Leaves the model in train mode."""
@@ -155,6 +172,8 @@ def evaluate(model, cfg, data, out, hyp_name):
         test = read_pairs(os.path.join(data, "test.ids"))
         by_length = sorted(range(len(test)), key=lambda i: len(test[i][0]))
         dec = Decoder(model, cfg["max_positions"])
+        worst = check_decoder(model, dec, test[:8], pad, bos, eos)
+        print(f"incremental decoder against the full forward on 8 test pairs: {worst:.2g}", flush=True)
         hyps = [None] * len(test)
         t0 = time.perf_counter()
         for b in range(0, len(by_length), 32):
@@ -187,7 +206,9 @@ def main():
         cfg["dropout"] = opt["dropout"]
     if opt.get("label_smoothing") is not None:
         cfg["label_smoothing"] = opt["label_smoothing"]
-    precision = opt.get("precision", "fp32")
+    precision = opt.get("precision", "fp32")  # the job row holds what "auto" resolved to
+    if precision not in ("fp32", "bf16"):
+        sys.exit(f"reference_train.py: the job's precision is {precision!r}, not fp32 or bf16")
     # fused attention where this PyTorch has it (2.0 on); 1.13 (Debian 12's) runs the explicit softmax under autocast
     torch_model.SDPA = precision == "bf16" and hasattr(torch.nn.functional, "scaled_dot_product_attention")
     autocast = torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
@@ -235,6 +256,8 @@ def main():
             print(f"pytorch at_step={step} minutes={trained / 60:.1f} valid_loss={valid_loss:.4f}",
                   flush=True)
 
+    os.makedirs(out, exist_ok=True)
+    torch.save(model.state_dict(), os.path.join(out, "model.pt"))  # to decode again without training
     valid_loss, decode_seconds = evaluate(model, cfg, data, out, "test.hyp.ids")
     print(f"pytorch steps={step} epochs={epoch + position / len(batches):.2f} minutes={trained / 60:.1f} "
           f"tokens_per_s={tokens / trained:.0f} valid_loss={valid_loss:.4f} "

@@ -4,7 +4,8 @@
  * database that has the extension, and resumes the training jobs that a
  * crash or restart interrupted (launch_training_worker, workers.c); then it
  * sleeps until shutdown (as pg_cron's launcher and the logical replication
- * launcher do).
+ * launcher do), waking every minute and at a reload to write the
+ * translation counters for a crash restart (statistics_flush).
  */
 #include "postgres.h"
 
@@ -31,6 +32,7 @@
 
 #include "entry_points.h"
 #include "rights.h"
+#include "statistics.h"
 #include "wait_events.h"
 #include "workers.h"
 
@@ -100,7 +102,9 @@ attention_launcher_main(Datum arg)
 	pgstat_report_activity(STATE_IDLE, NULL);
 	for (;;)
 	{
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH, -1L,
+		/* the translation counters for a crash restart to read, and at a reload (tests use it) */
+		statistics_flush();
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, STATISTICS_FLUSH_SECONDS * 1000L,
 						 attention_wait_event(ATTENTION_WAIT_LAUNCHER));
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();

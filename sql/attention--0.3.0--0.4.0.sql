@@ -254,14 +254,11 @@ RETURNS TABLE (pid integer, database text, model text, device text, weight_bytes
 AS 'MODULE_PATHNAME', 'attention_memory_status'
 LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION memory_status() IS
-'The models every process of the server holds, as the view attention.memory shows them.';
+'The models every process of the server holds, as the view attention.memory shows them (model NULL for another database''s, unless the caller has pg_read_all_stats).';
 
 CREATE VIEW memory AS
 WITH m AS (SELECT * FROM memory_status())
-SELECT m.pid, a.backend_type, m.database,
-       CASE WHEN m.database = pg_catalog.current_database() OR pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')
-            THEN m.model END AS model,
-       m.device, m.weight_bytes, m.engine_bytes FROM m
+SELECT m.pid, a.backend_type, m.database, m.model, m.device, m.weight_bytes, m.engine_bytes FROM m
   LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = m.pid
 UNION ALL
 SELECT NULL, 'all processes', NULL, NULL, NULL, coalesce(sum(m.weight_bytes), 0)::bigint,
@@ -298,5 +295,5 @@ SELECT d.datname AS database, s.model_id, m.name AS model, s.calls, s.sentences,
   LEFT JOIN models m ON m.model_id = s.model_id AND d.datname = pg_catalog.current_database()
  WHERE d.datname <> pg_catalog.current_database() OR m.model_id IS NOT NULL;
 COMMENT ON VIEW statistics IS
-'Per model and database: translation calls (a statement''s or a service request''s), sentences, source and translated tokens, seconds in the engine and calls that ended in an ERROR, counted where the engine runs (a session translating itself, a translation service) since the last reset_statistics; saved at a clean shutdown and read back at the next start when the library is preloaded, lost at a crash. model is NULL for models of other databases; dropped databases and this database''s dropped models are not shown.';
+'Per model and database: translation calls (a statement''s or a service request''s), sentences, source and translated tokens, seconds in the engine and calls that ended in an ERROR, counted where the engine runs (a session translating itself, a translation service) since the last reset_statistics; saved at a clean shutdown and read back at the next start when the library is preloaded, and written every minute for a crash restart to read (a crash loses the last minute at most). model is NULL for models of other databases; dropped databases and this database''s dropped models are not shown.';
 GRANT SELECT ON statistics TO PUBLIC;

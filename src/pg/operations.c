@@ -6,6 +6,7 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "funcapi.h"
@@ -82,7 +83,9 @@ attention_progress_status(PG_FUNCTION_ARGS)
  * memory_status() returns table (pid, database, model, device,
  * weight_bytes, engine_bytes): one row per model a process (session,
  * translation service, training worker) holds, as it last showed it
- * (progress_model_memory).
+ * (progress_model_memory). model is NULL for another database's model
+ * unless the caller has pg_read_all_stats (a model's name is readable only
+ * in its own database's attention.models).
  */
 Datum
 attention_memory_status(PG_FUNCTION_ARGS)
@@ -91,6 +94,8 @@ attention_memory_status(PG_FUNCTION_ARGS)
 	MemoryRow  *rows;
 	int			n,
 				i;
+
+	bool		all = has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
 
 	InitMaterializedSRF(fcinfo, 0);
 	progress_memory_status(&rows, &n);
@@ -105,6 +110,7 @@ attention_memory_status(PG_FUNCTION_ARGS)
 		values[1] = database != NULL ? CStringGetTextDatum(database) : (Datum) 0;
 		nulls[1] = database == NULL;
 		values[2] = CStringGetTextDatum(r->model);
+		nulls[2] = r->database != MyDatabaseId && !all;
 		values[3] = CStringGetTextDatum(r->device);
 		values[4] = Int64GetDatum(r->weight_bytes);
 		values[5] = Int64GetDatum(r->engine_bytes);

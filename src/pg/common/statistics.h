@@ -44,9 +44,19 @@ void		statistics_status(StatisticsRow **rows, int *n);
 void		statistics_reset(int32 model_id);
 
 /*
+ * Writes the counters to pg_stat_tmp/attention_statistics.stat when they
+ * changed since this process's last write, for a crash restart to read (the
+ * launcher, every STATISTICS_FLUSH_SECONDS). Only under
+ * shared_preload_libraries; a failed write is a LOG line.
+ */
+#define STATISTICS_FLUSH_SECONDS 60
+void		statistics_flush(void);
+
+/*
  * Reserves the counters' shared memory at start-up (from _PG_init under
- * shared_preload_libraries), reads what the last clean shutdown saved and
- * has the postmaster save them at shutdown. Without preloading, the first
+ * shared_preload_libraries), reads what the last clean shutdown saved (or,
+ * after a crash, the last flush) and has the postmaster save them at
+ * shutdown. Without preloading, the first
  * count of the server places STATISTICS_SPARE_ENTRIES entries in the spare
  * shared memory every server keeps for add-ins, lost at a restart.
  */
