@@ -60,9 +60,12 @@ class Decoder:
         self.dk = self.d // self.h
         # pre-LayerNorm layers (normalize_before): LN before each sublayer, one more after each stack
         self.pre = cfg.get("normalize_before", False)
-        self.identity = lambda t: t  # noqa: E731
-        self.enc_ln = getattr(m.encoder, "layer_norm", self.identity)
-        self.dec_ln = getattr(m.decoder, "layer_norm", self.identity)
+        identity = lambda t: t  # noqa: E731
+        self.enc_ln = getattr(m.encoder, "layer_norm", identity)
+        self.dec_ln = getattr(m.decoder, "layer_norm", identity)
+        # a sublayer's LayerNorm before it (pre-norm) or after the residual (post-norm)
+        self.pre_ln = (lambda ln: ln) if self.pre else (lambda ln: identity)  # noqa: E731
+        self.post_ln = (lambda ln: identity) if self.pre else (lambda ln: ln)  # noqa: E731
         self.emb, self.pe = m.shared.weight, positions(max_positions, self.d)
         self.layers = []
         for layer in m.decoder.layers:
@@ -105,8 +108,7 @@ class Decoder:
         for i, (L, (Kt, V), (mk, mv)) in enumerate(zip(self.layers, self.cache, self.mem)):
             layer = L["layer"]
             # post-norm: x = LN(x + F(x)); pre-norm: x = x + F(LN(x))
-            pre_ln = (lambda ln: ln) if self.pre else (lambda ln: self.identity)  # noqa: E731
-            post_ln = (lambda ln: self.identity) if self.pre else (lambda ln: ln)  # noqa: E731
+            pre_ln, post_ln = self.pre_ln, self.post_ln
             # masked self-attention: the caches reordered by parent, plus position t; one query
             # per row, so broadcast products and sums (batched matrix-vector products; bmm is
             # 2-4x slower here)
