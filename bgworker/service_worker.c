@@ -286,7 +286,8 @@ same_options(const ServiceRequest *a, const ServiceRequest *b)
 {
 	return a->kind == b->kind && a->checkpoint_id == b->checkpoint_id && a->beam_size == b->beam_size &&
 		a->nbest == b->nbest && a->length_penalty == b->length_penalty &&
-		a->max_length_offset == b->max_length_offset && a->target_language == b->target_language;
+		a->max_length_offset == b->max_length_offset && a->max_output_tokens == b->max_output_tokens &&
+		a->target_language == b->target_language;
 }
 
 /* Encodes a request's sources under its max_input_tokens; an ERROR is its answer. */
@@ -360,7 +361,7 @@ serve_group(AttentionModel *am, Call **calls, int n, int first, MemoryContext cx
 {
 	ServiceRequest *key = &calls[first]->req;
 	TfDecodeOptions opt = decode_options(am, key->beam_size, key->nbest, key->length_penalty,
-										 key->max_length_offset, key->target_language);
+										 key->max_length_offset, key->max_output_tokens, key->target_language);
 	int			total = 0,
 				saved = attention_max_input_tokens,
 				i,
@@ -617,7 +618,7 @@ stream_join(Call **join, int n, MemoryContext cxt)
 
 		stream_key = join[0]->req;
 		opt = decode_options(loaded, stream_key.beam_size, 1, stream_key.length_penalty,
-							 stream_key.max_length_offset, stream_key.target_language);
+							 stream_key.max_length_offset, stream_key.max_output_tokens, stream_key.target_language);
 		if (tf_stream_create(loaded->engine, &opt, &stream, err, sizeof(err)) != TF_OK)
 			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("%s", err)));
 		stream_model = loaded;

@@ -508,7 +508,7 @@ validate(Job *j)
 	progress_begin("validation", "", "sentences", -1);
 	j->valid_loss = dataset_loss(model(j), &j->valid, &j->feed);
 	if (j->valid.num_references > 0)
-		j->valid_bleu = dataset_bleu(model(j), j->vocab, &j->valid, &j->feed, 1, j->config.max_positions);
+		j->valid_bleu = dataset_bleu(model(j), j->vocab, &j->valid, &j->feed, 1, 0, j->config.max_positions);
 	progress_end();
 	progress_set_operation("training");
 	j->validated = true;

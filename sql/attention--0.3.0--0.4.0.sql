@@ -297,3 +297,81 @@ SELECT d.datname AS database, s.model_id, m.name AS model, s.calls, s.sentences,
 COMMENT ON VIEW statistics IS
 'Per model and database: translation calls (a statement''s or a service request''s), sentences, source and translated tokens, seconds in the engine and calls that ended in an ERROR, counted where the engine runs (a session translating itself, a translation service) since the last reset_statistics; saved at a clean shutdown and read back at the next start when the library is preloaded, and written every minute for a crash restart to read (a crash loses the last minute at most). model is NULL for models of other databases; dropped databases and this database''s dropped models are not shown.';
 GRANT SELECT ON statistics TO PUBLIC;
+
+-----------------------------------------------------------------------------
+-- Decoding defaults per model (0.4.0): a Hugging Face model's own choices
+-- (generation_config.json's num_beams and max_length, which
+-- scripts/import-hf sets), used where a call leaves beam_size NULL.
+-----------------------------------------------------------------------------
+
+ALTER TABLE models ADD COLUMN beam_size integer CHECK (beam_size BETWEEN 1 AND 64);
+ALTER TABLE models ADD COLUMN max_output_tokens integer CHECK (max_output_tokens >= 1);
+COMMENT ON COLUMN models.beam_size IS 'The beam a call that names none uses (set_decoding; a Hugging Face import takes generation_config.json''s num_beams); NULL: the setting attention.beam_size.';
+COMMENT ON COLUMN models.max_output_tokens IS 'Most tokens of a translation, EOS and a forced language token not counted, besides the limit of source tokens + max_length_offset (set_decoding; a Hugging Face import takes generation_config.json''s max_length or max_new_tokens); NULL: no such limit.';
+GRANT UPDATE (beam_size, max_output_tokens) ON models TO PUBLIC;
+
+CREATE FUNCTION set_decoding(model text, beam_size integer, max_output_tokens integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    mid integer;
+BEGIN
+    IF model IS NULL THEN
+        RAISE EXCEPTION 'model must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF beam_size IS NOT NULL AND (beam_size < 1 OR beam_size > 64) THEN
+        RAISE EXCEPTION 'beam_size % is out of range', beam_size
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'beam_size must be between 1 (greedy) and 64, or NULL.';
+    END IF;
+    IF max_output_tokens IS NOT NULL AND max_output_tokens < 1 THEN
+        RAISE EXCEPTION 'max_output_tokens % is out of range', max_output_tokens
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'max_output_tokens must be 1 or more, or NULL (no limit).';
+    END IF;
+    mid := attention.require_model_owner(set_decoding.model, 'set the decoding defaults of');
+    UPDATE attention.models m SET beam_size = set_decoding.beam_size,
+                                  max_output_tokens = set_decoding.max_output_tokens
+     WHERE m.model_id = mid;
+END
+$$;
+COMMENT ON FUNCTION set_decoding(text, integer, integer) IS
+'Sets the beam a call that names none uses (NULL: the setting attention.beam_size) and the most tokens of a translation (NULL: only source tokens + max_length_offset limit it). Needs the model''s owner.';
+
+-- beam_size NULL, the default now: the model's beam_size, else attention.beam_size
+CREATE OR REPLACE FUNCTION evaluate(model text, corpus text, split text DEFAULT 'test', checkpoint bigint DEFAULT NULL,
+                                    beam_size integer DEFAULT NULL,
+                                    target_language text DEFAULT NULL, source_language text DEFAULT NULL)
+RETURNS TABLE (bleu double precision, loss double precision, sentences integer, seconds double precision)
+AS 'MODULE_PATHNAME', 'attention_evaluate'
+LANGUAGE C VOLATILE COST 1000000 ROWS 1;
+CREATE OR REPLACE FUNCTION translate(source text, model text, beam_size integer DEFAULT NULL,
+                                     length_penalty double precision DEFAULT 0.6,
+                                     max_length_offset integer DEFAULT 50,
+                                     target_language text DEFAULT NULL, source_language text DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'attention_translate'
+LANGUAGE C STABLE PARALLEL SAFE COST 100000;
+CREATE OR REPLACE FUNCTION translate(sources text[], model text DEFAULT NULL, beam_size integer DEFAULT NULL,
+                                     length_penalty double precision DEFAULT 0.6,
+                                     max_length_offset integer DEFAULT 50,
+                                     target_language text DEFAULT NULL, source_language text DEFAULT NULL)
+RETURNS text[]
+AS 'MODULE_PATHNAME', 'attention_translate_array'
+LANGUAGE C STABLE PARALLEL SAFE COST 1000000;
+CREATE OR REPLACE FUNCTION translate_nbest(source text, model text DEFAULT NULL, n integer DEFAULT NULL,
+                                           beam_size integer DEFAULT NULL,
+                                           length_penalty double precision DEFAULT 0.6,
+                                           max_length_offset integer DEFAULT 50,
+                                           target_language text DEFAULT NULL, source_language text DEFAULT NULL)
+RETURNS TABLE (rank integer, translation text, score double precision, tokens text[])
+AS 'MODULE_PATHNAME', 'attention_translate_nbest'
+LANGUAGE C STABLE PARALLEL SAFE COST 100000 ROWS 4;
+COMMENT ON FUNCTION translate(text) IS
+'Translates a text with the default model (attention.default_model, or the only deployed one) and its beam_size (set_decoding), else the beam attention.beam_size.';
+COMMENT ON FUNCTION translate_nbest(text, text, integer, integer, double precision, integer, text, text) IS
+'The n best translations by beam search (n NULL: the whole beam), best first; score is the log-probability of the tokens and EOS (as attention.score).';
+COMMENT ON FUNCTION translate(text, text, integer, double precision, integer, text, text) IS
+'Translates a text by beam search (beam_size 1 = greedy; NULL: the model''s beam_size, else attention.beam_size; length penalty ((5+len)/6)^alpha; at most source tokens + max_length_offset tokens, and the model''s max_output_tokens); a NULL model means the default model; the languages (multilingual models only) default to the model''s.';
+COMMENT ON FUNCTION evaluate(text, text, text, bigint, integer, text, text) IS
+'Corpus BLEU of beam-search translations of a split (beam_size NULL: the model''s, else attention.beam_size) and its cross-entropy per target token, for a checkpoint (NULL: the deployed one, else the newest); the corpus is read with the caller''s privileges.';

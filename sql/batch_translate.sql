@@ -155,10 +155,12 @@ SET attention.max_input_tokens = 3;
 SELECT id, translate(en) FROM bt;
 RESET attention.max_input_tokens;
 SELECT id, attention.translate(en, 'no_such_model') FROM bt;
-SELECT id, attention.translate(en, 'bt_tiny', NULL) FROM bt;
+SELECT id, attention.translate(en, 'bt_tiny', 2, NULL) FROM bt;
+SELECT count(*) FILTER (WHERE t IS NOT DISTINCT FROM attention.translate(en, 'bt_tiny', 4)) AS null_beam_is_the_setting
+  FROM (SELECT en, attention.translate(en, 'bt_tiny', NULL) AS t FROM bt WHERE id <= 20) AS s;
 SELECT id, attention.translate(en, 'bt_tiny', 0) FROM bt;
 -- NULL options are not looked at when every source is NULL (as per-row calls)
-SELECT id, attention.translate(CASE WHEN id < 0 THEN en END, 'bt_tiny', NULL) FROM bt WHERE id <= 2;
+SELECT id, attention.translate(CASE WHEN id < 0 THEN en END, 'bt_tiny', 2, NULL) FROM bt WHERE id <= 2;
 
 -- a timeout in the middle of the batches leaves no partial UPDATE
 CREATE TABLE bt_many AS

@@ -98,6 +98,25 @@ SELECT * FROM attention.translate_nbest(NULL, 'sv_tiny');
 SELECT rank, translation, score, tokens FROM attention.translate_nbest('', 'sv_tiny', 2);
 SELECT attention.score(NULL, 'x', 'sv_tiny') IS NULL AS null_score, attention.translate(NULL, 'sv_tiny') IS NULL AS null_translation;
 
+-- the model's decoding defaults (set_decoding) reach the service: equal to this backend's, which they change
+SELECT attention.set_decoding('sv_tiny', 2, 3);
+SET attention.use_service = off;
+CREATE TABLE sv_decoding_ref AS
+  SELECT id, translate(en) AS t, n.hypotheses, n.longest
+    FROM sv_bt, LATERAL (SELECT count(*) AS hypotheses, max(cardinality(tokens)) AS longest
+                           FROM attention.translate_nbest(en, 'sv_tiny')) AS n WHERE id <= 40;
+SET attention.use_service = on;
+SELECT count(*) FILTER (WHERE s.t IS NOT DISTINCT FROM r.t AND s.hypotheses = r.hypotheses
+                          AND s.longest IS NOT DISTINCT FROM r.longest) AS decoding_equal,
+       bool_and(r.hypotheses = 2 OR r.t = '') AS beam_of_the_model, max(r.longest) AS longest,
+       count(*) FILTER (WHERE r.t IS DISTINCT FROM o.t1) > 0 AS defaults_changed_translations
+  FROM (SELECT id, translate(en) AS t, n.hypotheses, n.longest
+          FROM sv_bt, LATERAL (SELECT count(*) AS hypotheses, max(cardinality(tokens)) AS longest
+                                 FROM attention.translate_nbest(en, 'sv_tiny')) AS n WHERE id <= 40) AS s
+  JOIN sv_decoding_ref r USING (id) JOIN sv_ref o USING (id);
+SELECT attention.set_decoding('sv_tiny', NULL, NULL);
+SET attention.use_service = auto;
+
 -- parallel workers send their rows too
 SET parallel_setup_cost = 0;
 SET parallel_tuple_cost = 0;

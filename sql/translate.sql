@@ -89,7 +89,6 @@ SELECT attention.translate('x', 'tiny', 0);
 SELECT attention.translate('x', 'tiny', 65);
 SELECT attention.translate('x', 'tiny', 4, -1);
 SELECT attention.translate('x', 'tiny', 4, 0.6, -1);
-SELECT attention.translate('x', 'tiny', NULL);
 SELECT * FROM attention.translate_nbest('x', 'tiny', n => 5);
 SELECT attention.translate(ARRAY[ARRAY['a'], ARRAY['b']], 'tiny');
 SET attention.max_input_tokens = 3;
@@ -104,6 +103,36 @@ SELECT attention.deploy('small') > 0 AS small_deployed;
 SELECT translate('x');
 SET attention.default_model = 'tiny';
 SELECT translate('the package') = attention.translate('the package', 'tiny') AS default_model_guc;
+
+-- a model's decoding defaults (set_decoding; a Hugging Face import sets them from generation_config.json)
+SELECT attention.translate('the package provides data files', 'tiny', NULL)
+     = attention.translate('the package provides data files', 'tiny', 4) AS null_beam_is_the_setting;
+SELECT count(*) AS whole_beam FROM attention.translate_nbest('the package provides data files', 'tiny');
+SELECT max(cardinality(tokens)) > 2 AS longer_than_two
+  FROM attention.translate_nbest('the package provides data files for python', 'tiny');
+SELECT attention.set_decoding('tiny', 2, 2);
+SELECT beam_size, max_output_tokens FROM attention.models WHERE name = 'tiny';
+SET attention.beam_size = 1;
+SELECT count(*) AS model_beam_over_the_setting, max(cardinality(tokens)) <= 2 AS capped
+  FROM attention.translate_nbest('the package provides data files for python', 'tiny');
+SELECT count(*) AS explicit_beam_over_the_model
+  FROM attention.translate_nbest('the package provides data files for python', 'tiny', beam_size => 3);
+SELECT translate('the package provides data files') = attention.translate('the package provides data files', 'tiny', 2)
+       AS one_argument_form_too;
+SELECT attention.translate(ARRAY['the package provides data files for python'], 'tiny')
+     = ARRAY[(SELECT translation FROM attention.translate_nbest('the package provides data files for python', 'tiny')
+               WHERE rank = 1)] AS array_form_alike;
+SELECT count(DISTINCT query_pos) - 1 <= 2 AS inspection_capped
+  FROM attention.attention_weights('the package provides data files for python', model => 'tiny') WHERE kind = 'cross';
+RESET attention.beam_size;
+SELECT * FROM attention.translate_nbest('x', 'tiny', n => 3);
+SELECT attention.set_decoding('tiny', 0, NULL);
+SELECT attention.set_decoding('tiny', 65, NULL);
+SELECT attention.set_decoding('tiny', NULL, 0);
+SELECT attention.set_decoding('nope', NULL, NULL);
+SELECT attention.set_decoding(NULL, NULL, NULL);
+SELECT attention.set_decoding('tiny', NULL, NULL);
+SELECT beam_size, max_output_tokens FROM attention.models WHERE name = 'tiny';
 
 -- a changed deployment is picked up by the per-backend cache
 SELECT attention.score('the package', 'das Paket', 'tiny') AS score_before \gset

@@ -66,13 +66,16 @@ length_penalty(double alpha, int length)
 /*
  * Most decoding steps before EOS for a source of n tokens with its EOS:
  * n - 1 + offset output tokens after the forced token (prefix 1, see
- * TfDecodeOptions.forced_id; else 0), and the decoder's positions stay
- * below max_positions.
+ * TfDecodeOptions.forced_id; else 0), at most max_output (0: no such
+ * limit), and the decoder's positions stay below max_positions.
  */
 static int
-output_limit(const TfConfig *c, int n, int offset, int prefix)
+output_limit(const TfConfig *c, int n, int offset, int max_output, int prefix)
 {
 	int64_t		limit = (int64_t) n - 1 + offset + prefix;
+
+	if (max_output > 0 && limit > (int64_t) max_output + prefix)
+		limit = (int64_t) max_output + prefix;
 
 	/* at least the forced token's step, whatever the source (a source_prefix as long as the source) */
 	if (limit < prefix)
@@ -321,7 +324,7 @@ stream_resize(TfStream *s, int S, int max_src)
 	s->S = S;
 	s->max_src = max_src;
 	s->RC = S * s->K;
-	s->Tmax = output_limit(&m->config, max_src, s->opt.max_length_offset, s->prefix) + 1;
+	s->Tmax = output_limit(&m->config, max_src, s->opt.max_length_offset, s->opt.max_output_tokens, s->prefix) + 1;
 	s->host = calloc(1, host_layout(s, NULL));
 	floats = arena_layout(s, NULL);
 	ints = 7 * (size_t) s->RC + 1;
@@ -746,6 +749,8 @@ check_options(const TfModel *m, const TfDecodeOptions *opt, int batch, char *err
 		snprintf(err, errlen, "length_penalty %g must be a finite number >= 0", opt->length_penalty);
 	else if (opt->max_length_offset < 0)
 		snprintf(err, errlen, "max_length_offset %d must not be negative", opt->max_length_offset);
+	else if (opt->max_output_tokens < 0)
+		snprintf(err, errlen, "max_output_tokens %d must not be negative", opt->max_output_tokens);
 	else if (opt->bos_id < 0 || opt->bos_id >= V || opt->eos_id < 0 || opt->eos_id >= V)
 		snprintf(err, errlen, "bos_id %d or eos_id %d is out of range [0, %d)", opt->bos_id, opt->eos_id, V);
 	else if (opt->forced_id >= V)
@@ -920,7 +925,8 @@ tf_stream_add(TfStream *s, const int32_t *src, int batch, int src_len, const int
 			slot++;
 		s->used[slot] = true;
 		s->src_count[slot] = n;
-		s->max_len[slot] = output_limit(c, n - s->opt.source_prefix, s->opt.max_length_offset, s->prefix);
+		s->max_len[slot] = output_limit(c, n - s->opt.source_prefix, s->opt.max_length_offset,
+										s->opt.max_output_tokens, s->prefix);
 		s->steps[slot] = 0;
 		s->finished_n[slot] = 0;
 		s->tag[slot] = tags != NULL ? tags[i] : i;

@@ -492,6 +492,9 @@ typedef struct TfDecodeOptions
 	int			nbest;			/* hypotheses returned per sentence, 1 .. beam_size */
 	float		length_penalty; /* alpha >= 0 in lp(Y) = ((5 + |Y|) / 6)^alpha; 0.6 */
 	int			max_length_offset;	/* output tokens <= source tokens + offset; 50 */
+	int			max_output_tokens;	/* and <= this where > 0 (the forced token and EOS not
+									 * counted: transformers' max_new_tokens less the
+									 * forced token); 0: no such limit */
 	int			bos_id;
 	int			eos_id;
 	/*
@@ -511,7 +514,7 @@ typedef struct TfDecodeOptions
 	void	   *interrupt_arg;
 } TfDecodeOptions;
 
-/* Beam 4, one hypothesis, alpha 0.6, offset 50, BOS 2, EOS 3, no forced token, no interrupt callback. */
+/* Beam 4, one hypothesis, alpha 0.6, offset 50, no max_output_tokens, BOS 2, EOS 3, no forced token, no interrupt callback. */
 void		tf_decode_options_default(TfDecodeOptions *opt);
 
 /* One translation hypothesis. */

@@ -19,7 +19,7 @@ END
 $$;
 
 BEGIN;
-SELECT plan(33);
+SELECT plan(36);
 
 SELECT attention.create_corpus('model_privileges', 'en', 'de');
 SELECT attention.import_corpus('model_privileges', $$SELECT 'the package', 'das Paket'$$);
@@ -53,6 +53,12 @@ SELECT lives_ok($$UPDATE attention.models SET target_language = 'de' WHERE name 
                 '... an UPDATE of its languages is no error,');
 SELECT is((SELECT target_language FROM attention.models WHERE name = 'owned'), NULL,
           '... but changes nothing (row-level security: its owners only)');
+SELECT throws_ok($$SELECT attention.set_decoding('owned', 1, 1)$$, '42501', NULL,
+                 '... nor set its decoding defaults');
+SELECT lives_ok($$UPDATE attention.models SET beam_size = 1, max_output_tokens = 1 WHERE name = 'owned'$$,
+                '... an UPDATE of them is no error,');
+SELECT is((SELECT row(beam_size, max_output_tokens)::text FROM attention.models WHERE name = 'owned'), '(,)',
+          '... but changes nothing');
 SELECT throws_ok($$SELECT attention.deploy('owned')$$, '42501', NULL, '... nor deploy');
 SELECT throws_ok($$SELECT attention.delete_checkpoint(checkpoint_id) FROM attention.checkpoints$$, '42501', NULL,
                  '... nor delete a checkpoint');

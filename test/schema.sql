@@ -69,7 +69,7 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                                        'delete_checkpoint', 'drop_model', 'train', 'resume_training',
                                        'cancel_training', 'wait_training', 'import_checkpoint', 'evaluate',
                                        'start_service', 'stop_service', 'import_huggingface_m2m100',
-                                       'export_huggingface_m2m100', 'set_languages')
+                                       'export_huggingface_m2m100', 'set_languages', 'set_decoding')
                      AND NOT (p.provolatile = 'v' AND p.proparallel = 'u' AND NOT p.prosecdef)$$,
                 'functions that write are VOLATILE, PARALLEL UNSAFE and SECURITY INVOKER');
 

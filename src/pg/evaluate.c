@@ -34,7 +34,8 @@ PG_FUNCTION_INFO_V1(attention_evaluate);
  * beam-search translations of every
  * source of the split, the cross-entropy per target token of its pairs
  * that fit max_positions, the number of pairs, and the wall-clock seconds.
- * checkpoint NULL is the deployed one (else the newest); any role may
+ * beam_size NULL is the model's (call_beam_size), and its max_output_tokens
+ * apply; checkpoint NULL is the deployed one (else the newest); any role may
  * evaluate a deployed checkpoint, other checkpoints need the model's owner.
  */
 Datum
@@ -62,31 +63,28 @@ attention_evaluate(PG_FUNCTION_ARGS)
 	Datum		values[4];
 	bool		nulls[4] = {false, false, false, false};
 	char		err[TF_ERRLEN];
+	DeployedModel dm;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(4))
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-						errmsg("model, corpus, split and beam_size must not be NULL")));
+						errmsg("model, corpus and split must not be NULL")));
 	model = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	corpus = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	split = text_to_cstring(PG_GETARG_TEXT_PP(2));
-	beam_size = PG_GETARG_INT32(4);
+	beam_size = beam_size_argument(PG_ARGISNULL(4), PG_ARGISNULL(4) ? 0 : PG_GETARG_INT32(4));
 	if (strcmp(split, "train") != 0 && strcmp(split, "valid") != 0 && strcmp(split, "test") != 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("split \"%s\" is not train, valid or test", split)));
-	if (beam_size < 1 || beam_size > 64)
-		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						errmsg("beam_size %d is out of range", beam_size),
-						errhint("beam_size must be between 1 and 64.")));
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "evaluate must return a row");
 	INSTR_TIME_SET_CURRENT(start);
+	/* the model's decoding defaults, and a multilingual model's languages (0.3.0's definition) */
+	attention_model_languages(model, &dm);
+	beam_size = call_beam_size(&dm, beam_size);
 	if (PG_NARGS() > 5)
 	{
-		/* a multilingual model's languages (0.3.0's definition) */
-		DeployedModel dm;
 		CallLanguages lang;
 
-		attention_model_languages(model, &dm);
 		lang = call_languages(&dm, PG_ARGISNULL(6) ? NULL : PG_GETARG_TEXT_PP(6),
 							  PG_ARGISNULL(5) ? NULL : PG_GETARG_TEXT_PP(5));
 		feed.multilingual = lang.source_id >= 0;
@@ -153,7 +151,7 @@ attention_evaluate(PG_FUNCTION_ARGS)
 		progress_begin("evaluate", psprintf("%s on %s (%s)", model, corpus, split), "sentences",
 					   (int64) d.num_pairs + d.num_references);
 		loss = dataset_loss(engine, &d, &feed);
-		bleu = dataset_bleu(engine, vocab, &d, &feed, beam_size, c.max_positions);
+		bleu = dataset_bleu(engine, vocab, &d, &feed, beam_size, dm.max_output_tokens, c.max_positions);
 		progress_end();
 	}
 	PG_FINALLY();

@@ -28,6 +28,7 @@
 #include "catalog.h"
 #include "huggingface.h"
 #include "marian.h"
+#include "model_cache.h"
 #include "progress.h"
 #include "spm.h"
 #include "tensor_file.h"
@@ -548,6 +549,17 @@ put_json(ReturnSetInfo *rsinfo, const char *name, StringInfo s)
 	resetStringInfo(s);
 }
 
+void
+append_generation_defaults(StringInfo s, const char *model, int forced, int max_positions)
+{
+	DeployedModel d;
+
+	attention_model_languages(model, &d);
+	appendStringInfo(s, "\"max_length\": %d, \"num_beams\": %d",
+					 d.max_output_tokens > 0 ? d.max_output_tokens + 1 + forced : max_positions,
+					 d.beam_size > 0 ? d.beam_size : TF_DEFAULT_BEAM_SIZE);
+}
+
 /*
  * export_huggingface(checkpoint) returns table (file, data): the files of a
  * MarianMT model directory.
@@ -689,8 +701,9 @@ attention_export_huggingface(PG_FUNCTION_ARGS)
 	put_json(rsinfo, "tokenizer_config.json", &s);
 
 	appendStringInfo(&s, "{\"bad_words_ids\": [[%d]], \"decoder_start_token_id\": %d, \"eos_token_id\": %d, "
-					 "\"forced_eos_token_id\": %d, \"max_length\": %d, \"num_beams\": 4, \"pad_token_id\": %d}",
-					 pad, bos, eos, eos, c.max_positions, pad);
+					 "\"forced_eos_token_id\": %d, \"pad_token_id\": %d, ", pad, bos, eos, eos, pad);
+	append_generation_defaults(&s, model, 0, c.max_positions);
+	appendStringInfoChar(&s, '}');
 	put_json(rsinfo, "generation_config.json", &s);
 	spm_free(vocab);
 	SPI_finish();

@@ -90,4 +90,12 @@ void		put_file(ReturnSetInfo *rsinfo, const char *name, const char *data, size_t
 /* Adds a JSON file built in s (then reset). */
 void		put_json(ReturnSetInfo *rsinfo, const char *name, StringInfo s);
 
+/*
+ * Appends generation_config.json's "max_length" and "num_beams" for
+ * model (in SPI): its max_output_tokens + 1 (decoder start) + forced (1
+ * where decoding forces a language token), else max_positions; its
+ * beam_size, else 4 (what an import reads back as set_decoding's).
+ */
+void		append_generation_defaults(StringInfo s, const char *model, int forced, int max_positions);
+
 #endif

@@ -1210,7 +1210,9 @@ attention_export_huggingface_m2m100(PG_FUNCTION_ARGS)
 					 c.max_positions, c.scale_embedding ? "true" : "false", pad, eos, bos);
 	put_json(rsinfo, "config.json", &s);
 	appendStringInfo(&s, "{\"bos_token_id\": 0, \"decoder_start_token_id\": %d, \"eos_token_id\": %d, "
-					 "\"pad_token_id\": %d, \"max_length\": %d, \"num_beams\": 4}", bos, eos, pad, c.max_positions);
+					 "\"pad_token_id\": %d, ", bos, eos, pad);
+	append_generation_defaults(&s, model, 1, c.max_positions);
+	appendStringInfoChar(&s, '}');
 	put_json(rsinfo, "generation_config.json", &s);
 	put_file(rsinfo, "sentencepiece.bpe.model", VARDATA_ANY(spm), VARSIZE_ANY_EXHDR(spm));
 	if (!nllb)

@@ -33,11 +33,13 @@ PG_FUNCTION_INFO_V1(attention_plot_alignment);
 
 /*
  * The target for inspection: the given text's ids, or (NULL) the
- * translation's ids; after the target language's token for a
- * multilingual model (the decoder's forced first token).
+ * translation's ids, as translate(source, model) makes it (d's decoding
+ * defaults); after the target language's token for a multilingual model
+ * (the decoder's forced first token).
  */
 static Encoded
-inspection_target(AttentionModel *am, const Encoded *source, text *target, CallLanguages lang)
+inspection_target(AttentionModel *am, const DeployedModel *d, const Encoded *source, text *target,
+				  CallLanguages lang)
 {
 	Encoded		t;
 	TfDecodeOptions opt;
@@ -51,8 +53,8 @@ inspection_target(AttentionModel *am, const Encoded *source, text *target, CallL
 	t.n = t.prefix;
 	if (source->n == source->prefix)
 		return t;
-	opt = decode_options(am, attention_beam_size, 1, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET,
-						 lang.target_id);
+	opt = decode_options(am, call_beam_size(d, BEAM_SIZE_OF_MODEL), 1, TF_DEFAULT_LENGTH_PENALTY,
+						 TF_DEFAULT_MAX_LENGTH_OFFSET, d->max_output_tokens, lang.target_id);
 	translate_batch(am, (Encoded *) source, 1, &opt, &h);
 	t.ids = palloc((h.length + t.prefix + 1) * sizeof(int32_t));
 	t.ids[0] = lang.target_id;
@@ -61,15 +63,16 @@ inspection_target(AttentionModel *am, const Encoded *source, text *target, CallL
 	return t;
 }
 
-/* The deployed model of argument `model` (NULL: the default) and the languages of arguments `target`, `source`. */
+/*
+ * The deployed model of argument `model` (NULL: the default), into *d as
+ * looked up, and the languages of arguments `target`, `source`.
+ */
 static AttentionModel *
-inspected_model(FunctionCallInfo fcinfo, int model, int target, int source, CallLanguages *lang)
+inspected_model(FunctionCallInfo fcinfo, int model, int target, int source, CallLanguages *lang, DeployedModel *d)
 {
-	DeployedModel d;
-
-	attention_model_lookup(TEXT_ARG_OR_NULL(model), &d);
-	*lang = call_languages(&d, TEXT_ARG_OR_NULL(source), TEXT_ARG_OR_NULL(target));
-	return attention_model_load(&d, "cpu", false);
+	attention_model_lookup(TEXT_ARG_OR_NULL(model), d);
+	*lang = call_languages(d, TEXT_ARG_OR_NULL(source), TEXT_ARG_OR_NULL(target));
+	return attention_model_load(d, "cpu", false);
 }
 
 /*
@@ -117,6 +120,7 @@ fetch_attention(AttentionModel *am, TfAttentionKind kind, int layer, int *q, int
 Datum
 attention_attention_weights(PG_FUNCTION_ARGS)
 {
+	DeployedModel d;
 	static const char *const kinds[] = {"encoder_self", "decoder_self", "cross"};
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	AttentionModel *am;
@@ -131,10 +135,10 @@ attention_attention_weights(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	if (PG_ARGISNULL(0))
 		return (Datum) 0;
-	am = inspected_model(fcinfo, 2, 3, 4, &lang);
+	am = inspected_model(fcinfo, 2, 3, 4, &lang, &d);
 	c = tf_model_config(am->engine);
 	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, SPM_SOURCE, lang.source_id);
-	target = inspection_target(am, &source, TEXT_ARG_OR_NULL(1), lang);
+	target = inspection_target(am, &d, &source, TEXT_ARG_OR_NULL(1), lang);
 	teacher_forced(am, &source, &target, true);
 	src_tokens = token_texts(am, &source, -1, source.ids[source.n]);
 	dec_tokens = token_texts(am, &target, am->bos_id, -1);
@@ -219,6 +223,7 @@ alignment(AttentionModel *am, Encoded *source, Encoded *target, int *q, int *k)
 Datum
 attention_align(PG_FUNCTION_ARGS)
 {
+	DeployedModel d;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	AttentionModel *am;
 	Encoded		source,
@@ -235,7 +240,7 @@ attention_align(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		return (Datum) 0;
-	am = inspected_model(fcinfo, 2, 3, 4, &lang);
+	am = inspected_model(fcinfo, 2, 3, 4, &lang, &d);
 	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, SPM_SOURCE, lang.source_id);
 	target = encode_text(am, PG_GETARG_TEXT_PP(1), false, SPM_TARGET, lang.target_id);
 	a = alignment(am, &source, &target, &q, &k);
@@ -312,6 +317,7 @@ attention_kind(const char *name)
 Datum
 attention_plot_attention(PG_FUNCTION_ARGS)
 {
+	DeployedModel d;
 	static const char *const titles[] = {"Encoder self-attention", "Decoder self-attention",
 	"Encoder-decoder attention"};
 	static const char *const source_axis = "keys: source pieces";
@@ -343,7 +349,7 @@ attention_plot_attention(PG_FUNCTION_ARGS)
 						errmsg("%s must not be NULL", PG_ARGISNULL(3) ? "kind" : "layer")));
 	kind = attention_kind(text_to_cstring(PG_GETARG_TEXT_PP(3)));
 	layer = PG_GETARG_INT32(4);
-	am = inspected_model(fcinfo, 2, 6, 7, &lang);
+	am = inspected_model(fcinfo, 2, 6, 7, &lang, &d);
 	c = tf_model_config(am->engine);
 	layers = kind == TF_ENCODER_SELF ? c->num_encoder_layers : c->num_decoder_layers;
 	if (layer < 0 || layer >= layers)
@@ -363,7 +369,7 @@ attention_plot_attention(PG_FUNCTION_ARGS)
 	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, SPM_SOURCE, lang.source_id);
 	check_plot_size("source", source.n + 1, head >= 0 ? PLOT_MAX_PIECES : PLOT_MAX_PIECES_HEADS, "plot_attention",
 					"attention_weights");
-	target = inspection_target(am, &source, PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1), lang);
+	target = inspection_target(am, &d, &source, PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1), lang);
 	if (kind != TF_ENCODER_SELF)
 		check_plot_size("target", target.n + 1, head >= 0 ? PLOT_MAX_PIECES : PLOT_MAX_PIECES_HEADS,
 						"plot_attention", "attention_weights");
@@ -402,6 +408,7 @@ attention_plot_attention(PG_FUNCTION_ARGS)
 Datum
 attention_plot_alignment(PG_FUNCTION_ARGS)
 {
+	DeployedModel d;
 	AttentionModel *am;
 	Encoded		source,
 				target;
@@ -413,7 +420,7 @@ attention_plot_alignment(PG_FUNCTION_ARGS)
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		PG_RETURN_NULL();
-	am = inspected_model(fcinfo, 2, 3, 4, &lang);
+	am = inspected_model(fcinfo, 2, 3, 4, &lang, &d);
 	source = encode_text(am, PG_GETARG_TEXT_PP(0), true, SPM_SOURCE, lang.source_id);
 	target = encode_text(am, PG_GETARG_TEXT_PP(1), false, SPM_TARGET, lang.target_id);
 	check_plot_size("source", source.n + 1, PLOT_MAX_PIECES, "plot_alignment", "align");

@@ -38,17 +38,20 @@ require_arguments(FunctionCallInfo fcinfo, int first, const char *const *names, 
 							errmsg("%s must not be NULL", names[i])));
 }
 
-/* translate(source text) returns text: the default model, beam attention.beam_size. */
+/* translate(source text) returns text: the default model, its beam (call_beam_size). */
 Datum
 attention_translate_default(PG_FUNCTION_ARGS)
 {
 	text	   *source = PG_GETARG_TEXT_PP(0),
 			   *result;
 
-	translate_texts(NULL, attention_beam_size, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET, NULL, NULL,
+	translate_texts(NULL, BEAM_SIZE_OF_MODEL, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET, NULL, NULL,
 					&source, 1, 1, &result);
 	PG_RETURN_TEXT_P(result);
 }
+
+/* The beam_size argument n: BEAM_SIZE_OF_MODEL where NULL (beam_size_argument). */
+#define BEAM_SIZE_ARG(n) beam_size_argument(PG_ARGISNULL(n), PG_ARGISNULL(n) ? 0 : PG_GETARG_INT32(n))
 
 /* The text argument n, or NULL (also where the 0.2.0 definition has no such argument). */
 #define TEXT_ARG_OR_NULL(n) (PG_NARGS() <= (n) || PG_ARGISNULL(n) ? NULL : PG_GETARG_TEXT_PP(n))
@@ -65,9 +68,9 @@ attention_translate(PG_FUNCTION_ARGS)
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_NULL();
-	require_arguments(fcinfo, 2, decode_option_names, 3);
+	require_arguments(fcinfo, 3, decode_option_names + 1, 2);
 	source = PG_GETARG_TEXT_PP(0);
-	translate_texts(TEXT_ARG_OR_NULL(1), PG_GETARG_INT32(2), PG_GETARG_FLOAT8(3), PG_GETARG_INT32(4),
+	translate_texts(TEXT_ARG_OR_NULL(1), BEAM_SIZE_ARG(2), PG_GETARG_FLOAT8(3), PG_GETARG_INT32(4),
 					TEXT_ARG_OR_NULL(5), TEXT_ARG_OR_NULL(6), &source, 1, 1, &result);
 	PG_RETURN_TEXT_P(result);
 }
@@ -91,7 +94,7 @@ attention_translate_array(PG_FUNCTION_ARGS)
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_NULL();
-	require_arguments(fcinfo, 2, decode_option_names, 3);
+	require_arguments(fcinfo, 3, decode_option_names + 1, 2);
 	arr = PG_GETARG_ARRAYTYPE_P(0);
 	if (ARR_NDIM(arr) > 1)
 		ereport(ERROR, (errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
@@ -101,7 +104,7 @@ attention_translate_array(PG_FUNCTION_ARGS)
 	results = palloc(Max(n, 1) * sizeof(text *));
 	for (i = 0; i < n; i++)
 		texts[i] = nulls[i] ? NULL : DatumGetTextPP(elems[i]);
-	translate_texts(TEXT_ARG_OR_NULL(1), PG_GETARG_INT32(2), PG_GETARG_FLOAT8(3), PG_GETARG_INT32(4),
+	translate_texts(TEXT_ARG_OR_NULL(1), BEAM_SIZE_ARG(2), PG_GETARG_FLOAT8(3), PG_GETARG_INT32(4),
 					TEXT_ARG_OR_NULL(5), TEXT_ARG_OR_NULL(6), texts, n, BATCH_SENTENCES, results);
 	for (i = 0; i < n; i++)
 		elems[i] = results[i] != NULL ? PointerGetDatum(results[i]) : (Datum) 0;
@@ -130,13 +133,14 @@ nbest_row(void *arg, text *translation, double score, ArrayType *pieces)
  * translate_nbest(source, model, n, beam_size, length_penalty,
  * max_length_offset, target_language, source_language) returns table
  * (rank, translation, score, tokens): the
- * n best hypotheses, best first; score is the log-probability of the
+ * n best hypotheses (NULL: the whole beam; beam_size NULL: the model's,
+ * call_beam_size), best first; score is the log-probability of the
  * tokens and EOS (what attention.score gives for them).
  */
 Datum
 attention_translate_nbest(PG_FUNCTION_ARGS)
 {
-	static const char *const names[] = {"n", "beam_size", "length_penalty", "max_length_offset"};
+	static const char *const names[] = {"length_penalty", "max_length_offset"};
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	DeployedModel d;
 	ServiceRequest req;
@@ -153,14 +157,16 @@ attention_translate_nbest(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	if (PG_ARGISNULL(0))
 		return (Datum) 0;
-	require_arguments(fcinfo, 2, names, 4);
+	require_arguments(fcinfo, 4, names, 2);
 	source = PG_GETARG_TEXT_PP(0);
-	nbest = PG_GETARG_INT32(2);
-	beam_size = PG_GETARG_INT32(3);
+	beam_size = BEAM_SIZE_ARG(3);
 	length_penalty = PG_GETARG_FLOAT8(4);
 	max_length_offset = PG_GETARG_INT32(5);
 	attention_model_lookup(TEXT_ARG_OR_NULL(1), &d);
 	lang = call_languages(&d, TEXT_ARG_OR_NULL(7), TEXT_ARG_OR_NULL(6));
+	beam_size = call_beam_size(&d, beam_size);
+	/* n NULL: the whole beam */
+	nbest = PG_ARGISNULL(2) ? beam_size : PG_GETARG_INT32(2);
 	check_decode_options(beam_size, nbest, length_penalty, max_length_offset);
 	req = service_request(SERVICE_NBEST, &d, lang, beam_size, nbest, length_penalty, max_length_offset, &source, 1);
 	if (service_send(&d, &req, &answer))
@@ -187,7 +193,8 @@ attention_translate_nbest(PG_FUNCTION_ARGS)
 		return (Datum) 0;
 	}
 	am = attention_model_load(&d, "cpu", false);
-	opt = decode_options(am, beam_size, nbest, length_penalty, max_length_offset, lang.target_id);
+	opt = decode_options(am, beam_size, nbest, length_penalty, max_length_offset, d.max_output_tokens,
+						 lang.target_id);
 	nbest_hypotheses(am, source, lang.source_id, &opt, nbest_row, rsinfo);
 	return (Datum) 0;
 }

@@ -194,7 +194,7 @@ attention_translate_column(PG_FUNCTION_ARGS)
 													   pk_count + 1, &isnull));
 		}
 		/* through the model's service like translate(): a redeploy applies from the next batch */
-		translate_texts(model, attention_beam_size, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET,
+		translate_texts(model, BEAM_SIZE_OF_MODEL, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET,
 						target_language, source_language, texts, n, BATCH_SENTENCES, results);
 		for (i = 0; i < n; i++)
 		{

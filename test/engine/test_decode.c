@@ -383,7 +383,8 @@ check_prenorm_forced(void)
 				i,
 				j,
 				rescored = 0,
-				at_limit = 0;
+				at_limit = 0,
+				capped = 0;
 	double		worst = 0.0;
 	char		err[TF_ERRLEN];
 
@@ -439,12 +440,45 @@ check_prenorm_forced(void)
 		}
 		tf_hypotheses_free(h, 4);
 	}
+	/*
+	 * max_output_tokens 6 under offset 4 (limits 10 - i) is each sentence
+	 * alone under offset i (limits 6 - i + i): the same hypotheses
+	 */
+	for (beam = 1; beam <= 4; beam += 3)
+	{
+		TfHypothesis h[4],
+					one;
+		TfDecodeOptions alone = opt;
+
+		opt.beam_size = alone.beam_size = beam;
+		opt.max_output_tokens = 6;
+		CHECK(tf_model_translate(m, src, 4, 8, &opt, h, err, sizeof(err)) == TF_OK, "translate: %s", err);
+		for (i = 0; i < 4; i++)
+		{
+			alone.max_length_offset = i;
+			CHECK(h[i].length <= 6, "beam %d sentence %d: %d tokens over max_output_tokens 6", beam, i, h[i].length);
+			capped += h[i].length == 6;
+			CHECK(tf_model_translate(m, src + i * 8, 1, 8, &alone, &one, err, sizeof(err)) == TF_OK,
+				  "translate: %s", err);
+			CHECK(one.length == h[i].length && memcmp(one.tokens, h[i].tokens, one.length * sizeof(int32_t)) == 0 &&
+				  close_to(one.log_prob, h[i].log_prob, 1e-4),
+				  "beam %d sentence %d: max_output_tokens 6 differs from the offset's limit of 6", beam, i);
+			tf_hypotheses_free(&one, 1);
+		}
+		tf_hypotheses_free(h, 4);
+	}
+	CHECK(capped > 0, "no hypothesis reached max_output_tokens: the limit is not tested");
+	opt.max_output_tokens = -1;
+	CHECK(tf_model_translate(m, src, 1, 8, &opt, NULL, err, sizeof(err)) == TF_ERROR &&
+		  strstr(err, "max_output_tokens") != NULL, "max_output_tokens -1 accepted: %s", err);
+	opt.max_output_tokens = 0;
 	opt.forced_id = 64;
 	CHECK(tf_model_translate(m, src, 1, 8, &opt, NULL, err, sizeof(err)) == TF_ERROR && strstr(err, "forced_id") != NULL,
 		  "forced_id 64 of vocabulary 64 accepted: %s", err);
 	CHECK(at_limit > 0, "no hypothesis reached the length limit: the limit is not tested");
 	printf("  pre-norm + forced token: %d hypotheses (%d at the length limit), incremental vs full prefix worst "
-		   "|diff| %.2g\n", rescored, at_limit, worst);
+		   "|diff| %.2g; %d of 8 at max_output_tokens, each as alone under the offset's limit\n", rescored, at_limit,
+		   worst, capped);
 	tf_model_free(m);
 }
 

@@ -430,7 +430,7 @@ dataset_loss(TfModel *engine, const DataSet *d, DataFeed *feed)
 
 double
 dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed *feed,
-			 int beam_size, int max_positions)
+			 int beam_size, int max_output_tokens, int max_positions)
 {
 	BleuStats	stats;
 	TfDecodeOptions opt;
@@ -444,6 +444,7 @@ dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed 
 	memset(&stats, 0, sizeof(stats));
 	tf_decode_options_default(&opt);
 	opt.beam_size = beam_size;
+	opt.max_output_tokens = max_output_tokens;
 	opt.nbest = 1;
 	opt.bos_id = feed->bos_id;
 	opt.eos_id = feed->eos_id;

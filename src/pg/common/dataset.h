@@ -121,11 +121,12 @@ double		dataset_loss(TfModel *engine, const DataSet *d, DataFeed *feed);
 /*
  * Corpus BLEU (sacreBLEU defaults) of the beam-search translations of d's
  * first num_references sources against their target texts (sources longer
- * than max_positions - 1 tokens are cut). NaN when there are none or
+ * than max_positions - 1 tokens are cut; at most max_output_tokens tokens a
+ * translation, 0: no such limit). NaN when there are none or
  * feed->stop stopped it. ERROR on an engine failure. Each sentence counts
  * as done in this process's reported operation (progress_add).
  */
 double		dataset_bleu(TfModel *engine, const SpmModel *vocab, const DataSet *d, DataFeed *feed,
-						 int beam_size, int max_positions);
+						 int beam_size, int max_output_tokens, int max_positions);
 
 #endif

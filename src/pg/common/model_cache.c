@@ -163,6 +163,33 @@ read_languages(HeapTuple tup, TupleDesc desc, int first, MemoryContext cxt, Depl
 	MemoryContextSwitchTo(old);
 }
 
+/* The columns read_decoding reads, from 0.4.0 on. */
+#define DECODING_COLUMNS "m.beam_size, m.max_output_tokens"
+
+/* Whether attention.models has the column (a library newer than its schema lacks the newest); in SPI. */
+static bool
+models_column(const char *column)
+{
+	if (SPI_execute_with_args("SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = 'attention.models'::pg_catalog.regclass "
+							  "AND attname = $1 AND NOT attisdropped", 1, (Oid[]) {TEXTOID},
+							  (Datum[]) {CStringGetTextDatum(column)}, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the columns of attention.models");
+	return SPI_processed == 1;
+}
+
+/* d's decoding defaults from columns first, first + 1 of tuple (beam_size, max_output_tokens; NULL: 0). */
+static void
+read_decoding(HeapTuple tuple, TupleDesc desc, int first, DeployedModel *d)
+{
+	bool		isnull;
+	Datum		v;
+
+	v = SPI_getbinval(tuple, desc, first, &isnull);
+	d->beam_size = isnull ? 0 : DatumGetInt32(v);
+	v = SPI_getbinval(tuple, desc, first + 1, &isnull);
+	d->max_output_tokens = isnull ? 0 : DatumGetInt32(v);
+}
+
 void
 attention_model_lookup(text *model, DeployedModel *d)
 {
@@ -178,19 +205,17 @@ attention_model_lookup(text *model, DeployedModel *d)
 	if (lookup_plan == NULL)
 	{
 		SPIPlanPtr	plan;
-		bool		languages;
 
-		/* the languages from 0.3.0 on (a library newer than its schema reads none) */
-		if (SPI_execute("SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = 'attention.models'::pg_catalog.regclass "
-						"AND attname = 'target_language' AND NOT attisdropped", true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not read the columns of attention.models");
-		languages = SPI_processed == 1;
-		plan = SPI_prepare(psprintf("SELECT m.model_id, m.config, m.vocabulary_id, c.checkpoint_id, c.xmin::text, %s "
+		/* the languages from 0.3.0 on, decoding defaults from 0.4.0 (a library newer than its schema reads none) */
+		plan = SPI_prepare(psprintf("SELECT m.model_id, m.config, m.vocabulary_id, c.checkpoint_id, c.xmin::text, %s, %s "
 									"FROM attention.models m JOIN attention.vocabularies v USING (vocabulary_id) "
 									"LEFT JOIN attention.checkpoints c "
 									"ON c.model_id = m.model_id AND c.deployed WHERE m.name = $1",
-									languages ? "v.languages, v.language_ids, m.source_language, m.target_language"
-									: "NULL::text[], NULL::integer[], NULL::text, NULL::text"), 1, types);
+									models_column("target_language")
+									? "v.languages, v.language_ids, m.source_language, m.target_language"
+									: "NULL::text[], NULL::integer[], NULL::text, NULL::text",
+									models_column("max_output_tokens") ? DECODING_COLUMNS
+									: "NULL::integer, NULL::integer"), 1, types);
 		if (plan == NULL || SPI_keepplan(plan) != 0)
 			elog(ERROR, "could not prepare the model lookup: %s", SPI_result_code_string(SPI_result));
 		lookup_plan = plan;
@@ -213,6 +238,7 @@ attention_model_lookup(text *model, DeployedModel *d)
 	d->config = MemoryContextAlloc(caller, VARSIZE(config));
 	memcpy(d->config, config, VARSIZE(config));
 	read_languages(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6, caller, d);
+	read_decoding(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 10, d);
 	SPI_finish();
 }
 
@@ -222,9 +248,12 @@ attention_model_languages(const char *model, DeployedModel *d)
 	MemoryContext caller = CurrentMemoryContext;
 
 	SPI_connect();
-	if (SPI_execute_with_args("SELECT v.languages, v.language_ids, m.source_language, m.target_language "
-							  "FROM attention.models m JOIN attention.vocabularies v USING (vocabulary_id) "
-							  "WHERE m.name = $1", 1, (Oid[]) {TEXTOID}, (Datum[]) {CStringGetTextDatum(model)},
+	if (SPI_execute_with_args(psprintf("SELECT v.languages, v.language_ids, m.source_language, m.target_language, %s "
+									   "FROM attention.models m JOIN attention.vocabularies v USING (vocabulary_id) "
+									   "WHERE m.name = $1",
+									   models_column("max_output_tokens") ? DECODING_COLUMNS
+									   : "NULL::integer, NULL::integer"),
+							  1, (Oid[]) {TEXTOID}, (Datum[]) {CStringGetTextDatum(model)},
 							  NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read attention.models");
 	if (SPI_processed == 0)
@@ -232,6 +261,7 @@ attention_model_languages(const char *model, DeployedModel *d)
 	memset(d, 0, sizeof(*d));
 	strlcpy(d->name, model, sizeof(d->name));
 	read_languages(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, caller, d);
+	read_decoding(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5, d);
 	SPI_finish();
 }
 

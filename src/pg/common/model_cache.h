@@ -47,6 +47,9 @@ typedef struct DeployedModel
 	int32	   *language_ids;	/* their tokens' ids */
 	char	   *source_language,
 			   *target_language;	/* the model's defaults, or NULL */
+	/* the model's decoding defaults (set_decoding, 0.4.0), 0 where it has none */
+	int			beam_size,
+				max_output_tokens;
 } DeployedModel;
 
 /*

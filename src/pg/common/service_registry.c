@@ -486,6 +486,7 @@ request_bytes(const ServiceRequest *req, StringInfo buf)
 	pq_sendint32(buf, req->beam_size);
 	pq_sendint32(buf, req->nbest);
 	pq_sendint32(buf, req->max_length_offset);
+	pq_sendint32(buf, req->max_output_tokens);
 	pq_sendint32(buf, req->max_input_tokens);
 	pq_sendfloat8(buf, req->length_penalty);
 	pq_sendint32(buf, req->source_language);
@@ -506,6 +507,7 @@ service_read_request(StringInfo buf, ServiceRequest *req)
 	req->beam_size = pq_getmsgint(buf, 4);
 	req->nbest = pq_getmsgint(buf, 4);
 	req->max_length_offset = pq_getmsgint(buf, 4);
+	req->max_output_tokens = pq_getmsgint(buf, 4);
 	req->max_input_tokens = pq_getmsgint(buf, 4);
 	req->length_penalty = pq_getmsgfloat8(buf);
 	req->source_language = pq_getmsgint(buf, 4);
@@ -703,6 +705,7 @@ service_request(ServiceKind kind, const DeployedModel *d, CallLanguages lang, in
 	req.nbest = nbest;
 	req.length_penalty = length_penalty;
 	req.max_length_offset = max_length_offset;
+	req.max_output_tokens = d->max_output_tokens;
 	req.max_input_tokens = attention_max_input_tokens;
 	req.texts = texts;
 	req.n = n;

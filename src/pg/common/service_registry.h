@@ -91,6 +91,7 @@ typedef struct ServiceRequest
 	int32		beam_size,
 				nbest,
 				max_length_offset,
+				max_output_tokens,	/* the model's (DeployedModel), 0: none */
 				max_input_tokens;	/* the session's attention.max_input_tokens */
 	double		length_penalty;
 	int32		source_language,

@@ -57,7 +57,7 @@ attention_define_settings(void)
 							   PGC_USERSET, 0,
 							   NULL, NULL, NULL);
 	DefineCustomIntVariable("attention.beam_size",
-							"Beam size of translate(text) (1 = greedy).",
+							"Beam size where a call names none and its model has none of its own (set_decoding); 1 = greedy.",
 							NULL,
 							&attention_beam_size,
 							TF_DEFAULT_BEAM_SIZE, 1, 64,

@@ -151,6 +151,23 @@ piece_text(AttentionModel *am, int id)
 	return cstring_to_text_with_len(p, len);
 }
 
+int
+beam_size_argument(bool isnull, int32 value)
+{
+	if (isnull)
+		return BEAM_SIZE_OF_MODEL;
+	check_decode_options(value, 1, TF_DEFAULT_LENGTH_PENALTY, 0);
+	return value;
+}
+
+int
+call_beam_size(const DeployedModel *d, int beam_size)
+{
+	if (beam_size != BEAM_SIZE_OF_MODEL)
+		return beam_size;
+	return d->beam_size > 0 ? d->beam_size : attention_beam_size;
+}
+
 void
 check_decode_options(int beam_size, int nbest, double length_penalty, int max_length_offset)
 {
@@ -184,7 +201,7 @@ check_beam_fits(int beam_size, int vocab_size, const char *model)
 /* Decoding options from SQL arguments; ERROR naming a bad one. */
 TfDecodeOptions
 decode_options(AttentionModel *am, int beam_size, int nbest, double length_penalty, int max_length_offset,
-			   int32 target_language)
+			   int max_output_tokens, int32 target_language)
 {
 	TfDecodeOptions opt;
 
@@ -195,6 +212,7 @@ decode_options(AttentionModel *am, int beam_size, int nbest, double length_penal
 	opt.nbest = nbest;
 	opt.length_penalty = (float) length_penalty;
 	opt.max_length_offset = max_length_offset;
+	opt.max_output_tokens = max_output_tokens;
 	opt.bos_id = am->bos_id;
 	opt.eos_id = am->eos_id;
 	opt.forced_id = target_language;
@@ -291,6 +309,7 @@ translate_texts(text *model, int beam_size, double length_penalty, int max_lengt
 
 	attention_model_lookup(model, &d);
 	lang = call_languages(&d, source_language, target_language);
+	beam_size = call_beam_size(&d, beam_size);
 	check_decode_options(beam_size, 1, length_penalty, max_length_offset);
 	req = service_request(SERVICE_TRANSLATE, &d, lang, beam_size, 1, length_penalty, max_length_offset, texts, n);
 	if (service_send(&d, &req, &answer))
@@ -301,7 +320,7 @@ translate_texts(text *model, int beam_size, double length_penalty, int max_lengt
 		return 1;
 	}
 	am = attention_model_load(&d, "cpu", false);
-	opt = decode_options(am, beam_size, 1, length_penalty, max_length_offset, lang.target_id);
+	opt = decode_options(am, beam_size, 1, length_penalty, max_length_offset, d.max_output_tokens, lang.target_id);
 	return translate_many(am, texts, n, &opt, lang.source_id, max_batch, results);
 }
 
@@ -424,14 +443,15 @@ translate_rows(bool one_arg, const NullableDatum *options, text **texts, int n, 
 	if (i == n)
 		return 0;
 	if (one_arg)
-		return translate_texts(NULL, attention_beam_size, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET,
+		return translate_texts(NULL, BEAM_SIZE_OF_MODEL, TF_DEFAULT_LENGTH_PENALTY, TF_DEFAULT_MAX_LENGTH_OFFSET,
 							   NULL, NULL, texts, n, max_batch, results);
-	for (i = 0; i < 3; i++)
+	for (i = 1; i < 3; i++)
 		if (options[i + 1].isnull)
 			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 							errmsg("%s must not be NULL", decode_option_names[i])));
 	return translate_texts(options[0].isnull ? NULL : DatumGetTextPP(options[0].value),
-						   DatumGetInt32(options[1].value), DatumGetFloat8(options[2].value),
+						   beam_size_argument(options[1].isnull, DatumGetInt32(options[1].value)),
+						   DatumGetFloat8(options[2].value),
 						   DatumGetInt32(options[3].value),
 						   options[4].isnull ? NULL : DatumGetTextPP(options[4].value),
 						   options[5].isnull ? NULL : DatumGetTextPP(options[5].value), texts, n, max_batch, results);

@@ -56,6 +56,22 @@ text	   *piece_text(AttentionModel *am, int id);
 /* The names of the decoding arguments of translate(): beam_size, length_penalty, max_length_offset. */
 extern const char *const decode_option_names[3];
 
+/* A beam_size argument that was NULL: the model's beam_size, else attention.beam_size (call_beam_size). */
+#define BEAM_SIZE_OF_MODEL 0
+
+/*
+ * A beam_size argument: BEAM_SIZE_OF_MODEL where it is NULL, else its value,
+ * ERROR (22023) where that is out of range (below 1 or above 64).
+ */
+int			beam_size_argument(bool isnull, int32 value);
+
+/*
+ * The beam of a call to model d: beam_size, or where it is
+ * BEAM_SIZE_OF_MODEL the model's beam_size (set_decoding), else the setting
+ * attention.beam_size.
+ */
+int			call_beam_size(const DeployedModel *d, int beam_size);
+
 /* ERROR naming a decoding option out of range (beam_size, n, length_penalty, max_length_offset). */
 void		check_decode_options(int beam_size, int nbest, double length_penalty, int max_length_offset);
 
@@ -67,10 +83,11 @@ void		check_beam_fits(int beam_size, int vocab_size, const char *model);
 
 /*
  * Decoding options from SQL arguments, forcing the token target_language
- * (-1: none) first; ERROR naming a bad one.
+ * (-1: none) first, at most max_output_tokens tokens (0: no such limit; the
+ * model's, DeployedModel); ERROR naming a bad one.
  */
 TfDecodeOptions decode_options(AttentionModel *am, int beam_size, int nbest, double length_penalty,
-							   int max_length_offset, int32 target_language);
+							   int max_length_offset, int max_output_tokens, int32 target_language);
 
 /*
  * Translates n encoded non-empty sources (one engine call) into out
@@ -113,7 +130,8 @@ double		score_text(AttentionModel *am, text *source, text *target, CallLanguages
 
 /*
  * Translations of texts[0 .. n) with the deployed checkpoint of `model`
- * (NULL: the default model) into results: through the model's translation
+ * (NULL: the default model), beam_size resolved by call_beam_size (so
+ * BEAM_SIZE_OF_MODEL for the model's), into results: through the model's translation
  * service when attention.use_service lets it (one request), else loaded in
  * this backend (engine calls of at most max_batch distinct sentences).
  * Returns the number of engine calls or service requests. ERROR as
@@ -130,10 +148,11 @@ int			translate_texts(text *model, int beam_size, double length_penalty, int max
  * max_batch distinct sentences. options[6] are the model (NULL: the
  * default model), the decoding arguments and the languages of the second
  * form; unused with one_arg. results[i] is NULL
- * for a NULL text. ERRORs as the function does (a NULL option, an unknown
+ * for a NULL text. ERRORs as the function does (a NULL option but beam_size, an unknown
  * model, a source over the token limit); with no non-NULL text it returns
  * 0 without loading a model. Returns the number of engine calls (1 when
- * the model's translation service translated them).
+ * the model's translation service translated them). A NULL beam_size (and
+ * one_arg) means the model's (BEAM_SIZE_OF_MODEL).
  */
 int			translate_rows(bool one_arg, const NullableDatum *options, text **texts, int n, int max_batch,
 						   text **results);
