@@ -323,7 +323,8 @@ struct TfBackend
 	 * Label-smoothed cross-entropy (PyTorch's definition, q = (1 - eps) onehot
 	 * + eps / V) of logits [rows, vocab] (row stride ld >= vocab; the columns
 	 * past vocab are never read) against labels: row_loss [rows] receives each
-	 * row's loss in nats, 0 where the label is pad_id. With gradient
+	 * row's loss in nats, 0 where the label is pad_id (-1: no label is
+	 * ignored). With gradient
 	 * (training) each row is replaced by the gradient of its loss, softmax -
 	 * q, unscaled (the consumers apply the step's scale: the logits'
 	 * backward products take it as alpha), 0 on ignored rows; otherwise the

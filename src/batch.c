@@ -9,27 +9,27 @@
 
 #include "model.h"
 
-/* Length of row r of ids [rows, len] before its padding; -1 when padding is followed by a token. */
+/*
+ * Length of a row of ids [len]: up to its last id that is not pad_id.
+ * Padding is the trailing run of pad_id; a pad_id before a token is a
+ * token (a sentence ends in EOS, and transformers reads "<pad>" in a text
+ * as the pad token).
+ */
 static int
 row_length(const int32_t *ids, int len, int pad_id)
 {
-	int			n = 0,
-				t;
+	int			n = len;
 
-	while (n < len && ids[n] != pad_id)
-		n++;
-	for (t = n; t < len; t++)
-		if (ids[t] != pad_id)
-			return -1;
+	while (n > 0 && ids[n - 1] == pad_id)
+		n--;
 	return n;
 }
 
 /*
  * Length of a target row: its labels' (target + EOS). The decoder input's
  * first token is the decoder start, which may be the pad id (Marian's
- * models start with it), so only positions 1.. must be tokens exactly where
- * labels are. -1 when the labels have padding before a token, -2 when the
- * decoder input does not match them.
+ * models start with it); after the labels' length it must be padding too.
+ * -1 when it is not.
  */
 static int
 target_length(const int32_t *in, const int32_t *labels, int len, int pad_id)
@@ -37,14 +37,30 @@ target_length(const int32_t *in, const int32_t *labels, int len, int pad_id)
 	int			n = row_length(labels, len, pad_id),
 				t;
 
-	if (n < 0)
-		return -1;
 	if (n == 0 && in[0] != pad_id)
-		return -2;
-	for (t = 1; t < len; t++)
-		if ((in[t] != pad_id) != (t < n))
-			return -2;
+		return -1;
+	for (t = n > 1 ? n : 1; t < len; t++)
+		if (in[t] != pad_id)
+			return -1;
 	return n;
+}
+
+/*
+ * The position of id, the row's next token, where `tokens` tokens that are
+ * not pad_id came before it: its index t, or with fairseq's positions
+ * (M2M-100, NLLB-200) the count of tokens before it that are not pad, and
+ * a pad token max_positions (the table's row of zeros), as transformers'
+ * create_position_ids_from_input_ids gives "<pad>" in a text the padding
+ * position, whose sinusoid is zero, and does not count it.
+ */
+static int32_t
+token_position(const TfConfig *c, int32_t id, int t, int *tokens)
+{
+	if (c->positions != TF_POSITIONS_FAIRSEQ)
+		return t;
+	if (id == c->pad_id)
+		return c->max_positions;
+	return (*tokens)++;
 }
 
 /*
@@ -117,12 +133,6 @@ tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 		int			lt = target_length(b->tgt_in + (size_t) r * b->tgt_len, b->labels + (size_t) r * b->tgt_len,
 									   b->tgt_len, c->pad_id);
 
-		if (ls < 0 || lt == -1)
-		{
-			snprintf(err, errlen, "sentence %d has padding before a token in its %s", r,
-					 ls < 0 ? "source" : "labels");
-			return TF_ERROR;
-		}
 		if (lt < 0)
 		{
 			snprintf(err, errlen, "sentence %d: its target input (decoder start + target) is not padded "
@@ -160,6 +170,9 @@ tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 	tgt_pos = src_pos + lay->Ns;
 	for (r = 0; r < B; r++)
 	{
+		int			src_tokens = 0,
+					tgt_tokens = 0;
+
 		for (t = 0; t < src_start[r + 1] - src_start[r]; t++)
 		{
 			int32_t		id = b->src[(size_t) r * b->src_len + t];
@@ -170,7 +183,7 @@ tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 				return TF_ERROR;
 			}
 			src_ids[src_start[r] + t] = id;
-			src_pos[src_start[r] + t] = t;
+			src_pos[src_start[r] + t] = token_position(c, id, t, &src_tokens);
 		}
 		for (t = 0; t < tgt_start[r + 1] - tgt_start[r]; t++)
 		{
@@ -186,7 +199,7 @@ tf_batch_layout(TfModel *m, const TfBatch *b, char *err, size_t errlen)
 			}
 			tgt_ids[tgt_start[r] + t] = id;
 			labels[tgt_start[r] + t] = label;
-			tgt_pos[tgt_start[r] + t] = t;
+			tgt_pos[tgt_start[r] + t] = token_position(c, id, t, &tgt_tokens);
 		}
 	}
 	/* the embedding gradient's rows by id follow, when the backward needs them (tf_batch_group_ids) */

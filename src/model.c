@@ -342,9 +342,10 @@ create(const TfConfig *config, uint64_t seed, const char *device, int threads, b
 		m->adam_m = m->be->alloc(m->be, m->num_params * sizeof(float));
 		m->adam_v = m->be->alloc(m->be, m->num_params * sizeof(float));
 	}
-	m->pe = m->be->alloc(m->be, (size_t) config->max_positions * config->d_model * sizeof(float));
-	host = calloc(m->num_params > (size_t) config->max_positions * config->d_model
-				  ? m->num_params : (size_t) config->max_positions * config->d_model, sizeof(float));
+	/* max_positions rows, then a row of zeros: the position of a pad token inside a text (batch.c) */
+	m->pe = m->be->alloc(m->be, (size_t) (config->max_positions + 1) * config->d_model * sizeof(float));
+	host = calloc(m->num_params > (size_t) (config->max_positions + 1) * config->d_model
+				  ? m->num_params : (size_t) (config->max_positions + 1) * config->d_model, sizeof(float));
 	if (m->params == NULL || m->pe == NULL || host == NULL || m->stats == NULL ||
 		(train && (m->grads == NULL || m->adam_m == NULL || m->adam_v == NULL)))
 	{
@@ -360,7 +361,8 @@ create(const TfConfig *config, uint64_t seed, const char *device, int threads, b
 		tf_positional_encoding_fairseq(host, config->max_positions, config->d_model, config->pad_id + 1);
 	else
 		tf_positional_encoding(host, config->max_positions, config->d_model);
-	m->be->upload(m->be, m->pe, host, (size_t) config->max_positions * config->d_model * sizeof(float));
+	memset(host + (size_t) config->max_positions * config->d_model, 0, config->d_model * sizeof(float));
+	m->be->upload(m->be, m->pe, host, (size_t) (config->max_positions + 1) * config->d_model * sizeof(float));
 	free(host);
 	if (m->be->status(m->be, err, errlen) != TF_OK)
 	{

@@ -41,9 +41,13 @@ tf_model_score_prefixed(TfModel *m, const TfBatch *b, int prefix, double *log_pr
 		snprintf(err, errlen, "out of memory scoring %d target tokens", m->lay.Nt);
 		return TF_ERROR;
 	}
-	/* the forward kept the logits: the loss again, without label smoothing, in one download */
+	/*
+	 * the forward kept the logits: the loss again, without label smoothing,
+	 * in one download; every label counts (the packed rows hold no padding:
+	 * a pad label is "<pad>" in the target, which transformers scores)
+	 */
 	tf_block_signals(&old);
-	be->cross_entropy(be, m->logits, false, LABELS(m), m->lay.Nt, c->vocab_size, m->ldv, c->pad_id, 0.0f,
+	be->cross_entropy(be, m->logits, false, LABELS(m), m->lay.Nt, c->vocab_size, m->ldv, -1, 0.0f,
 					  m->row_loss);
 	be->download(be, rows, m->row_loss, (size_t) m->lay.Nt * sizeof(double));
 	tf_restore_signals(&old);

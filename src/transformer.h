@@ -36,7 +36,9 @@ typedef enum TfActivation
  * 3.5): PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...),
  * positions from 0. TF_POSITIONS_FAIRSEQ (fairseq's and Hugging Face's
  * M2M-100 and NLLB): sines in columns 0 .. d/2-1, cosines in d/2 .. d-1,
- * frequency exp(-i ln 10000 / (d/2 - 1)), positions from pad_id + 1.
+ * frequency exp(-i ln 10000 / (d/2 - 1)), positions from pad_id + 1; a
+ * pad token inside a sentence takes the padding position (zeros) and is not
+ * counted, as transformers' create_position_ids_from_input_ids does.
  */
 typedef enum TfPositions
 {
@@ -86,11 +88,13 @@ void		tf_config_small(TfConfig *config, int vocab_size);
 int			tf_config_validate(const TfConfig *config, char *err, size_t errlen);
 
 /*
- * A padded batch of sentence pairs (host memory, int32 ids). Padding (pad_id)
- * must come after a row's tokens, and labels must be padded exactly where
- * tgt_in is, except tgt_in's first token: the decoder start (BOS, or for
- * Marian's models the pad id), which counts as a token whatever its id.
- * The engine packs the sentences without their padding.
+ * A padded batch of sentence pairs (host memory, int32 ids). A row's
+ * padding is the trailing run of pad_id (a pad_id before a token is a
+ * token: "<pad>" in a text, as transformers reads it; sentences end in EOS),
+ * and tgt_in must be padding wherever its labels are, its first token
+ * excepted: the decoder start (BOS, or for Marian's models the pad id),
+ * which counts as a token whatever its id. The engine packs the sentences
+ * without their padding.
  */
 typedef struct TfBatch
 {

@@ -539,14 +539,14 @@ check_bad_input(void)
 	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR && strstr(err, "1000") != NULL,
 		  "label 1000 accepted: %s", err);
 	lab[2] = 5;
-	src[8 + 2] = 0;				/* padding inside sentence 1's source */
-	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR && strstr(err, "padding") != NULL,
-		  "padding inside a sentence accepted: %s", err);
+	src[8 + 2] = 0;				/* the pad id inside sentence 1's source: a token ("<pad>" in a text) */
+	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_OK && tokens == 8 + 7 + 6 + 5,
+		  "a pad id before a sentence's end refused or miscounted: %s", err);
 	src[8 + 2] = 5;
-	lab[3 * 8 + 5] = 7;			/* a label where sentence 3's target input is padding */
+	tgt[3 * 8 + 6] = 7;			/* a target input token where sentence 3's labels are padding */
 	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR && strstr(err, "labels") != NULL,
-		  "labels not aligned with the target accepted: %s", err);
-	lab[3 * 8 + 5] = 0;
+		  "a target input longer than its labels accepted: %s", err);
+	tgt[3 * 8 + 6] = 0;
 	b.batch_size = 0;
 	CHECK(tf_model_forward(m, &b, true, &loss, &tokens, err, sizeof(err)) == TF_ERROR && strstr(err, "empty") != NULL,
 		  "an empty batch accepted: %s", err);

@@ -429,9 +429,10 @@ vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int 
 			{
 				/*
 				 * The tokens its tokenizer cuts out of text: fairseq's
-				 * specials <s> </s> <unk>, the language tokens where they are
-				 * special tokens, and <mask> (<pad> too in transformers);
-				 * made-up words decode as "<unk>" (spm_set_added)
+				 * specials <s> <pad> </s> <unk> (the engine takes a pad id
+				 * before a sentence's end as a token: batch.c), the language
+				 * tokens where they are special tokens, and <mask>; made-up
+				 * words decode as "<unk>" (spm_set_added)
 				 */
 				int		   *added = palloc((4 + k + 1) * sizeof(int)),
 						   *madeup = palloc(Max(n - lowest, 1) * sizeof(int));
@@ -439,10 +440,8 @@ vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int 
 							n_madeup = 0;
 				static const char *const fairseq[4] = {"<s>", "<pad>", "</s>", "<unk>"};
 
-				/* not the padding id: the engine masks it, so it cannot stand inside a sentence */
 				for (i = 0; i < 4 && i < n; i++)
-					if (i != special[0] && lengths[i] == strlen(fairseq[i]) &&
-						memcmp(table[i], fairseq[i], lengths[i]) == 0)
+					if (lengths[i] == strlen(fairseq[i]) && memcmp(table[i], fairseq[i], lengths[i]) == 0)
 						added[n_added++] = i;
 				for (i = 0; i < k && special_tokens; i++)
 					added[n_added++] = ((int *) ARR_DATA_PTR(a))[i];
