@@ -466,56 +466,7 @@ encode_ids(const SpmModel *model, SpmSide side, const std::string &text, std::ve
 	std::string rest = text;
 
 	out->clear();
-	if (!model->added.empty())
-	{
-		// added tokens first, as transformers' tokenizers cut them out: the earliest, then the
-		// longest there; each stretch between them is encoded alone (spm_set_added)
-		size_t		at = 0;
-		// each token's next occurrence at or after `at`, searched again only once passed: linear in
-		// the text per token, however many added tokens it holds
-		std::vector<size_t> next(model->added.size());
-
-		for (size_t t = 0; t < model->added.size(); t++)
-		{
-			const std::string &token = model->pieces[model->added[t]];
-
-			next[t] = token.empty() ? std::string::npos : text.find(token);
-		}
-
-		while (at <= text.size())
-		{
-			size_t		best = std::string::npos,
-						best_len = 0;
-			int			best_id = -1;
-
-			for (size_t t = 0; t < model->added.size(); t++)
-			{
-				const std::string &token = model->pieces[model->added[t]];
-				size_t		found;
-
-				if (next[t] != std::string::npos && next[t] < at)
-					next[t] = text.find(token, at);
-				found = next[t];
-				if (found != std::string::npos &&
-					(best == std::string::npos || found < best || (found == best && token.size() > best_len)))
-				{
-					best = found;
-					best_len = token.size();
-					best_id = model->added[t];
-				}
-			}
-			if (append_piece_ids(model, side,
-								 text.substr(at, best == std::string::npos ? std::string::npos : best - at),
-								 out, err, errlen) != 0)
-				return -1;
-			if (best == std::string::npos)
-				break;
-			out->push_back(best_id);
-			at = best + best_len;
-		}
-		return 0;
-	}
-	// a leading language code ">>xx<<" of the table (Marian's multilingual targets)
+	// a leading language code ">>xx<<" of the table (Marian's multilingual targets), then the added tokens
 	if (side == SPM_SOURCE && rest.compare(0, 2, ">>") == 0)
 	{
 		size_t		close = rest.find("<<", 2);
@@ -530,6 +481,55 @@ encode_ids(const SpmModel *model, SpmSide side, const std::string &text, std::ve
 				rest.erase(0, close + 2);
 			}
 		}
+	}
+	if (!model->added.empty())
+	{
+		// added tokens first, as transformers' tokenizers cut them out: the earliest, then the
+		// longest there; each stretch between them is encoded alone (spm_set_added)
+		size_t		at = 0;
+		// each token's next occurrence at or after `at`, searched again only once passed: linear in
+		// the text per token, however many added tokens it holds
+		std::vector<size_t> next(model->added.size());
+
+		for (size_t t = 0; t < model->added.size(); t++)
+		{
+			const std::string &token = model->pieces[model->added[t]];
+
+			next[t] = token.empty() ? std::string::npos : rest.find(token);
+		}
+
+		while (at <= rest.size())
+		{
+			size_t		best = std::string::npos,
+						best_len = 0;
+			int			best_id = -1;
+
+			for (size_t t = 0; t < model->added.size(); t++)
+			{
+				const std::string &token = model->pieces[model->added[t]];
+				size_t		found;
+
+				if (next[t] != std::string::npos && next[t] < at)
+					next[t] = rest.find(token, at);
+				found = next[t];
+				if (found != std::string::npos &&
+					(best == std::string::npos || found < best || (found == best && token.size() > best_len)))
+				{
+					best = found;
+					best_len = token.size();
+					best_id = model->added[t];
+				}
+			}
+			if (append_piece_ids(model, side,
+								 rest.substr(at, best == std::string::npos ? std::string::npos : best - at),
+								 out, err, errlen) != 0)
+				return -1;
+			if (best == std::string::npos)
+				break;
+			out->push_back(best_id);
+			at = best + best_len;
+		}
+		return 0;
 	}
 	return append_piece_ids(model, side, rest, out, err, errlen);
 }

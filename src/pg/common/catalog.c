@@ -463,6 +463,26 @@ vocabulary_load(HeapTuple tup, TupleDesc desc, int first, const char *what, int 
 								errmsg("%s has language ids that are not ids of its pieces", what)));
 			}
 		}
+		else if (rc == 0)
+		{
+			/*
+			 * A MarianMT pair: MarianTokenizer cuts its special tokens, </s>,
+			 * <unk> and <pad> (not the decoder start: the pad, or an export's
+			 * <s>, which is text to it), out of text before SentencePiece
+			 */
+			int			added[3],
+						n_added = 0;
+
+			for (i = 0; i < 4; i++)
+				if (i != 2 && special[i] >= 0)
+					added[n_added++] = special[i];
+			rc = spm_set_added(vocab, added, n_added, NULL, 0, err, sizeof(err));
+			if (rc != 0)
+			{
+				spm_free(vocab);
+				vocab = NULL;
+			}
+		}
 	}
 	if (rc != 0)
 		ereport(ERROR, (errcode(sqlerrcode),
