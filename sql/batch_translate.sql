@@ -56,6 +56,17 @@ SELECT count(*) AS rows,
        count(*) FILTER (WHERE b.en = '') AS empty_in
   FROM bt_sel s JOIN bt_ref r USING (id) JOIN bt b USING (id);
 
+-- the model's decoding defaults (set_decoding: beam 2, at most 3 tokens) in batches, as per-row calls apply them
+SELECT attention.set_decoding('bt_tiny', 2, 3);
+SET attention.batch_rows = 0;
+CREATE TABLE bt_decoding_ref AS SELECT id, translate(en) AS t1, attention.translate(en, 'bt_tiny', NULL) AS t2 FROM bt;
+SET attention.batch_rows = 16;
+CREATE TABLE bt_decoding AS SELECT id, translate(en) AS t1, attention.translate(en, 'bt_tiny', NULL) AS t2 FROM bt;
+SELECT count(*) FILTER (WHERE s.t1 IS NOT DISTINCT FROM r.t1 AND s.t2 IS NOT DISTINCT FROM r.t2) AS decoding_equal,
+       count(*) FILTER (WHERE r.t1 IS DISTINCT FROM o.t1) > 0 AS defaults_changed_translations
+  FROM bt_decoding s JOIN bt_decoding_ref r USING (id) JOIN bt_ref o USING (id);
+SELECT attention.set_decoding('bt_tiny', NULL, NULL);
+
 -- WHERE, a join below, ORDER BY above (OFFSET 0 keeps the subquery's target list)
 EXPLAIN (COSTS OFF)
   SELECT s.id, attention.translate(s.en, 'bt_tiny', 1) AS t FROM bt s JOIN bt_ref r USING (id)

@@ -109,7 +109,10 @@ SELECT attention.translate('the package provides data files', 'tiny', NULL)
      = attention.translate('the package provides data files', 'tiny', 4) AS null_beam_is_the_setting;
 SELECT count(*) AS whole_beam FROM attention.translate_nbest('the package provides data files', 'tiny');
 SELECT max(cardinality(tokens)) > 2 AS longer_than_two
-  FROM attention.translate_nbest('the package provides data files for python', 'tiny');
+  FROM attention.translate_nbest('the package provides data files for python', 'tiny', beam_size => 2);
+SET attention.beam_size = 2;
+SELECT count(DISTINCT query_pos) - 1 > 2 AS inspection_longer_than_two
+  FROM attention.attention_weights('the package provides data files for python', model => 'tiny') WHERE kind = 'cross';
 SELECT attention.set_decoding('tiny', 2, 2);
 SELECT beam_size, max_output_tokens FROM attention.models WHERE name = 'tiny';
 SET attention.beam_size = 1;

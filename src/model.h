@@ -259,7 +259,8 @@ struct TfModel
 			   *grads,
 			   *adam_m,
 			   *adam_v;
-	float	   *pe;				/* positional encoding [max_positions, d_model] */
+	float	   *pe;				/* positional encoding [max_positions + 1, d_model]: the
+								 * last row zeros (a pad token's position: batch.c) */
 
 	/*
 	 * Step statistics in backend memory: [0] loss summed since the last

@@ -83,10 +83,11 @@ int			spm_load_pair(const char *source, size_t source_len, const char *target, s
 int			spm_set_skipped(SpmModel *model, const int *ids, int n, char *err, size_t errlen);
 
 /*
- * A multilingual pair's added tokens, as transformers' M2M-100 and NLLB
- * tokenizers treat them: the pieces of added[n_added] (specials, language
- * tokens, <mask>) are cut out of text before SentencePiece (the earliest
- * occurrence first, the longest of those starting there), become their ids,
+ * A pair's added tokens, as transformers' tokenizers treat them (M2M-100's
+ * and NLLB's: specials, language tokens, <mask>; MarianMT's: </s>, <unk>,
+ * <pad>): the pieces of added[n_added] are cut out of text (after a leading
+ * ">>xx<<" language code) before SentencePiece (the earliest occurrence
+ * first, the longest of those starting there), become their ids,
  * and the text on each side of one is encoded alone; unknown_text[
  * n_unknown_text] (M2M-100's made-up words) decode as the unknown piece's
  * text ("<unk>") with the pieces on each side decoded alone

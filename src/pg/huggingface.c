@@ -702,7 +702,7 @@ attention_export_huggingface(PG_FUNCTION_ARGS)
 
 	appendStringInfo(&s, "{\"bad_words_ids\": [[%d]], \"decoder_start_token_id\": %d, \"eos_token_id\": %d, "
 					 "\"forced_eos_token_id\": %d, \"pad_token_id\": %d, ", pad, bos, eos, eos, pad);
-	append_generation_defaults(&s, model, 0, c.max_positions);
+	append_generation_defaults(&s, model, 1, c.max_positions);	/* forced_eos_token_id */
 	appendStringInfoChar(&s, '}');
 	put_json(rsinfo, "generation_config.json", &s);
 	spm_free(vocab);

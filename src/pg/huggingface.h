@@ -93,8 +93,9 @@ void		put_json(ReturnSetInfo *rsinfo, const char *name, StringInfo s);
 /*
  * Appends generation_config.json's "max_length" and "num_beams" for
  * model (in SPI): its max_output_tokens + 1 (decoder start) + forced (1
- * where decoding forces a language token), else max_positions; its
- * beam_size, else 4 (what an import reads back as set_decoding's).
+ * for each token generate forces besides: a language token first,
+ * MarianMT's EOS last), else max_positions; its beam_size, else 4 (what an
+ * import reads back as set_decoding's).
  */
 void		append_generation_defaults(StringInfo s, const char *model, int forced, int max_positions);
 

@@ -163,7 +163,8 @@ read_languages(HeapTuple tup, TupleDesc desc, int first, MemoryContext cxt, Depl
 	MemoryContextSwitchTo(old);
 }
 
-/* The columns read_decoding reads, from 0.4.0 on. */
+/* The columns read_languages reads, from 0.3.0 on, and those read_decoding reads, from 0.4.0 on. */
+#define LANGUAGE_COLUMNS "v.languages, v.language_ids, m.source_language, m.target_language"
 #define DECODING_COLUMNS "m.beam_size, m.max_output_tokens"
 
 /* Whether attention.models has the column (a library newer than its schema lacks the newest); in SPI. */
@@ -211,8 +212,7 @@ attention_model_lookup(text *model, DeployedModel *d)
 									"FROM attention.models m JOIN attention.vocabularies v USING (vocabulary_id) "
 									"LEFT JOIN attention.checkpoints c "
 									"ON c.model_id = m.model_id AND c.deployed WHERE m.name = $1",
-									models_column("target_language")
-									? "v.languages, v.language_ids, m.source_language, m.target_language"
+									models_column("target_language") ? LANGUAGE_COLUMNS
 									: "NULL::text[], NULL::integer[], NULL::text, NULL::text",
 									models_column("max_output_tokens") ? DECODING_COLUMNS
 									: "NULL::integer, NULL::integer"), 1, types);
@@ -248,9 +248,12 @@ attention_model_languages(const char *model, DeployedModel *d)
 	MemoryContext caller = CurrentMemoryContext;
 
 	SPI_connect();
-	if (SPI_execute_with_args(psprintf("SELECT v.languages, v.language_ids, m.source_language, m.target_language, %s "
+	/* as attention_model_lookup's columns, of a schema of any version */
+	if (SPI_execute_with_args(psprintf("SELECT %s, %s "
 									   "FROM attention.models m JOIN attention.vocabularies v USING (vocabulary_id) "
 									   "WHERE m.name = $1",
+									   models_column("target_language") ? LANGUAGE_COLUMNS
+									   : "NULL::text[], NULL::integer[], NULL::text, NULL::text",
 									   models_column("max_output_tokens") ? DECODING_COLUMNS
 									   : "NULL::integer, NULL::integer"),
 							  1, (Oid[]) {TEXTOID}, (Datum[]) {CStringGetTextDatum(model)},

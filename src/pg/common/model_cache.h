@@ -81,8 +81,9 @@ AttentionModel *attention_model_get(text *model);
 void		attention_model_lookup(text *model, DeployedModel *d);
 
 /*
- * Only the name and the languages of model `model` into *d (evaluate,
- * whatever its checkpoints; schema 0.3.0). ERROR when it does not exist.
+ * Only the name, the languages (schema 0.3.0 on) and the decoding defaults
+ * (0.4.0 on; none before) of model `model` into *d (evaluate, the Hugging
+ * Face exports; whatever its checkpoints). ERROR when it does not exist.
  * Connects to SPI itself.
  */
 void		attention_model_languages(const char *model, DeployedModel *d);
