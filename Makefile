@@ -9,7 +9,7 @@ MODULE_big = attention
 # the SQL glue lives in src/pg/.
 ENGINE_C = src/bleu.c src/safetensors.c
 ENGINE_NN = src/rng.c src/config.c src/batch.c src/model.c src/optim.c src/tensors.c src/score.c \
-	src/decode.c src/backend.c src/backend_cpu.c src/blas.c src/cpu_bf16.c src/cpu_matmul.c src/quantize.c src/parallel.c src/marian.c src/pool.c \
+	src/decode.c src/backend.c src/backend_cpu.c src/blas.c src/cpu_bf16.c src/cpu_precision.c src/cpu_matmul.c src/quantize.c src/parallel.c src/marian.c src/pool.c \
 	src/signals.c
 ENGINE_CXX = src/spm.cc
 # src/pg/common/: the leaves of the SQL glue (settings, catalogue, the model

@@ -103,8 +103,8 @@ SELECT abs(e.loss - c.valid_loss) < CASE j.options->>'precision' WHEN 'fp32' THE
   JOIN attention.training_jobs j USING (job_id)
  WHERE c.checkpoint_id = :full_24;
 
--- precision: "auto", the default, stores what it resolved to (bf16 where the CPU multiplies bf16
--- natively: AVX512_BF16 or AMX; fp32 elsewhere) and runs it: the default job's validation at
+-- precision: "auto", the default, stores what it resolved to (bf16 where the CPU's bf16 products
+-- are timed at least 1.25 times as fast as fp32's; fp32 elsewhere) and runs it: the default job's validation at
 -- step 8 is that of the explicit job of the same precision; bf16 runs on any CPU (emulated where
 -- not native), within 2% of fp32 and not equal to it; other names are refused before any job is queued
 SELECT count(*) AS jobs_before FROM attention.training_jobs \gset

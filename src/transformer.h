@@ -294,9 +294,31 @@ int			tf_model_set_precision(TfModel *model, TfPrecision precision, char *err, s
  * oneDNN sees it: ONEDNN_MAX_CPU_ISA lowers it): there the CPU backend's
  * bf16 products run through oneDNN, faster than fp32; elsewhere it follows
  * the same rules by widening the rounded operands, slower than fp32.
- * Training's "auto" precision picks bf16 on the CPU only where this holds.
  */
 bool		tf_cpu_bf16_native(void);
+
+/*
+ * How many times faster the CPU backend runs a training step's products in
+ * bf16 than in fp32 here (cpu_precision.c): fp32 time over bf16 time of a
+ * feed-forward layer's forward and both gradients (2,048 tokens, 256 x
+ * 1,024), each product's operand rounding included, on one thread, best
+ * of 3 alternating rounds, measured at the first call (about 0.1 s) and
+ * kept for the process. 0 where bf16 is not native (tf_cpu_bf16_native)
+ * or the measurement failed (out of memory). Training's "auto" precision
+ * picks bf16 on the CPU where this is at least TF_CPU_BF16_MIN_SPEEDUP. A
+ * step also rounds activations and keeps fp32 master weights, so products
+ * merely as fast as fp32 make a slower step: on this project's Intel Xeon
+ * the products measured 2.35x with AMX and 0.60x with oneDNN held to
+ * AVX512_BF16 (bench/results/bf16_speedup-vm-20261207-1857.txt), where
+ * whole steps of the small model ran 1.62x and 0.61x on another day
+ * (train_step-vm-20261129-0754.txt, train_step-noamx-vm-20261129-1228.txt):
+ * products are then about 82% of an fp32 step and the rest costs 27% of
+ * it in bf16, so a step gains from about 1.12x, and 1.25x (a step about
+ * 1.08x) leaves room for the timing's noise.
+ */
+double		tf_cpu_bf16_speedup(void);
+
+#define TF_CPU_BF16_MIN_SPEEDUP 1.25
 
 /* The model's precision (TF_FP32 until set). */
 TfPrecision tf_model_precision(const TfModel *model);

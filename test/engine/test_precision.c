@@ -123,6 +123,34 @@ check_native(void)
 	printf("  bf16 native: %s, as CPUID says\n", tf_cpu_bf16_native() ? "yes" : "no");
 }
 
+/*
+ * tf_cpu_bf16_speedup (what training's "auto" precision decides by): 0
+ * where bf16 is not native, else a positive ratio kept for the process;
+ * with AMX (oneDNN's bf16 tiles; CPUID's AMX-BF16, ONEDNN_MAX_CPU_ISA
+ * unset) at least the threshold, so "auto" trains in bf16 there.
+ */
+static void
+check_speedup(void)
+{
+	double		s = tf_cpu_bf16_speedup();
+	bool		amx = false;
+
+	printf("  bf16 products' speedup over fp32: %.2f (auto picks bf16 from %.2f)\n", s, TF_CPU_BF16_MIN_SPEEDUP);
+	if (!tf_cpu_bf16_native())
+	{
+		CHECK(s == 0.0, "bf16 is not native, yet its speedup reads %g", s);
+		return;
+	}
+	CHECK(s > 0.0, "bf16 is native, but its speedup could not be measured");
+	CHECK(tf_cpu_bf16_speedup() == s, "the speedup is measured again (%g, then %g)", s, tf_cpu_bf16_speedup());
+#if defined(__x86_64__) && defined(__GNUC__)
+	__builtin_cpu_init();
+	amx = getenv("ONEDNN_MAX_CPU_ISA") == NULL && __builtin_cpu_supports("amx-bf16");
+#endif
+	if (amx)
+		CHECK(s >= TF_CPU_BF16_MIN_SPEEDUP, "with AMX, bf16 products ran only %.2f times as fast as fp32", s);
+}
+
 /* gemm on row-major [rows, cols] with leading dimension ld, on the host: the CPU backend. */
 typedef struct Operand
 {
@@ -1309,6 +1337,7 @@ test_precision(const char *fixtures)
 	check_rounding_model();
 	check_options();
 	check_native();
+	check_speedup();
 	check_gemm(test_device);
 	check_attention_rules(test_device);
 	check_model(fixtures);

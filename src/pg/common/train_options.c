@@ -183,15 +183,24 @@ train_options_precision(const TrainOptions *o)
 	TfPrecision p;
 	char		err[TF_ERRLEN];
 
-	/* auto: bf16 where the device multiplies it natively (CUDA; a CPU with AVX512_BF16 or AMX), else fp32 */
+	/* auto: bf16 on CUDA, and on a CPU whose bf16 products were timed enough faster than fp32's */
 	if (o->precision[0] == '\0' || strcmp(o->precision, "auto") == 0)
-		return strcmp(o->device, "cpu") != 0 || tf_cpu_bf16_native() ? TF_BF16 : TF_FP32;
+	{
+		double		speedup;
+
+		if (strcmp(o->device, "cpu") != 0)
+			return TF_BF16;
+		speedup = tf_cpu_bf16_speedup();
+		elog(DEBUG1, "training precision \"auto\": this CPU's bf16 products ran %.2f times as fast as fp32's "
+			 "(bf16 from %.2f)", speedup, TF_CPU_BF16_MIN_SPEEDUP);
+		return speedup >= TF_CPU_BF16_MIN_SPEEDUP ? TF_BF16 : TF_FP32;
+	}
 	if (tf_precision_parse(o->precision, &p, err, sizeof(err)) != TF_OK)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("training option \"precision\" is \"%s\": expected \"fp32\", \"bf16\" or \"auto\"",
 							   o->precision),
-						errhint("Leave it out for \"auto\": bf16 where the device multiplies bf16 natively (CUDA, "
-								"CPUs with AVX512_BF16 or AMX), fp32 elsewhere.")));
+						errhint("Leave it out for \"auto\": bf16 on CUDA and on CPUs where bf16 products are timed "
+								"at least %.2f times as fast as fp32 ones, fp32 elsewhere.", TF_CPU_BF16_MIN_SPEEDUP)));
 	return p;
 }
 
