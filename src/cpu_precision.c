@@ -13,10 +13,10 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "backend.h"
+#include "signals.h"
 #include "transformer.h"
 
-#include <stdatomic.h>
-#include <stdlib.h>
+#include <pthread.h>
 #include <time.h>
 
 /*
@@ -25,11 +25,16 @@
  * 1024): the forward x W^T with W a weight (bf16: its copy), the input's
  * gradient dY W, and the weight's gradient dY^T x with both operands
  * rounded at the call. Best of SPEEDUP_ROUNDS, the precisions alternating.
+ * One shape on one thread whatever the job's model and team: a property of
+ * the CPU's bf16 and fp32 units, not of the job.
  */
 #define SPEEDUP_TOKENS 2048
 #define SPEEDUP_IN 256
 #define SPEEDUP_OUT 1024
 #define SPEEDUP_ROUNDS 3
+
+static double measured_speedup;
+static pthread_once_t measure_once = PTHREAD_ONCE_INIT;
 
 static double
 seconds_now(void)
@@ -40,7 +45,7 @@ seconds_now(void)
 	return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Seconds of the three products in `precision`, or a negative number when the backend fails. */
+/* Seconds of the three products in `precision`, or -1 when the backend fails. */
 static double
 time_products(TfBackend *be, TfPrecision precision, float *w, float *x, float *y, float *dy, float *dx,
 			  float *dw)
@@ -62,30 +67,43 @@ time_products(TfBackend *be, TfPrecision precision, float *w, float *x, float *y
 	return seconds_now() - start;
 }
 
-static double
+/*
+ * Sets measured_speedup: fp32 seconds over bf16 seconds of the products
+ * above (best of each), 0 where bf16 is not native, -1 where the backend
+ * failed (out of memory, oneDNN). Runs once per process (pthread_once),
+ * with every signal blocked as backend operations want them.
+ */
+static void
 measure_speedup(void)
 {
-	TfBackend  *be = tf_backend_cpu_create(1);
+	TfBackend  *be;
 	size_t		nw = (size_t) SPEEDUP_OUT * SPEEDUP_IN,
 				nx = (size_t) SPEEDUP_TOKENS * SPEEDUP_IN,
 				ny = (size_t) SPEEDUP_TOKENS * SPEEDUP_OUT;
-	float	   *buf;
-	double		best[2] = {0.0, 0.0},
-				result = 0.0;
-	size_t		i;
-	int			round;
+	float	   *buf = NULL;
+	double		best[2] = {0.0, 0.0};
+	bool		failed = false;
+	sigset_t	old;
 
-	if (be == NULL)
-		return 0.0;
-	buf = be->alloc(be, (2 * nw + 2 * nx + 2 * ny) * sizeof(float));
+	measured_speedup = 0.0;
+	if (!tf_cpu_bf16_native())
+		return;
+	tf_block_signals(&old);
+	be = tf_backend_cpu_create(1);
+	if (be != NULL)
+		buf = be->alloc(be, (2 * nw + 2 * nx + 2 * ny) * sizeof(float));
+	/* the CPU backend grows its operand scratch at the call; reserve says so up front */
 	if (buf != NULL && be->reserve(be, 0, 0, ny))
 	{
 		float	   *w = buf,
-				   *dw = w + nw,
+				   *dw = w + nw,	/* outside [w, w + nw): set_precision's weights */
 				   *x = dw + nw,
 				   *dx = x + nx,
 				   *y = dx + nx,
 				   *dy = y + ny;
+		size_t		i;
+		int			round,
+					p;
 
 		/* values of a layer's scale, so that no operand is denormal */
 		for (i = 0; i < nw; i++)
@@ -94,44 +112,35 @@ measure_speedup(void)
 			x[i] = (float) ((i * 104729) % 1000) / 500.0f - 1.0f;
 		for (i = 0; i < ny; i++)
 			dy[i] = (float) ((i * 15485863) % 1000) / 500000.0f - 0.001f;
-		for (round = 0; round < SPEEDUP_ROUNDS; round++)
-		{
-			int			p;
-
-			for (p = 0; p < 2; p++)
+		for (round = 0; round < SPEEDUP_ROUNDS && !failed; round++)
+			for (p = 0; p < 2 && !failed; p++)
 			{
 				double		t = time_products(be, p == 0 ? TF_FP32 : TF_BF16, w, x, y, dy, dx, dw);
 
-				if (t <= 0.0)
-				{
-					best[0] = 0.0;
-					round = SPEEDUP_ROUNDS;
-					break;
-				}
-				if (best[p] == 0.0 || t < best[p])
+				failed = t <= 0.0;
+				if (!failed && (best[p] == 0.0 || t < best[p]))
 					best[p] = t;
 			}
-		}
-		if (best[0] > 0.0 && best[1] > 0.0)
-			result = best[0] / best[1];
 	}
+	else
+		failed = true;
 	if (buf != NULL)
 		be->free(be, buf);
-	be->destroy(be);
-	return result;
+	if (be != NULL)
+		be->destroy(be);
+	tf_restore_signals(&old);
+	measured_speedup = failed ? -1.0 : best[0] / best[1];
 }
 
 double
 tf_cpu_bf16_speedup(void)
 {
-	/* measured once per process (two threads measuring at once keep either result) */
-	static _Atomic double speedup = 0.0;
-	double		s = atomic_load(&speedup);
+	pthread_once(&measure_once, measure_speedup);
+	return measured_speedup;
+}
 
-	if (s > 0.0 || !tf_cpu_bf16_native())
-		return s;
-	s = measure_speedup();
-	if (s > 0.0)
-		atomic_store(&speedup, s);
-	return s;
+bool
+tf_cpu_bf16_preferred(double speedup)
+{
+	return speedup >= TF_CPU_BF16_MIN_SPEEDUP;
 }

@@ -292,8 +292,9 @@ int			tf_model_set_precision(TfModel *model, TfPrecision precision, char *err, s
 /*
  * True when this CPU multiplies bf16 natively (AVX512_BF16 or AMX, as
  * oneDNN sees it: ONEDNN_MAX_CPU_ISA lowers it): there the CPU backend's
- * bf16 products run through oneDNN, faster than fp32; elsewhere it follows
- * the same rules by widening the rounded operands, slower than fp32.
+ * bf16 products run through oneDNN (faster than fp32 or not: see
+ * tf_cpu_bf16_speedup); elsewhere it follows the same rules by widening
+ * the rounded operands, slower than fp32.
  */
 bool		tf_cpu_bf16_native(void);
 
@@ -302,21 +303,29 @@ bool		tf_cpu_bf16_native(void);
  * bf16 than in fp32 here (cpu_precision.c): fp32 time over bf16 time of a
  * feed-forward layer's forward and both gradients (2,048 tokens, 256 x
  * 1,024), each product's operand rounding included, on one thread, best
- * of 3 alternating rounds, measured at the first call (about 0.1 s) and
- * kept for the process. 0 where bf16 is not native (tf_cpu_bf16_native)
- * or the measurement failed (out of memory). Training's "auto" precision
- * picks bf16 on the CPU where this is at least TF_CPU_BF16_MIN_SPEEDUP. A
- * step also rounds activations and keeps fp32 master weights, so products
- * merely as fast as fp32 make a slower step: on this project's Intel Xeon
- * the products measured 2.35x with AMX and 0.60x with oneDNN held to
- * AVX512_BF16 (bench/results/bf16_speedup-vm-20261207-1857.txt), where
- * whole steps of the small model ran 1.62x and 0.61x on another day
- * (train_step-vm-20261129-0754.txt, train_step-noamx-vm-20261129-1228.txt):
- * products are then about 82% of an fp32 step and the rest costs 27% of
- * it in bf16, so a step gains from about 1.12x, and 1.25x (a step about
- * 1.08x) leaves room for the timing's noise.
+ * of 3 alternating rounds. Measured at the first call in the process
+ * (0.1-0.5 s; a second thread calling meanwhile waits for it) and kept: 0
+ * where bf16 is not native (tf_cpu_bf16_native), -1 where the measurement
+ * failed (out of memory, oneDNN); both are kept too.
  */
 double		tf_cpu_bf16_speedup(void);
+
+/*
+ * Whether training's "auto" precision picks bf16 on the CPU for a
+ * tf_cpu_bf16_speedup of `speedup`: from TF_CPU_BF16_MIN_SPEEDUP up (0, -1
+ * and NaN give false). A step also rounds activations and keeps fp32
+ * master weights, so products merely as fast as fp32 make a slower step:
+ * on this project's Intel Xeon the products measured 2.35x with AMX and
+ * 0.60x with oneDNN held to AVX512_BF16
+ * (bench/results/bf16_speedup-vm-20261207-1857.txt), where whole steps of
+ * the small model ran 1.62x and 0.61x on another day
+ * (train_step-vm-20261129-0754.txt, train_step-noamx-vm-20261129-1228.txt):
+ * the timed products (rounding included) are then about 82% of an fp32
+ * step and the rest costs 27% of it in bf16, so a step gains from about
+ * 1.12x, and 1.25x (a step about 1.08x) leaves room for the timing's
+ * noise.
+ */
+bool		tf_cpu_bf16_preferred(double speedup);
 
 #define TF_CPU_BF16_MIN_SPEEDUP 1.25
 

@@ -191,9 +191,15 @@ train_options_precision(const TrainOptions *o)
 		if (strcmp(o->device, "cpu") != 0)
 			return TF_BF16;
 		speedup = tf_cpu_bf16_speedup();
-		elog(DEBUG1, "training precision \"auto\": this CPU's bf16 products ran %.2f times as fast as fp32's "
-			 "(bf16 from %.2f)", speedup, TF_CPU_BF16_MIN_SPEEDUP);
-		return speedup >= TF_CPU_BF16_MIN_SPEEDUP ? TF_BF16 : TF_FP32;
+		if (speedup == 0.0)
+			elog(DEBUG1, "training precision \"auto\": this CPU has no native bf16 products: fp32");
+		else if (speedup < 0.0)
+			elog(LOG, "training precision \"auto\": timing this CPU's bf16 products failed "
+				 "(out of memory?): fp32");
+		else
+			elog(DEBUG1, "training precision \"auto\": this CPU's bf16 products ran %.2f times as fast as "
+				 "fp32's (bf16 from %.2f)", speedup, TF_CPU_BF16_MIN_SPEEDUP);
+		return tf_cpu_bf16_preferred(speedup) ? TF_BF16 : TF_FP32;
 	}
 	if (tf_precision_parse(o->precision, &p, err, sizeof(err)) != TF_OK)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),

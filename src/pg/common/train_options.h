@@ -64,7 +64,7 @@ Jsonb	   *train_options_to_jsonb(const TrainOptions *o);
  * The precision a job computes in: its "precision" option, or for "auto"
  * (the default) bf16 on CUDA devices and on CPUs whose bf16 products
  * were timed at least TF_CPU_BF16_MIN_SPEEDUP times as fast as fp32 ones
- * (tf_cpu_bf16_speedup, measured once per backend: about 0.1 s), fp32 on
+ * (tf_cpu_bf16_speedup, measured once per process: 0.1-0.5 s), fp32 on
  * other CPUs; train_options_check
  * stores the result: a job keeps its precision across resumes unless one
  * names another, or moves the job between the CPU and CUDA without naming
