@@ -7,7 +7,10 @@
  * row for up to 4 rows, as the CPU backend's gemm).
  * Also prints the weights layout oneDNN asks for when left to choose
  * ("any"), int8 with its weights in that layout when it is the transpose
- * ("ab"), and whether the int8 product equals the exact integer one.
+ * ("ab"), whether the int8 product equals the exact integer one, and
+ * int8 as src/cpu_matmul.c computes it since 0.4.0 ("tile": the row count
+ * fixed in the primitive, int32 sums, no output scales, which selects
+ * oneDNN's brgemm kernels), with the implementation oneDNN chose for each.
  *
  *   bench/cpu_matmul [REPS]
  *
@@ -106,6 +109,58 @@ make(dnnl_data_type_t dt, int in, int out, dnnl_format_tag_t tag, char *layout, 
 	return prim;
 }
 
+/*
+ * An int8 matmul primitive [rows, in] x [in, out] (weights "ba") -> dense
+ * int32 with the row count fixed, as src/cpu_matmul.c makes its int8
+ * tiles; *impl receives the implementation oneDNN chose.
+ */
+static dnnl_primitive_t
+make_tile(int rows, int in, int out, const char **impl)
+{
+	dnnl_memory_desc_t src,
+				wei,
+				dst;
+	dnnl_matmul_desc_t desc;
+	dnnl_primitive_desc_t pd;
+	dnnl_primitive_t prim;
+
+	md2(&src, rows, in, dnnl_s8, dnnl_ab);
+	md2(&wei, in, out, dnnl_s8, dnnl_ba);
+	md2(&dst, rows, out, dnnl_s32, dnnl_ab);
+	ok(dnnl_matmul_desc_init(&desc, &src, &wei, NULL, &dst), "matmul_desc_init");
+	ok(dnnl_primitive_desc_create(&pd, &desc, NULL, engine, NULL), "primitive_desc");
+	ok(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, impl), "impl");
+	ok(dnnl_primitive_create(&prim, pd), "primitive");
+	dnnl_primitive_desc_destroy(pd);
+	return prim;
+}
+
+/* Runs make_tile's primitive: sums[rows, out] = x[rows, in] w^T. */
+static void
+run_tile(dnnl_primitive_t prim, int rows, int in, int out, void *x, void *w, int32_t *sums)
+{
+	dnnl_memory_desc_t smd,
+				wmd,
+				dmd;
+	dnnl_memory_t mem[3];
+	dnnl_exec_arg_t args[3];
+	int			i;
+
+	md2(&smd, rows, in, dnnl_s8, dnnl_ab);
+	md2(&wmd, in, out, dnnl_s8, dnnl_ba);
+	md2(&dmd, rows, out, dnnl_s32, dnnl_ab);
+	ok(dnnl_memory_create(&mem[0], &smd, engine, x), "src");
+	ok(dnnl_memory_create(&mem[1], &wmd, engine, w), "weights");
+	ok(dnnl_memory_create(&mem[2], &dmd, engine, sums), "dst");
+	args[0] = (dnnl_exec_arg_t) {DNNL_ARG_SRC, mem[0]};
+	args[1] = (dnnl_exec_arg_t) {DNNL_ARG_WEIGHTS, mem[1]};
+	args[2] = (dnnl_exec_arg_t) {DNNL_ARG_DST, mem[2]};
+	ok(dnnl_primitive_execute(prim, stream, 3, args), "execute");
+	ok(dnnl_stream_wait(stream), "wait");
+	for (i = 0; i < 3; i++)
+		dnnl_memory_destroy(mem[i]);
+}
+
 static void
 run(dnnl_primitive_t prim, dnnl_data_type_t dt, dnnl_format_tag_t tag, int rows, int in, int out, void *x, void *w,
 	float *y, float *scales)
@@ -192,8 +247,12 @@ main(int argc, char **argv)
 					   *y = malloc((size_t) rows * out * sizeof(float));
 			int8_t	   *xq = malloc((size_t) rows * in);
 			uint16_t   *xb = malloc((size_t) rows * in * 2);
-			double		best[5] = {1e9, 1e9, 1e9, 1e9, 1e9};
-			long		wrong = 0;
+			int32_t    *sums = malloc((size_t) rows * out * sizeof(int32_t));
+			double		best[6] = {1e9, 1e9, 1e9, 1e9, 1e9, 1e9};
+			long		wrong = 0,
+						wrong_tile = 0;
+			const char *impl;
+			dnnl_primitive_t ptile = make_tile(rows, in, out, &impl);
 
 			for (i = 0; i < (size_t) rows * in; i++)
 			{
@@ -202,6 +261,7 @@ main(int argc, char **argv)
 				memcpy(&xb[i], (char *) &xf[i] + 2, 2);
 			}
 			run(pq, dnnl_s8, dnnl_ba, rows, in, out, xq, wq, y, scales);
+			run_tile(ptile, rows, in, out, xq, wq, sums);
 			for (i = 0; i < (size_t) rows * out; i++)
 			{
 				long		sum = 0;
@@ -209,9 +269,10 @@ main(int argc, char **argv)
 				for (k = 0; k < in; k++)
 					sum += (long) xq[(i / out) * in + k] * wq[(i % out) * in + k];
 				wrong += y[i] != (float) sum;
+				wrong_tile += sums[i] != sum;
 			}
 			for (rep = 0; rep < 5; rep++)
-				for (kind = 0; kind < 5; kind++)
+				for (kind = 0; kind < 6; kind++)
 				{
 					double		t0 = now();
 
@@ -224,6 +285,8 @@ main(int argc, char **argv)
 							run(pb, dnnl_bf16, dnnl_ba, rows, in, out, xb, wb, y, NULL);
 						else if (kind == 4)
 							run(pt, dnnl_s8, dnnl_ab, rows, in, out, xq, wt, y, scales);
+						else if (kind == 5)
+							run_tile(ptile, rows, in, out, xq, wq, sums);
 						else if (rows <= 4)
 						{
 							int			r;
@@ -238,10 +301,13 @@ main(int argc, char **argv)
 										0.0f, y, out);
 					best[kind] = (now() - t0) / reps * 1e6 < best[kind] ? (now() - t0) / reps * 1e6 : best[kind];
 				}
-			printf("rows %3d  %4d -> %4d   int8 %8.1f (ab %8.1f)   fp32 %8.1f   bf16 %8.1f   openblas %8.1f   "
-				   "fp32/int8 %.2f  layout asked for (any): int8 %s, fp32 %s, bf16 %s; int8 exact: %s\n",
-				   rows, in, out, best[0], best[4], best[1], best[2], best[3], best[1] / best[0], lq, lf, lb,
-				   wrong == 0 ? "yes" : "NO");
+			printf("rows %3d  %4d -> %4d   int8 %8.1f (ab %8.1f, tile %8.1f %s)   fp32 %8.1f   bf16 %8.1f   "
+				   "openblas %8.1f   fp32/int8 %.2f  int8/tile %.2f  layout asked for (any): int8 %s, fp32 %s, "
+				   "bf16 %s; int8 exact: %s, tile exact: %s\n",
+				   rows, in, out, best[0], best[4], best[5], impl, best[1], best[2], best[3], best[1] / best[0],
+				   best[0] / best[5], lq, lf, lb, wrong == 0 ? "yes" : "NO", wrong_tile == 0 ? "yes" : "NO");
+			dnnl_primitive_destroy(ptile);
+			free(sums);
 			free(xf);
 			free(y);
 			free(xq);

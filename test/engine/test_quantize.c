@@ -145,12 +145,18 @@ check_linear_many_shapes(TfBackend *be)
 	free(ref);
 }
 
-/* fp32 and int8 linear against plain C, at decoding's and encoding's row counts and at the extremes. */
+/*
+ * fp32 and int8 linear against plain C, at decoding's and encoding's row
+ * counts and at the extremes; int8's row tiles (64 rows, then one per bit
+ * of the rest) at 64 + 32 + 4, 3 x 64 + 8 and 127 (seven tile heights)
+ * rows, and with many column blocks.
+ */
 static void
 check_linear(void)
 {
 	TfBackend  *be = tf_backend_cpu_create(2);
-	static const int shapes[][3] = {{1, 64, 48}, {4, 96, 130}, {37, 512, 64}, {128, 40, 200}};
+	static const int shapes[][3] = {{1, 64, 48}, {4, 96, 130}, {37, 512, 64}, {128, 40, 200}, {100, 96, 130},
+	{200, 64, 1100}, {127, 256, 96}};
 	unsigned	seed = 11;
 	size_t		s;
 	int			qmax;
