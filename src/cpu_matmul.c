@@ -54,7 +54,8 @@
  * decoding of the small model at beam 4 (bench/decode, 2 threads, this VM,
  * against the OpenMP build): fp32 one sentence at a time 0.90x with blocks
  * of 2^20, 0.92x with 2^17; int8 0.84x with 2^17, 0.95x with 2^19
- * (bench/results/decode_pool-vm-20261128-*.txt).
+ * (bench/results/decode_pool-vm-20261128-*.txt); with int8 tiles (AMX),
+ * 2^20 and 2^21 were no faster at batch 1 or 32.
  */
 #define LINEAR_BLOCK_WORK_FP32 (1 << 17)
 #define LINEAR_BLOCK_WORK_INT8 (1 << 19)
