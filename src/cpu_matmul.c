@@ -29,10 +29,10 @@
  * with a scalar pass over every sum after them ("AMX igemm kernels don't
  * support row & col sums yet", gemm_driver.cpp), 2-4x the time of the
  * brgemm kernels that fixed rows select (bench/results/int8_brgemm-*).
- * Elsewhere (VNNI, AVX2) the run-time primitives stay: there the JIT GEMM
- * measured as fast as brgemm from 4 rows on and 2.4x faster at one row
- * (its matrix-vector kernel). Integer sums are exact, so tiles and blocks
- * change no bit.
+ * Elsewhere (VNNI, AVX2) run-time primitives stay, on tiles of 256 rows
+ * that bound the sums' buffer: there the JIT GEMM measured as fast as
+ * brgemm from 4 rows on and 2.4x faster at one row (its matrix-vector
+ * kernel). Integer sums are exact, so tiles and blocks change no bit.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cpu_matmul.h"
@@ -45,11 +45,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* a model's int8 products take up to 2 widths for each of 7 tile heights */
+/* an int8 weight shape takes up to 2 widths for each of 7 tile heights: 14 */
 #define MAX_PRIMITIVES 256
 /*
- * Multiply-adds per block at least (fp32, int8), and blocks per product at
- * most: every block is a oneDNN call of its own (a few microseconds), and
+ * Multiply-adds per block at least (fp32, int8), and blocks per product
+ * (per int8 tile) at most: every block is a oneDNN call of its own (a few microseconds), and
  * int8 computes four times as fast, so its blocks are larger. Measured on
  * decoding of the small model at beam 4 (bench/decode, 2 threads, this VM,
  * against the OpenMP build): fp32 one sentence at a time 0.90x with blocks
@@ -60,9 +60,15 @@
 #define LINEAR_BLOCK_WORK_FP32 (1 << 17)
 #define LINEAR_BLOCK_WORK_INT8 (1 << 19)
 #define LINEAR_BLOCKS 16
-/* int8 row tiles: this many rows, then one tile per bit of the rest (at most 7 tile heights a product) */
+/*
+ * int8 row tiles on AMX CPUs: this many rows, then one tile per bit of the
+ * rest; elsewhere run-time tiles of INT8_RUNTIME_ROWS and the rest, which
+ * bound the per-thread sums buffer. Groups of tiles a product has at most.
+ */
 #define INT8_TILE_ROWS 64
+#define INT8_RUNTIME_ROWS 256
 #define MAX_TILE_GROUPS 7
+_Static_assert(INT8_TILE_ROWS == 1 << (MAX_TILE_GROUPS - 1), "one group of full tiles, one per bit of the rest");
 /* Quantized rows per chunk: about 16,384 elements. */
 #define QUANTIZE_GRAIN_ELEMENTS 16384
 
@@ -464,10 +470,11 @@ block_width(int rows, int in, int out, double min_work)
 }
 
 /*
- * Fills la->groups: one group of all rows (run-time primitives), or for
- * int8 on AMX CPUs tiles of INT8_TILE_ROWS then one per set bit of the
- * rest, largest first; each with its width and primitives. false when
- * oneDNN fails.
+ * Fills la->groups, each with its width and primitives: fp32 one group of
+ * all rows (run-time primitives); int8 on AMX CPUs tiles of INT8_TILE_ROWS
+ * then one per set bit of the rest, largest first (fixed-row primitives);
+ * int8 elsewhere tiles of INT8_RUNTIME_ROWS and the rest (run-time
+ * primitives). false when oneDNN fails.
  */
 static bool
 plan_tiles(LinearArgs *la, bool int8)
@@ -480,8 +487,17 @@ plan_tiles(LinearArgs *la, bool int8)
 				g;
 
 	la->num_groups = 0;
-	if (!int8 || !mm->int8_tiles)
+	if (!int8)
 		la->groups[la->num_groups++] = (TileGroup) {.row0 = 0, .rows = la->rows, .tiles = 1};
+	else if (!mm->int8_tiles)
+	{
+		if (la->rows >= INT8_RUNTIME_ROWS)
+			la->groups[la->num_groups++] = (TileGroup) {.row0 = 0, .rows = INT8_RUNTIME_ROWS,
+			.tiles = la->rows / INT8_RUNTIME_ROWS};
+		row0 = la->rows / INT8_RUNTIME_ROWS * INT8_RUNTIME_ROWS;
+		if (row0 < la->rows)
+			la->groups[la->num_groups++] = (TileGroup) {.row0 = row0, .rows = la->rows - row0, .tiles = 1};
+	}
 	else
 		for (; tile > 0; tile /= 2)
 		{
@@ -579,7 +595,13 @@ cpu_matmul_linear(CpuMatmul *mm, TfPool *pool, int threads, TfWeightType type, f
 	const TileGroup *last;
 	long		units;
 
-	if (rows <= 0)
+	if (rows < 0 || in <= 0 || out <= 0)
+	{
+		snprintf(err, errlen, "an %s product of %d x %d weights for %d rows has no shape", int8 ? "int8" : "fp32",
+				 out, in, rows);
+		return false;
+	}
+	if (rows == 0)
 		return true;
 	atomic_init(&la.failed, false);
 	/*
@@ -590,7 +612,7 @@ cpu_matmul_linear(CpuMatmul *mm, TfPool *pool, int threads, TfWeightType type, f
 	omp_set_num_threads(1);
 	if (!plan_tiles(&la, int8) || (int8 && !reserve(mm, rows, in)))
 	{
-		snprintf(err, errlen, "oneDNN could not prepare a %s product of %d x %d weights for %d rows (out of memory?)",
+		snprintf(err, errlen, "oneDNN could not prepare an %s product of %d x %d weights for %d rows (out of memory?)",
 				 int8 ? "int8" : "fp32", out, in, rows);
 		return false;
 	}
@@ -603,8 +625,8 @@ cpu_matmul_linear(CpuMatmul *mm, TfPool *pool, int threads, TfWeightType type, f
 	threads = ready_threads(&la, threads);
 	if (threads == 0)
 	{
-		snprintf(err, errlen, "out of memory for oneDNN's scratchpad of a %s product of %d x %d weights",
-				 int8 ? "int8" : "fp32", out, in);
+		snprintf(err, errlen, "out of memory for the streams and buffers of an %s product of %d x %d weights for %d rows",
+				 int8 ? "int8" : "fp32", out, in, rows);
 		return false;
 	}
 	if (int8)
@@ -613,7 +635,7 @@ cpu_matmul_linear(CpuMatmul *mm, TfPool *pool, int threads, TfWeightType type, f
 	tf_pool_for(pool, threads, units, 1, linear_chunk, &la);
 	if (atomic_load(&la.failed))
 	{
-		snprintf(err, errlen, "oneDNN failed computing a %s product of %d x %d weights for %d rows",
+		snprintf(err, errlen, "oneDNN failed computing an %s product of %d x %d weights for %d rows",
 				 int8 ? "int8" : "fp32", out, in, rows);
 		return false;
 	}

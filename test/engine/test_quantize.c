@@ -97,37 +97,48 @@ worst_error(const float *a, const double *b, size_t n)
 }
 
 /*
- * 70 fp32 products of distinct widths, each cut into blocks with a narrower
- * last one (two primitives each): past the primitive cache's places, so it
- * is emptied between calls, never within one.
+ * 140 products of distinct widths in fp32 (128 rows: oneDNN's, not
+ * OpenBLAS's) and in int8 (100 rows: three tile heights where oneDNN runs
+ * AMX), each cut into blocks with a narrower last one (two primitives a
+ * block width): about 700 primitives on AMX CPUs and 560 elsewhere, past
+ * the cache's 256 places, so it is emptied between calls, never within
+ * one. Checked against plain C (int8: reference_int8).
  */
 static void
 check_linear_many_shapes(TfBackend *be)
 {
-	int			rows = 40,
-				in = 64,
+	int			in = 64,
+				qmax = be->int8_weight_max,
 				j,
-				wrong = 0;
+				wrong = 0,
+				wrong_int8 = 0;
 	unsigned	seed = 5;
-	float	   *x = malloc((size_t) rows * in * sizeof(float)),
-			   *w = malloc((size_t) 300 * in * sizeof(float)),
-			   *y = malloc((size_t) rows * 300 * sizeof(float));
-	double	   *ref = malloc((size_t) rows * 300 * sizeof(double));
+	float	   *x = malloc((size_t) 128 * in * sizeof(float)),
+			   *w = malloc((size_t) 400 * in * sizeof(float)),
+			   *y = malloc((size_t) 128 * 400 * sizeof(float)),
+			   *scales = malloc(400 * sizeof(float));
+	int8_t	   *wq = malloc((size_t) 400 * in);
+	double	   *ref = malloc((size_t) 128 * 400 * sizeof(double));
 	size_t		i;
 
-	for (i = 0; i < (size_t) rows * in; i++)
+	for (i = 0; i < (size_t) 128 * in; i++)
 		x[i] = fixture_uniform(&seed);
-	for (i = 0; i < (size_t) 300 * in; i++)
+	for (i = 0; i < (size_t) 400 * in; i++)
+	{
 		w[i] = fixture_uniform(&seed);
-	for (j = 0; j < 70; j++)
+		wq[i] = (int8_t) lrintf(fixture_uniform(&seed) * (float) qmax);
+	}
+	for (i = 0; i < 400; i++)
+		scales[i] = 0.01f;
+	for (j = 0; j < 140; j++)
 	{
 		int			out = 201 + j,
 					r,
 					n,
 					k;
 
-		be->linear(be, TF_WEIGHTS_FP32, y, x, w, NULL, NULL, rows, in, out);
-		for (r = 0; r < rows; r++)
+		be->linear(be, TF_WEIGHTS_FP32, y, x, w, NULL, NULL, 128, in, out);
+		for (r = 0; r < 128; r++)
 			for (n = 0; n < out; n++)
 			{
 				double		sum = 0.0;
@@ -136,27 +147,40 @@ check_linear_many_shapes(TfBackend *be)
 					sum += (double) x[(size_t) r * in + k] * w[(size_t) n * in + k];
 				ref[(size_t) r * out + n] = sum;
 			}
-		wrong += worst_error(y, ref, (size_t) rows * out) >= 1e-5;
+		wrong += worst_error(y, ref, (size_t) 128 * out) >= 1e-5;
+		be->linear(be, TF_WEIGHTS_INT8, y, x, wq, scales, NULL, 100, in, out);
+		reference_int8(ref, x, wq, scales, NULL, 100, in, out);
+		wrong_int8 += worst_error(y, ref, (size_t) 100 * out) >= 1e-5;
 	}
-	CHECK(wrong == 0, "%d of 70 fp32 products past the primitive cache's size differ from plain C", wrong);
+	CHECK(wrong == 0 && wrong_int8 == 0,
+		  "%d fp32 and %d int8 products of 140 each, past the primitive cache's size, differ from plain C", wrong,
+		  wrong_int8);
+	{
+		char		err[256] = "";
+
+		CHECK(be->status(be, err, sizeof(err)) == TF_OK, "linear reported an error: %s", err);
+	}
 	free(x);
 	free(w);
 	free(y);
+	free(scales);
+	free(wq);
 	free(ref);
 }
 
 /*
  * fp32 and int8 linear against plain C, at decoding's and encoding's row
- * counts and at the extremes; int8's row tiles (64 rows, then one per bit
- * of the rest) at 64 + 32 + 4, 3 x 64 + 8 and 127 (seven tile heights)
- * rows, and with many column blocks.
+ * counts and at the extremes; int8's row tiles on AMX CPUs (64 rows, then
+ * one per bit of the rest) at 64 + 32 + 4, 3 x 64 + 8, 127 (seven tile
+ * heights) and 9 x 64 + 16 + 8 rows, elsewhere (tiles of 256 and the
+ * rest) at 2 x 256 + 88, and with many column blocks.
  */
 static void
 check_linear(void)
 {
 	TfBackend  *be = tf_backend_cpu_create(2);
 	static const int shapes[][3] = {{1, 64, 48}, {4, 96, 130}, {37, 512, 64}, {128, 40, 200}, {100, 96, 130},
-	{200, 64, 1100}, {127, 256, 96}};
+	{200, 64, 1100}, {127, 256, 96}, {600, 64, 130}};
 	unsigned	seed = 11;
 	size_t		s;
 	int			qmax;
