@@ -65,8 +65,10 @@ cluster_start() {
   CLUSTER_REUSED=1
   if ! as_cluster_user "$PGBIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
     CLUSTER_REUSED=
-    # the test ports lie in Linux's ephemeral range (32768-60999): a client connection may hold
-    # one for a moment, so a start refused with "Address already in use" is tried again
+    # the test ports lie below Linux's default ephemeral range (32768-60999), but the demo's
+    # (54330) and any a caller picks may not: a client connection may hold one as its local
+    # port, so a start refused with "Address already in use" is tried again, and the port's
+    # holders are printed when it stays refused
     local try log_from
     for try in 1 2 3 4 5; do
       log_from=$(($( [ -f "$data/server.log" ] && stat -c %s "$data/server.log" || echo 0) + 1))
@@ -74,7 +76,9 @@ cluster_start() {
         -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories='' ${CLUSTER_OPTIONS:-}" start >/dev/null \
         && break
       if [ "$try" = 5 ] || ! tail -c +"$log_from" "$data/server.log" | grep -q "Address already in use"; then
-        tail -20 "$data/server.log"; return 1
+        tail -20 "$data/server.log"
+        command -v ss >/dev/null && ss -tanp "( sport = :$port or dport = :$port )"
+        return 1
       fi
       sleep 3
     done
