@@ -135,35 +135,14 @@ make_tile(int rows, int in, int out, const char **impl)
 	return prim;
 }
 
-/* Runs make_tile's primitive: sums[rows, out] = x[rows, in] w^T. */
-static void
-run_tile(dnnl_primitive_t prim, int rows, int in, int out, void *x, void *w, int32_t *sums)
-{
-	dnnl_memory_desc_t smd,
-				wmd,
-				dmd;
-	dnnl_memory_t mem[3];
-	dnnl_exec_arg_t args[3];
-	int			i;
-
-	md2(&smd, rows, in, dnnl_s8, dnnl_ab);
-	md2(&wmd, in, out, dnnl_s8, dnnl_ba);
-	md2(&dmd, rows, out, dnnl_s32, dnnl_ab);
-	ok(dnnl_memory_create(&mem[0], &smd, engine, x), "src");
-	ok(dnnl_memory_create(&mem[1], &wmd, engine, w), "weights");
-	ok(dnnl_memory_create(&mem[2], &dmd, engine, sums), "dst");
-	args[0] = (dnnl_exec_arg_t) {DNNL_ARG_SRC, mem[0]};
-	args[1] = (dnnl_exec_arg_t) {DNNL_ARG_WEIGHTS, mem[1]};
-	args[2] = (dnnl_exec_arg_t) {DNNL_ARG_DST, mem[2]};
-	ok(dnnl_primitive_execute(prim, stream, 3, args), "execute");
-	ok(dnnl_stream_wait(stream), "wait");
-	for (i = 0; i < 3; i++)
-		dnnl_memory_destroy(mem[i]);
-}
-
+/*
+ * Runs prim on x [rows, in] and w (layout tag) into y [rows, out]: f32, or
+ * with scales NULL for int8 make_tile's dense int32 sums; int8 with scales
+ * passes them as the output scales.
+ */
 static void
 run(dnnl_primitive_t prim, dnnl_data_type_t dt, dnnl_format_tag_t tag, int rows, int in, int out, void *x, void *w,
-	float *y, float *scales)
+	void *y, float *scales)
 {
 	dnnl_memory_desc_t smd,
 				wmd,
@@ -177,14 +156,14 @@ run(dnnl_primitive_t prim, dnnl_data_type_t dt, dnnl_format_tag_t tag, int rows,
 
 	md2(&smd, rows, in, dt, dnnl_ab);
 	md2(&wmd, in, out, dt, tag);
-	md2(&dmd, rows, out, dnnl_f32, dnnl_ab);
+	md2(&dmd, rows, out, dt == dnnl_s8 && scales == NULL ? dnnl_s32 : dnnl_f32, dnnl_ab);
 	ok(dnnl_memory_create(&mem[0], &smd, engine, x), "src");
 	ok(dnnl_memory_create(&mem[1], &wmd, engine, w), "weights");
 	ok(dnnl_memory_create(&mem[2], &dmd, engine, y), "dst");
 	args[0] = (dnnl_exec_arg_t) {DNNL_ARG_SRC, mem[0]};
 	args[1] = (dnnl_exec_arg_t) {DNNL_ARG_WEIGHTS, mem[1]};
 	args[2] = (dnnl_exec_arg_t) {DNNL_ARG_DST, mem[2]};
-	if (dt == dnnl_s8)
+	if (dt == dnnl_s8 && scales != NULL)
 	{
 		ok(dnnl_memory_desc_init_by_tag(&cmd, 1, n, dnnl_f32, dnnl_a), "scales desc");
 		ok(dnnl_memory_create(&mem[3], &cmd, engine, scales), "scales");
@@ -261,7 +240,7 @@ main(int argc, char **argv)
 				memcpy(&xb[i], (char *) &xf[i] + 2, 2);
 			}
 			run(pq, dnnl_s8, dnnl_ba, rows, in, out, xq, wq, y, scales);
-			run_tile(ptile, rows, in, out, xq, wq, sums);
+			run(ptile, dnnl_s8, dnnl_ba, rows, in, out, xq, wq, sums, NULL);
 			for (i = 0; i < (size_t) rows * out; i++)
 			{
 				long		sum = 0;
@@ -286,7 +265,7 @@ main(int argc, char **argv)
 						else if (kind == 4)
 							run(pt, dnnl_s8, dnnl_ab, rows, in, out, xq, wt, y, scales);
 						else if (kind == 5)
-							run_tile(ptile, rows, in, out, xq, wq, sums);
+							run(ptile, dnnl_s8, dnnl_ba, rows, in, out, xq, wq, sums, NULL);
 						else if (rows <= 4)
 						{
 							int			r;
