@@ -72,6 +72,20 @@ tile_of(const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, 
 	return t;
 }
 
+/* The shared row of a slice of T 16-column tiles, in bf16 elements (a multiple of 8: wmma's ldm; 16 bytes of padding move consecutive rows to other banks). */
+__host__ __device__ __forceinline__ int
+slice_ld(int tiles)
+{
+	return 16 * tiles + 8;
+}
+
+/* n rounded up to a multiple of 16 (rows of whole tiles). */
+__host__ __device__ __forceinline__ int
+up16(int n)
+{
+	return (n + 15) & ~15;
+}
+
 /*
  * attention_mma.cu: the tiled kernels on tensor cores, for bf16 mixed
  * precision (docs/gpus.md, "bf16 rules"). k_attention_mma_fits: whether
@@ -80,6 +94,31 @@ tile_of(const int32_t *q_start, const int32_t *k_start, const int64_t *p_start, 
  * attention.cu write (dsum: [query rows, num_heads] workspace).
  */
 #define MMA_MAX_HEAD_DIM 128
+
+/*
+ * attention_short.cu: the tensor-core kernels of a short pair (at most
+ * SHORT_ROWS queries and keys), one block per (sentence, head), for heads
+ * of d_k at most 64 (k_attention_short_serves); launched by
+ * attention_mma.cu's launchers for every pair, they do the short ones and
+ * the tiled kernels skip those. Same outputs as the tiled kernels; no
+ * workspace. k_attention_short_bytes: the most dynamic shared memory they
+ * take (bytes).
+ */
+#define SHORT_ROWS 64
+
+__host__ __device__ __forceinline__ bool
+short_pair(int lq, int lk)
+{
+	return lq <= SHORT_ROWS && lk <= SHORT_ROWS;
+}
+bool		k_attention_short_serves(const TfAttentionShape *sh);
+size_t		k_attention_short_bytes(const TfAttentionShape *sh);
+void		k_attention_short_set_limit(int most);
+void		k_attention_short(float *ctx, __nv_bfloat16 *ctx16, float *lse, const float *q, int ldq, const float *k,
+							  const float *v, int ldk, const TfAttentionShape *sh, cudaStream_t stream);
+void		k_attention_short_backward(float *dq, float *dk, float *dv, __nv_bfloat16 *const copies[3],
+									   const float *dctx, const float *lse, const float *q, int ldq, const float *k,
+									   const float *v, int ldk, const TfAttentionShape *sh, cudaStream_t stream);
 bool		k_attention_mma_fits(const TfAttentionShape *sh, size_t most);
 void		k_attention_mma_set_limit(int most);
 void		k_attention_mma(float *ctx, __nv_bfloat16 *ctx16, float *lse, const float *q, int ldq, const float *k,

@@ -57,20 +57,6 @@ typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_majo
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> FragBT;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
 
-/* The shared row of a slice of T 16-column tiles, in bf16 elements (a multiple of 8: wmma's ldm). */
-__host__ __device__ __forceinline__ int
-slice_ld(int tiles)
-{
-	return 16 * tiles + 8;
-}
-
-/* n rounded up to a multiple of 16 (rows of whole tiles). */
-__host__ __device__ __forceinline__ int
-up16(int n)
-{
-	return (n + 15) & ~15;
-}
-
 /*
  * The chunk column of lane's c-th element (c = 0..7): lane pair (2 r, 2 r +
  * 1) owns row r, columns 0-7 and 8-15, each lane visiting its 8 in an order
@@ -269,7 +255,8 @@ template <int T>
 __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_MIN_BLOCKS(T))
 attention_mma_kernel(float *ctx, __nv_bfloat16 *ctx16, float *lse, const float *q, int ldq, const float *k,
 					 const float *v, int ldk, const int32_t *q_start, const int32_t *k_start, const int64_t *p_start,
-					 int num_heads, int dk, bool causal, float dropout, uint64_t seed, uint64_t stream)
+					 int num_heads, int dk, bool causal, float dropout, uint64_t seed, uint64_t stream,
+					 bool skip_short)
 {
 	DYNAMIC_SHARED(Shared32, smem);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, false);
@@ -293,7 +280,7 @@ attention_mma_kernel(float *ctx, __nv_bfloat16 *ctx16, float *lse, const float *
 	FragA		qa[T];
 	FragC		acc[T];
 
-	if (t.r0 >= t.r1)			/* the whole block leaves together */
+	if (t.r0 >= t.r1 || (skip_short && short_pair(a.lq, a.lk)))	/* the whole block leaves together */
 		return;
 	load_bf16(ks, T, k, a.k0, seen, up16(seen), ldk, t.h, dk, threadIdx.x, blockDim.x);
 	load_bf16(vs, T, v, a.k0, seen, up16(seen), ldk, t.h, dk, threadIdx.x, blockDim.x);
@@ -377,7 +364,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, MMA_BACKWARD_MIN_BLOCKS(T))
 attention_dq_mma_kernel(float *dq, __nv_bfloat16 *dq16, float *dsum, const float *dctx, const float *lse,
 						const float *q, const float *k, const float *v, int ldq, int ldk, const int32_t *q_start,
 						const int32_t *k_start, const int64_t *p_start, int num_heads, int dk, bool causal,
-						float dropout, uint64_t seed, uint64_t stream)
+						float dropout, uint64_t seed, uint64_t stream, bool skip_short)
 {
 	DYNAMIC_SHARED(Shared32, smem);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, false);
@@ -405,7 +392,7 @@ attention_dq_mma_kernel(float *dq, __nv_bfloat16 *dq16, float *dsum, const float
 				da[T];
 	FragC		acc[T];
 
-	if (t.r0 >= t.r1)
+	if (t.r0 >= t.r1 || (skip_short && short_pair(a.lq, a.lk)))
 		return;
 	load_bf16(ks, T, k, a.k0, seen, up16(seen), ldk, t.h, dk, threadIdx.x, blockDim.x);
 	load_bf16(vs, T, v, a.k0, seen, up16(seen), ldk, t.h, dk, threadIdx.x, blockDim.x);
@@ -500,7 +487,7 @@ attention_dkv_mma_kernel(float *dkey, float *dvalue, __nv_bfloat16 *dkey16, __nv
 						 const float *dsum, const float *dctx, const float *lse, const float *q, const float *k,
 						 const float *v, int ldq, int ldk, const int32_t *q_start, const int32_t *k_start,
 						 const int64_t *p_start, int num_heads, int dk, bool causal, float dropout, uint64_t seed,
-						 uint64_t stream)
+						 uint64_t stream, bool skip_short)
 {
 	DYNAMIC_SHARED(Shared32, smem);
 	Tile		t = tile_of(q_start, k_start, p_start, num_heads, true);
@@ -530,7 +517,7 @@ attention_dkv_mma_kernel(float *dkey, float *dvalue, __nv_bfloat16 *dkey16, __nv
 	FragC		acc_k[T],
 				acc_v[T];
 
-	if (t.r0 >= t.r1)
+	if (t.r0 >= t.r1 || (skip_short && short_pair(a.lq, a.lk)))
 		return;
 	load_bf16(qs, T, q, a.q0 + first, lq, up16(lq), ldq, t.h, dk, threadIdx.x, blockDim.x);
 	load_bf16(dcs, T, dctx, a.q0 + first, lq, up16(lq), d, t.h, dk, threadIdx.x, blockDim.x);
@@ -625,7 +612,14 @@ bool
 k_attention_mma_fits(const TfAttentionShape *sh, size_t most)
 {
 	return sh->head_dim <= MMA_MAX_HEAD_DIM && mma_forward_shared(sh) <= most && mma_dq_shared(sh) <= most &&
-		mma_dkv_shared(sh) <= most;
+		mma_dkv_shared(sh) <= most && (!k_attention_short_serves(sh) || k_attention_short_bytes(sh) <= most);
+}
+
+/* Whether a call may hold pairs longer than SHORT_ROWS (or d_k too wide for the short kernels): the tiled kernels' work. */
+static bool
+tiled_work(const TfAttentionShape *sh)
+{
+	return !k_attention_short_serves(sh) || sh->max_q > SHORT_ROWS || sh->max_k > SHORT_ROWS;
 }
 
 template <int T>
@@ -644,6 +638,7 @@ k_attention_mma_set_limit(int most)
 	set_limit<2>(most);
 	set_limit<4>(most);
 	set_limit<8>(most);
+	k_attention_short_set_limit(most);
 }
 
 template <int T>
@@ -654,13 +649,17 @@ forward(float *ctx, __nv_bfloat16 *ctx16, float *lse, const float *q, int ldq, c
 	LAUNCH(attention_mma_kernel<T>, dim3((unsigned) (sh->batch * sh->num_heads), (unsigned) ((sh->max_q + TILE_ROWS - 1) / TILE_ROWS)),
 		   MMA_WARPS * 32, mma_forward_shared(sh), stream)
 		(ctx, ctx16, lse, q, ldq, k, v, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads, sh->head_dim, sh->causal,
-		 sh->dropout, sh->seed, sh->stream);
+		 sh->dropout, sh->seed, sh->stream, k_attention_short_serves(sh));
 }
 
 void
 k_attention_mma(float *ctx, __nv_bfloat16 *ctx16, float *lse, const float *q, int ldq, const float *k,
 				const float *v, int ldk, const TfAttentionShape *sh, cudaStream_t stream)
 {
+	if (k_attention_short_serves(sh))
+		k_attention_short(ctx, ctx16, lse, q, ldq, k, v, ldk, sh, stream);
+	if (!tiled_work(sh))
+		return;
 	switch (head_tiles(sh->head_dim))
 	{
 		case 1:
@@ -689,12 +688,12 @@ backward(float *dq, float *dk, float *dv, __nv_bfloat16 *const copies[3], float 
 		LAUNCH(attention_dq_mma_kernel<T>, dim3(pairs, (unsigned) ((sh->max_q + TILE_ROWS - 1) / TILE_ROWS)),
 			   MMA_WARPS * 32, mma_dq_shared(sh), stream)
 			(dq, copies[0], dsum, dctx, lse, q, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
-			 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream);
+			 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream, k_attention_short_serves(sh));
 	if (sh->max_k > 0)
 		LAUNCH(attention_dkv_mma_kernel<T>, dim3(pairs, (unsigned) ((sh->max_k + TILE_ROWS - 1) / TILE_ROWS)),
 			   MMA_WARPS * 32, mma_dkv_shared(sh), stream)
 			(dk, dv, copies[1], copies[2], dsum, dctx, lse, q, k, v, ldq, ldk, sh->q_start, sh->k_start, sh->p_start, sh->num_heads,
-			 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream);
+			 sh->head_dim, sh->causal, sh->dropout, sh->seed, sh->stream, k_attention_short_serves(sh));
 }
 
 void
@@ -702,6 +701,10 @@ k_attention_mma_backward(float *dq, float *dk, float *dv, __nv_bfloat16 *const c
 						 const float *dctx, const float *lse, const float *q, int ldq, const float *k, const float *v,
 						 int ldk, const TfAttentionShape *sh, cudaStream_t stream)
 {
+	if (k_attention_short_serves(sh))
+		k_attention_short_backward(dq, dk, dv, copies, dctx, lse, q, ldq, k, v, ldk, sh, stream);
+	if (!tiled_work(sh))
+		return;
 	switch (head_tiles(sh->head_dim))
 	{
 		case 1:

@@ -39,6 +39,7 @@
  *       unique: distinct sectors of the launch; bsec: distinct sectors of each block, summed)
  *       sreq= swave= (dynamic shared memory: warp instructions, wavefronts)
  *       mma= (warp-wide 16x16x16 bf16 tensor-core products, wmma::mma_sync: wmma_emu.h)
+ *       mma8= (warp-wide m16n8k16 bf16 products, PTX mma.sync: mma_emu.h, kernels/mma.cuh)
  *       philox= (Philox4x32-10 blocks computed, summed over lanes: common.cuh device_philox)
  *   gemm m= n= k= batch= type=fp32|bf16 beta=0|1
  *   sync | malloc bytes= | free | memset bytes= | copy kind=h2d|d2h|d2d bytes= | allreduce bytes= | mark label=
@@ -79,7 +80,7 @@ record(const char *fmt, ...)
 }
 
 struct Totals { uint64_t rreq = 0, rsec = 0, wreq = 0, wsec = 0, lanes = 0, chain = 0, unique = 0, bsec = 0, sreq = 0,
-				swave = 0, mma = 0, philox = 0; };
+				swave = 0, mma = 0, mma8 = 0, philox = 0; };
 
 /* One OS thread's share of a launch: the current block's accesses per thread, its totals. */
 struct Worker {
@@ -235,7 +236,7 @@ worker_close(Worker &w)
 	t.rreq += w.t.rreq, t.rsec += w.t.rsec, t.wreq += w.t.wreq, t.wsec += w.t.wsec, t.lanes += w.t.lanes;
 	t.chain = std::max(t.chain, w.t.chain);
 	t.bsec += w.t.bsec;
-	t.sreq += w.t.sreq, t.swave += w.t.swave, t.mma += w.t.mma, t.philox += w.t.philox;
+	t.sreq += w.t.sreq, t.swave += w.t.swave, t.mma += w.t.mma, t.mma8 += w.t.mma8, t.philox += w.t.philox;
 	launch_touched.insert(launch_touched.end(), w.touched.begin(), w.touched.end());
 	worker = nullptr;
 }
@@ -250,11 +251,12 @@ launch_close(const char *name, dim3 g, dim3 b, size_t shmem)
 	for (size_t i : launch_touched) t.unique += (uint64_t) __builtin_popcountll(footprint[i]), footprint[i] = 0;
 	launch_touched.clear();
 	record("launch name=%s grid=%ux%ux%u block=%ux%ux%u shmem=%zu rreq=%llu rsec=%llu wreq=%llu wsec=%llu "
-		   "lanes=%llu unique=%llu chain=%llu bsec=%llu sreq=%llu swave=%llu mma=%llu philox=%llu", name, g.x, g.y, g.z, b.x, b.y, b.z,
+		   "lanes=%llu unique=%llu chain=%llu bsec=%llu sreq=%llu swave=%llu mma=%llu mma8=%llu philox=%llu", name, g.x, g.y, g.z, b.x, b.y, b.z,
 		   shmem, (unsigned long long) t.rreq, (unsigned long long) t.rsec, (unsigned long long) t.wreq,
 		   (unsigned long long) t.wsec, (unsigned long long) t.lanes, (unsigned long long) t.unique,
 		   (unsigned long long) t.chain, (unsigned long long) t.bsec, (unsigned long long) t.sreq,
-		   (unsigned long long) t.swave, (unsigned long long) t.mma, (unsigned long long) t.philox);
+		   (unsigned long long) t.swave, (unsigned long long) t.mma, (unsigned long long) t.mma8,
+		   (unsigned long long) t.philox);
 }
 
 }	/* namespace census */

@@ -574,19 +574,23 @@ attention_rules(const RulesCall *c, bool rules, const float *q, const float *k, 
  * 128) against the host model of the rules (norm error under 2e-3; the sums
  * run in another order and a rounding may fall the other way) and against
  * the fp32 model (well above that: the rules are what the kernels do).
- * Sentences of 1, 31, 64, 65 and 200 tokens; self-attention causal and
- * not, cross-attention; dropout on and off; d_k 8, 40 (padded to 48) and 64;
- * 10 (rows of 30 floats: the slices loaded a column at a time, not 4); 136
- * for the per-row kernels' backward.
+ * Sentences of 1, 31, 64, 65 and 200 tokens (the short pairs' kernels and
+ * the tiled ones in one call); self-attention causal and not,
+ * cross-attention; dropout on and off; d_k 8, 40 (padded to 48) and 64; 10
+ * (rows of 30 floats: the slices loaded a column at a time, not 4); 136 for
+ * the per-row kernels' backward. Then calls whose every pair is short (the
+ * short kernels alone): 3-64 queries, 0-64 keys (a pair without keys), d_k
+ * 8, 24, 40 and 64.
  */
 static void
 check_attention_rules(const char *device)
 {
-	static const int lens[] = {1, 31, 64, 65, 200},
-				cross_lens[] = {7, 200, 1, 65, 31};
-	static const int cases[][5] = {	/* causal, cross, dropout (%), H, DK */
-		{1, 0, 0, 2, 64}, {1, 0, 20, 2, 64}, {0, 1, 0, 2, 64}, {0, 1, 20, 3, 40}, {1, 0, 10, 4, 8},
-	{0, 0, 0, 1, 136}, {0, 1, 10, 3, 10}};	/* the last: rows of 30 floats, slices loaded a column at a time */
+	static const int lens[2][5] = {{1, 31, 64, 65, 200}, {3, 17, 64, 33, 48}},
+				cross_lens[2][5] = {{7, 200, 1, 65, 31}, {64, 1, 40, 16, 0}};
+	static const int cases[][6] = {	/* causal, cross, dropout (%), H, DK, lengths (1: every pair short) */
+		{1, 0, 0, 2, 64, 0}, {1, 0, 20, 2, 64, 0}, {0, 1, 0, 2, 64, 0}, {0, 1, 20, 3, 40, 0}, {1, 0, 10, 4, 8, 0},
+		{0, 0, 0, 1, 136, 0}, {0, 1, 10, 3, 10, 0},	/* the last: rows of 30 floats, slices loaded a column at a time */
+	{1, 0, 20, 2, 64, 1}, {0, 1, 10, 3, 40, 1}, {0, 0, 0, 4, 8, 1}, {0, 1, 0, 2, 24, 1}};
 	char		err[TF_ERRLEN];
 	TfBackend  *gpu = tf_backend_create(device, 0, 2, err, sizeof(err));
 	double		worst = 0.0,
@@ -616,7 +620,8 @@ check_attention_rules(const char *device)
 		size_t		nq,
 					nk;
 
-		fixture_attention_layout(B, H, lens, cross ? cross_lens : NULL, q_start, k_start, p_start, &max_q, &max_k);
+		fixture_attention_layout(B, H, lens[cases[t][5]], cross ? cross_lens[cases[t][5]] : NULL, q_start, k_start, p_start,
+								 &max_q, &max_k);
 		nq = (size_t) q_start[B], nk = (size_t) k_start[B];
 		c = (RulesCall) {B, H, DK, q_start, k_start, p_start, causal, cases[t][2] / 100.0f, 5, (7ull << 32) | 2};
 
