@@ -174,9 +174,9 @@ install: install-cuda-emu
 install-cuda-emu: $(CUDA_EMU_LIB)
 	$(INSTALL_SHLIB) $(CUDA_EMU_LIB) '$(DESTDIR)$(pkglibdir)/$(CUDA_EMU_LIB)'
 # The harness's own checks (cuBLAS goldens, planted bugs), plain and under ThreadSanitizer.
-test/cuda/test_harness: test/cuda/test_harness.cu kernels/emu/cuda_emu.h $(EMU_SHIMS)
+test/cuda/test_harness: test/cuda/test_harness.cu kernels/emu/cuda_emu.h kernels/emu/mma_emu.h kernels/mma.cuh $(EMU_SHIMS)
 	$(CXX) $(EMU_CXXFLAGS) -O1 -o $@ -x c++ test/cuda/test_harness.cu -x none $(EMU_SHIMS) $(EMU_LIBS)
-test/cuda/test_harness_tsan: test/cuda/test_harness.cu kernels/emu/cuda_emu.h $(EMU_SHIMS)
+test/cuda/test_harness_tsan: test/cuda/test_harness.cu kernels/emu/cuda_emu.h kernels/emu/mma_emu.h kernels/mma.cuh $(EMU_SHIMS)
 	$(CXX) $(EMU_CXXFLAGS) -O1 -fsanitize=thread -DCUEMU_UCONTEXT -o $@ -x c++ test/cuda/test_harness.cu \
 		-x none $(EMU_SHIMS) $(EMU_LIBS)
 # every backend kernel under ThreadSanitizer
@@ -195,7 +195,8 @@ kernels/census/%.o: kernels/%.cu $(CUDA_DEPS)
 $(CUDA_CENSUS_LIB): $(CENSUS_OBJS) kernels/emu/census_hooks.cc $(EMU_SHIMS)
 	$(CXX) $(EMU_CXXFLAGS) -DCUEMU_CENSUS -mtls-dialect=gnu2 -shared -Wl,--no-undefined -o $@ $(CENSUS_OBJS) \
 		kernels/emu/census_hooks.cc $(EMU_SHIMS) $(EMU_LIBS)
-test/cuda/test_census: test/cuda/test_census.cu kernels/emu/cuda_emu.h kernels/emu/census.h kernels/emu/census_hooks.cc kernels/common.cuh
+test/cuda/test_census: test/cuda/test_census.cu kernels/emu/cuda_emu.h kernels/emu/census.h kernels/emu/census_hooks.cc kernels/common.cuh \
+		kernels/mma.cuh kernels/emu/mma_emu.h
 	$(CXX) $(EMU_CXXFLAGS) -DCUEMU_CENSUS -fsanitize=thread --param tsan-instrument-func-entry-exit=0 \
 		-fno-tree-vectorize -fno-tree-slp-vectorize -fno-store-merging -mtls-dialect=gnu2 -c -o test/cuda/test_census.o \
 		-x c++ test/cuda/test_census.cu

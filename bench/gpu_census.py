@@ -47,6 +47,12 @@ MISALIGNED_GEMM = 3.0
 # 1.83 GHz: 495 TFLOP/s, half of wgmma's
 MMA_SYNC = 2048 * SMS * 1.83e9
 MMA_FLOP = 2 * 16 * 16 * 16     # one warp's wmma::mma_sync (census.h: mma=)
+MMA8_FLOP = 2 * 16 * 8 * 16     # one warp's PTX mma.sync.m16n8k16 (census.h: mma8=; kernels/mma.cuh)
+
+
+def mma_flops(n):
+    """A launch's tensor-core FLOPs in our kernels (wmma and PTX mma.sync alike)."""
+    return n.get("mma", 0) * MMA_FLOP + n.get("mma8", 0) * MMA8_FLOP
 # Dropout's Philox4x32-10 blocks (census.h: philox=, one per lane and block) at the 4 schedulers' issue rate
 # of one warp instruction a clock each: ~80 instructions a block (10 rounds of 2 IMAD.HI, 2 IMAD, 2 three-way
 # XORs and 2 key adds; nvcc's PTX has 104 with the XORs apart). A floor: each round waits on the last, so a
@@ -128,7 +134,7 @@ def kernel_time(n):
     fill = max(min(1.0, n["grid"] / SMS), 1e-9)
     t_mem = max(dram / HBM_BW, l2 / L2_BW, l1 / L1_BW) / fill
     t_chain = n["chain"] * ACCESS_LATENCY
-    t_mma = n.get("mma", 0) * MMA_FLOP / MMA_SYNC / fill
+    t_mma = mma_flops(n) / MMA_SYNC / fill
     t_rng = n.get("philox", 0) * PHILOX_INSTR / ISSUE / fill
     return max(t_mem, t_chain, t_mma, t_rng, MIN_KERNEL), dram, t_chain > max(t_mem, t_mma, t_rng)
 
@@ -166,7 +172,7 @@ def price(recs):
             k["lanes"] += n["lanes"]
             k["swave"] += n.get("swave", 0)
             k["sreq"] += n.get("sreq", 0)
-            k["mma"] += n.get("mma", 0)
+            k["mma"] += mma_flops(n)
             k["philox"] += n.get("philox", 0)
             k["chain"] = max(k["chain"], n["chain"])
             k["t"] += t
@@ -219,7 +225,7 @@ def report(title, kernels, totals, extra_flops, host_ms=None):
         if req and 32 * k["sectors"] / req > 256:
             notes.append("uncoalesced")
         if k["mma"]:
-            notes.append(f"tensor cores {k['mma'] * MMA_FLOP / 1e12:.2f} TFLOP (mma.sync at {MMA_SYNC / 1e12:.0f} TFLOP/s)")
+            notes.append(f"tensor cores {k['mma'] / 1e12:.2f} TFLOP (mma.sync at {MMA_SYNC / 1e12:.0f} TFLOP/s)")
         if k["philox"] * PHILOX_INSTR / ISSUE > 0.5 * k["t"] and k["t"] > 1e-4:
             notes.append(f"issue-bound: {k['philox'] / 1e6:.0f} M Philox blocks")
         if 128 * k["swave"] > 32 * k["sectors"] and k["t"] > 1e-4:

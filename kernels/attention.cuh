@@ -87,6 +87,50 @@ up16(int n)
 }
 
 /*
+ * Rows [r0, r0 + n) of a head's slice (row stride lds, d_k columns, head h)
+ * into bf16 dst [padded, 16 T] (row stride slice_ld(T)), zero past n and
+ * past d_k; threads `first`, `first + step`, ... share the work. Where
+ * every row's slice starts 16 bytes aligned and d_k is a multiple of 4, a
+ * thread takes 4 columns at a time (one 16-byte load, unrolled so that
+ * several are in flight: these loads are what the kernels wait on most,
+ * ncu on an H200), else one.
+ */
+__device__ __forceinline__ void
+load_bf16(__nv_bfloat16 *dst, int tiles, const float *src, size_t r0, int n, int padded, int lds, int h, int dk,
+		  int first, int step)
+{
+	int			width = 16 * tiles,
+				ld = slice_ld(tiles);
+
+	if (dk % 4 == 0 && lds % 4 == 0 && (uintptr_t) src % 16 == 0)
+	{
+		int			quads = width / 4;
+
+UNROLL_BY_4
+		for (int e = first; e < padded * quads; e += step)
+		{
+			int			r = e / quads,
+						c = e % quads * 4;
+			float4		f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			__nv_bfloat162 *o = (__nv_bfloat162 *) (dst + r * ld + c);
+
+			if (r < n && c < dk)
+				f = load4(src + (r0 + r) * lds + (size_t) h * dk + c);
+			o[0] = __floats2bfloat162_rn(f.x, f.y);
+			o[1] = __floats2bfloat162_rn(f.z, f.w);
+		}
+		return;
+	}
+	for (int e = first; e < padded * width; e += step)
+	{
+		int			r = e / width,
+					c = e % width;
+
+		dst[r * ld + c] = __float2bfloat16_rn(r < n && c < dk ? src[(r0 + r) * lds + (size_t) h * dk + c] : 0.0f);
+	}
+}
+
+/*
  * attention_mma.cu: the tiled kernels on tensor cores, for bf16 mixed
  * precision (docs/gpus.md, "bf16 rules"). k_attention_mma_fits: whether
  * they serve this call (d_k at most MMA_MAX_HEAD_DIM and each kernel's

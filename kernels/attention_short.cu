@@ -15,8 +15,10 @@
  *   (the rules' exact form) needs no pass of its own; their bf16 P~ and dS
  *   go to shared memory, and after one barrier each warp sums its 16 keys'
  *   dK and dV over every query, in a fixed order (no atomics).
- * Q, K, V and dctx are read once from global memory (fp32, rounded to bf16
- * as the rules round them) into shared memory. A block has SHORT_WARPS
+ * K and V (and the backward's Q and dctx) are read once from global memory
+ * into shared memory (fp32, rounded to bf16 as the rules round them; 16
+ * bytes a load where aligned: load_bf16), the forward's query rows straight
+ * into A fragments. A block has SHORT_WARPS
  * warps, each taking every SHORT_WARPS-th group of 16 rows: a sentence of
  * 21-41 tokens keeps 2 warps busy, no block works on padding beyond a
  * 16-row group. Row sums over a row's keys are per lane, then across the 4
@@ -37,26 +39,6 @@ struct __align__(16) Shared16
 
 /* The shared row of up to SHORT_ROWS keys' bf16 (slices of d_k: slice_ld). */
 #define KEY_ROW (SHORT_ROWS + 8)
-
-/*
- * Rows [r0, r0 + n) of a head's slice (row stride lds, d_k columns of head
- * h) into bf16 dst [up16(n), 16 T] (rows of slice_ld(T)), zero past n
- * and past d_k; the block's threads share the work.
- */
-__device__ __forceinline__ void
-load_slice(__nv_bfloat16 *dst, int tiles, const float *src, size_t r0, int n, int lds, int h, int dk)
-{
-	int			width = 16 * tiles,
-				ld = slice_ld(tiles);
-
-	for (int e = threadIdx.x; e < up16(n) * width; e += blockDim.x)
-	{
-		int			r = e / width,
-					c = e % width;
-
-		dst[r * ld + c] = __float2bfloat16_rn(r < n && c < dk ? src[(r0 + r) * lds + (size_t) h * dk + c] : 0.0f);
-	}
-}
 
 /*
  * The keys query i (of a sentence of lq queries, lk keys) sees: none past
@@ -158,11 +140,11 @@ UNROLL
 		}
 }
 
-/* Bytes of the forward's shared memory: K [keys, 16 T] and V^T [16 T, KEY_ROW]. */
+/* Bytes of the forward's shared memory: K and V [keys, 16 T]. */
 __host__ __device__ __forceinline__ size_t
 short_forward_bytes(int tiles, int keys)
 {
-	return ((size_t) up16(keys) * slice_ld(tiles) + (size_t) 16 * tiles * KEY_ROW) * 2;
+	return (size_t) 2 * up16(keys) * slice_ld(tiles) * 2;
 }
 
 /*
@@ -187,20 +169,14 @@ attention_short_kernel(float *ctx, __nv_bfloat16 *ctx16, float *lse, const float
 				t = lane % 4,
 				tiles16 = up16(a.lk) / 16;	/* 16-key tiles with a key */
 	__nv_bfloat16 *ks = (__nv_bfloat16 *) smem,
-			   *vt = ks + (size_t) up16(a.lk) * ld;
+			   *vs = ks + (size_t) up16(a.lk) * ld;
 	float		scale = 1.0f / sqrtf((float) dk),
 				keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
 
 	if (!short_pair(a.lq, a.lk) || a.lq == 0)	/* the whole block leaves together */
 		return;
-	load_slice(ks, T, k, a.k0, a.lk, ldk, h, dk);
-	for (int e = threadIdx.x; e < 16 * T * up16(a.lk); e += blockDim.x)	/* V^T: a column of V per row */
-	{
-		int			c = e / up16(a.lk),
-					j = e % up16(a.lk);
-
-		vt[c * KEY_ROW + j] = __float2bfloat16_rn(j < a.lk && c < dk ? v[(a.k0 + j) * ldk + (size_t) h * dk + c] : 0.0f);
-	}
+	load_bf16(ks, T, k, a.k0, a.lk, up16(a.lk), ldk, h, dk, threadIdx.x, blockDim.x);
+	load_bf16(vs, T, v, a.k0, a.lk, up16(a.lk), ldk, h, dk, threadIdx.x, blockDim.x);
 	__syncthreads();
 	for (int g0 = warp * 16; g0 < a.lq; g0 += SHORT_WARPS * 16)
 	{
@@ -287,7 +263,7 @@ UNROLL
 				{
 					uint32_t	b[2];
 
-					load_b(b, vt + (size_t) 8 * c * KEY_ROW + 16 * kk, KEY_ROW);
+					load_b_rows(b, vs + (size_t) 16 * kk * ld + 8 * c, ld);
 					mma16816(acc[c], pa, b);
 				}
 			}
@@ -353,10 +329,10 @@ attention_short_backward_kernel(float *dq, float *dkey, float *dvalue, __nv_bflo
 
 	if (!short_pair(a.lq, a.lk))	/* an empty target still writes its keys' zero dK and dV */
 		return;
-	load_slice(qs, T, q, a.q0, a.lq, ldq, h, dk);
-	load_slice(dcs, T, dctx, a.q0, a.lq, d, h, dk);
-	load_slice(ks, T, k, a.k0, a.lk, ldk, h, dk);
-	load_slice(vs, T, v, a.k0, a.lk, ldk, h, dk);
+	load_bf16(qs, T, q, a.q0, a.lq, up16(a.lq), ldq, h, dk, threadIdx.x, blockDim.x);
+	load_bf16(dcs, T, dctx, a.q0, a.lq, up16(a.lq), d, h, dk, threadIdx.x, blockDim.x);
+	load_bf16(ks, T, k, a.k0, a.lk, up16(a.lk), ldk, h, dk, threadIdx.x, blockDim.x);
+	load_bf16(vs, T, v, a.k0, a.lk, up16(a.lk), ldk, h, dk, threadIdx.x, blockDim.x);
 	__syncthreads();
 	/* the query side: a warp's 16 rows at a time */
 	for (int g0 = warp * 16; g0 < a.lq; g0 += SHORT_WARPS * 16)

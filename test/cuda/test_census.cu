@@ -12,7 +12,10 @@
  * one instruction; the same 16 bytes in every lane 1 wavefront, lane i's
  * own 16 bytes 4); wmma (wmma_emu.h): a 16 x 16 bf16 tile of contiguous
  * rows as ldmatrix moves it (one instruction, 4 wavefronts), one count per
- * warp-wide mma_sync; Philox blocks per lane (device_keep8's 8 draws from
+ * warp-wide mma_sync; PTX mma.sync (mma.cuh): an A and a B fragment
+ * loaded from rows of 48 bytes (6 32-bit loads, 1 wavefront each: the
+ * padding puts the 8 groups' rows in other banks), one count per warp-wide
+ * m16n8k16 product; Philox blocks per lane (device_keep8's 8 draws from
  * each alignment: 2 or 3 blocks, and its bits equal device_uniform's).
  * Built like the
  * census library (instrumented, census_hooks.cc instead of ThreadSanitizer).
@@ -24,6 +27,7 @@
 
 #include "common.cuh"
 #include "emu/wmma_emu.h"
+#include "mma.cuh"
 
 using namespace nvcuda;
 
@@ -92,6 +96,22 @@ mma_kernel(float *out)
 	wmma::mma_sync(c, a, b, c);
 	wmma::mma_sync(c, a, b, c);
 	out[threadIdx.x] = c.x[0];
+}
+
+/* One warp: an A fragment (16 x 16) and a B fragment (16 x 8) from bf16 rows of 24 elements, three m16n8k16 products. */
+__global__ void
+mma8_kernel(float *out)
+{
+	DYNAMIC_SHARED(__nv_bfloat16, s);
+	uint32_t	a[4],
+				b[2];
+	float		d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+
+	load_a(a, s, 24);
+	load_b(b, s + 16 * 24, 24);
+	for (int i = 0; i < 3; i++)
+		mma16816(d, a, b);
+	out[threadIdx.x] = d[0];
 }
 
 /*
@@ -237,6 +257,13 @@ main(void)
 	expect("wmma tiles", line, "sreq", 2);
 	expect("wmma tiles", line, "swave", 2 * 4);
 	expect("wmma products", line, "mma", 2);
+
+	/* mma.sync: 4 + 2 loads of 32 bits, each warp instruction one wavefront; a product per warp */
+	LAUNCH(mma8_kernel, 1, 32, 24 * 24 * sizeof(__nv_bfloat16), 0)(out);
+	last_launch(path, line, sizeof(line));
+	expect("mma.sync fragment loads", line, "sreq", 6);
+	expect("mma.sync fragment loads", line, "swave", 6);
+	expect("mma.sync products", line, "mma8", 3);
 
 	/* Philox blocks, one per lane and block: 8 draws from a multiple of 4 span 2 blocks, else 3; one by one 8 */
 	for (int first = 0; first < 4; first++)

@@ -4,12 +4,17 @@
  * cuBLAS's documented definition (C = alpha op(A) op(B) + beta C,
  * column-major, element (i, j) of A at A[i + j * lda]; no expected value is
  * computed by code), and planted bugs the harness must catch.
- * Usage: test_harness gemm | nccl | attributes | wmma | wmma-misaligned | barrier | barrier-bug |
+ * Usage: test_harness gemm | nccl | attributes | wmma | wmma-misaligned | mma | barrier | barrier-bug |
  *        host-read | out-of-bounds
  * wmma checks the emulated warp matrix functions (kernels/emu/wmma_emu.h):
  * a product against values written out by hand, and a planted bug (a mask
  * applied to an accumulator's x[] by an assumed element mapping) that must
  * give other values than the same mask applied through shared memory.
+ * mma checks PTX's mma.sync.m16n8k16 as kernels/mma.cuh issues it
+ * (emulated by kernels/emu/mma_emu.h): registers set by hand from the PTX
+ * ISA's fragment tables (not by mma.cuh's loads) give a product written out
+ * by hand, and mma.cuh's four fragment loads from shared memory (A and B
+ * each straight and transposed) give the same product.
  * nccl checks the emulated NCCL (kernels/emu/nccl_emu.cc) on 3 ranks as
  * threads (CUEMU_DEVICES >= 3): all-reduce and a group of a broadcast and a
  * max-reduction against values written out by hand, the communicator's
@@ -30,6 +35,7 @@
 
 #include "emu/cuda_emu.h"
 #include "emu/wmma_emu.h"
+#include "mma.cuh"
 
 using namespace nvcuda;
 
@@ -461,6 +467,95 @@ wmma_checks(bool misaligned)
 	return bad || same == 256;
 }
 
+/*
+ * One warp's m16n8k16 product D = A B + 7 of A = 2 I + (1 at row 0, column
+ * 1) (16 x 16) and B[k][n] = k + 16 n (16 x 8): out[0..127] from registers
+ * set by the PTX ISA's tables (group g = lane / 4, t = lane % 4: A's
+ * register x holds row g + 8 (x % 2), columns 2t + 8 (x / 2) and the next;
+ * B's register x rows 2t + 8 x and the next, column g; D's element e row g
+ * + 8 (e / 2), column 2t + e % 2), out[128..255] from mma.cuh's loads of A
+ * and B as stored row-major, out[256..383] of A and B stored transposed
+ * (load_a_transposed, load_b_rows: the other two layouts).
+ */
+__global__ void
+mma_kernel(float *out)
+{
+	__shared__ __align__(16) __nv_bfloat16 a[16 * 24], at[16 * 24], b[8 * 24], bt[16 * 16];
+	int			lane = threadIdx.x,
+				g = lane / 4,
+				t = lane % 4;
+	uint32_t	ra[4],
+				rb[2];
+	float		d[3][4];
+
+	for (int e = lane; e < 256; e += 32)
+	{
+		int			r = e / 16,
+					c = e % 16;
+		float		x = r == c ? 2.0f : r == 0 && c == 1 ? 1.0f : 0.0f;
+
+		a[r * 24 + c] = at[c * 24 + r] = __float2bfloat16_rn(x);
+	}
+	for (int e = lane; e < 128; e += 32)
+	{
+		int			k = e / 8,
+					n = e % 8;
+		float		x = (float) (k + 16 * n);
+
+		b[n * 24 + k] = bt[k * 16 + n] = __float2bfloat16_rn(x);	/* b: (k, n) at [n][k]; bt: at [k][n] */
+	}
+	__syncwarp();
+	for (int x = 0; x < 4; x++)
+	{
+		int			r = g + 8 * (x % 2),
+					c = 2 * t + 8 * (x / 2);
+
+		ra[x] = pack_bf16(r == c ? 2.0f : r == 0 && c == 1 ? 1.0f : 0.0f,
+						  r == c + 1 ? 2.0f : r == 0 && c + 1 == 1 ? 1.0f : 0.0f);
+	}
+	for (int x = 0; x < 2; x++)
+		rb[x] = pack_bf16((float) (2 * t + 8 * x + 16 * g), (float) (2 * t + 8 * x + 1 + 16 * g));
+	for (int i = 0; i < 3; i++)
+		for (int e = 0; e < 4; e++)
+			d[i][e] = 7.0f;
+	mma16816(d[0], ra, rb);
+	load_a(ra, a, 24);
+	load_b(rb, b, 24);
+	mma16816(d[1], ra, rb);
+	load_a_transposed(ra, at, 24);
+	load_b_rows(rb, bt, 16);
+	mma16816(d[2], ra, rb);
+	for (int i = 0; i < 3; i++)
+		for (int e = 0; e < 4; e++)
+			out[128 * i + (g + 8 * (e / 2)) * 8 + 2 * t + e % 2] = d[i][e];
+}
+
+static int
+mma_checks(void)
+{
+	float		got[384];
+	float	   *d = NULL;
+	int			bad = 0,
+				same = 0;
+
+	cudaMalloc((void **) &d, sizeof(got));
+	LAUNCH(mma_kernel, 1, 32, 0, 0)(d);
+	cudaMemcpy(got, d, sizeof(got), cudaMemcpyDeviceToHost);
+	/* D[r][n] = 2 B[r][n] + (r == 0) B[1][n] + 7, B[k][n] = k + 16 n */
+	bad |= got[0 * 8 + 0] != 2 * 0 + 1 + 7;		/* B[0][0] = 0, B[1][0] = 1 */
+	bad |= got[0 * 8 + 3] != 2 * 48 + 49 + 7;	/* B[0][3] = 48, B[1][3] = 49 */
+	bad |= got[5 * 8 + 2] != 2 * 37 + 7;		/* B[5][2] = 37 */
+	bad |= got[9 * 8 + 6] != 2 * 105 + 7;		/* B[9][6] = 105 */
+	bad |= got[15 * 8 + 7] != 2 * 127 + 7;		/* B[15][7] = 127 */
+	for (int e = 0; e < 128; e++)
+		same += got[128 + e] == got[e] && got[256 + e] == got[e];
+	printf("%s mma: m16n8k16 from registers set by the PTX ISA's fragment tables, hand-written product\n",
+		   bad ? "FAIL" : "ok  ");
+	printf("%s mma: mma.cuh's fragment loads (row-major and transposed A and B) give the same product (%d of 128)\n",
+		   same == 128 ? "ok  " : "FAIL", same);
+	return bad || same != 128;
+}
+
 /* Rank r of the nccl check: its results into got[r][0..4], its abort outcome into got[r][5]. */
 static void
 nccl_rank(ncclUniqueId id, int r, float got[3][6])
@@ -581,6 +676,8 @@ main(int argc, char **argv)
 		return attribute_threads();
 	if (strcmp(c, "wmma") == 0 || strcmp(c, "wmma-misaligned") == 0)
 		return wmma_checks(strcmp(c, "wmma-misaligned") == 0);
+	if (strcmp(c, "mma") == 0)
+		return mma_checks();
 	if (strcmp(c, "barrier") == 0 || strcmp(c, "barrier-bug") == 0)
 		return block_sum(strcmp(c, "barrier-bug") == 0);
 	cudaMalloc((void **) &d, 64 * sizeof(float));
@@ -590,7 +687,7 @@ main(int argc, char **argv)
 		LAUNCH(write_kernel, 1, 128, 0, 0)(d, 64);	/* must fault */
 	else
 	{
-		fprintf(stderr, "usage: %s gemm | nccl | attributes | wmma | wmma-misaligned | barrier | barrier-bug | "
+		fprintf(stderr, "usage: %s gemm | nccl | attributes | wmma | wmma-misaligned | mma | barrier | barrier-bug | "
 				"host-read | out-of-bounds\n", argv[0]);
 		return 2;
 	}
