@@ -41,7 +41,7 @@ def measured(path):
     with open(path) as f:
         for line in f:
             fields = line.split()
-            if len(fields) >= 4 and fields[1].isdigit() and fields[0] != "sum":
+            if len(fields) >= 4 and fields[1].isdigit() and fields[0] != "sum" and re.fullmatch(r"[\d.]+", fields[2]):
                 times[fields[0]] = (int(fields[1]), float(fields[2]) / 1e3)
     return times
 

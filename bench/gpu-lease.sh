@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/gpu-lease.sh: a short lease's checks on the binaries bench/gpu-pack built (after the
 # full bench/gpu-suite has run once on a card): the engine suites, 3 timed base steps, per-kernel
-# times (ncu), ncu's warp-state and source sections on the tensor-core attention kernels, memcheck
+# times (ncu), ncu's warp-state and source sections on the short pairs' attention kernels, memcheck
 # over the backend and decode suites. Run there as `bench/gpu-pack --run lease` (which unpacks the
 # libraries and the corpus first); results under $OUT.
 set -uo pipefail
@@ -18,7 +18,7 @@ step="bench/census_step 25000 64 --precision bf16"
   timeout 75 ncu --profile-from-start off --metrics gpu__time_duration.sum --clock-control none \
     --cache-control none --csv $step > "$out/ncu.csv"
   python3 bench/ncu_kernels.py "$out/ncu.csv"
-  for k in 'attention_mma_kernel' 'attention_(dq|dkv)_mma'; do
+  for k in 'attention_short_kernel' 'attention_short_backward'; do   # the base step's pairs are all short
     timeout 60 ncu --section WarpStateStats --section SourceCounters --section InstructionStats \
       --section Occupancy --section SpeedOfLight -k "regex:$k" -c 2 $step 2>&1 \
       | grep -v "^==PROF==\|^==WARNING==\|^    ---" > "$out/ncu-sections-${k//[^a-z]/}.txt"

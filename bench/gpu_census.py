@@ -13,6 +13,12 @@ side for the training step and at --sentences for the beam-search step.
 (bench/census_step --host); the GPU idles for what the optimizer's kernel,
 queued before it, does not cover.
 
+The training step is also given calibrated by the card: each kernel's estimate times
+its measured/estimated factor in the latest lease's comparison (CALIBRATION,
+bench/census_vs_measured.py's output), a kernel that lease did not run at the factor
+of the kernels it replaced (REPLACED), else at that of our kernels as a whole; the
+matrix products at theirs. Still an estimate: what that card would likely show.
+
   gpu_census.py --counts CENSUS
 
 prints, per section of one census, its launches, GEMMs (and how many of them
@@ -20,6 +26,7 @@ have an operand off 16 bytes), host synchronisations, allocations and frees
 (the test command's smoke census).
 """
 import math
+import os
 import re
 import sys
 from collections import OrderedDict
@@ -67,6 +74,12 @@ SYNC_COST = 10e-6           # s per host synchronisation: the stream drains, the
 # issued back to back on a stream took 3.8 us each, the same kernels replayed from a graph 3.4 us.
 LAUNCH_GAP = 0.9e-6         # s per launch (kernel or product) on a stream
 GRAPH_GAP = 0.5e-6          # s per launch from a CUDA graph
+
+# The card's word on the model: bench/census_vs_measured.py of the latest lease with per-kernel times
+# (an H200, 2026-11-28, commit 02cb4be), and the kernels written since in place of ones it measured.
+CALIBRATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "census-vs-h200-20261128.txt")
+REPLACED = {"attention_short_kernel": ("attention_mma_kernel",),
+            "attention_short_backward_kernel": ("attention_dq_mma_kernel", "attention_dkv_mma_kernel")}
 
 RECORD = re.compile(r"(\w+)=(\S+)")
 
@@ -200,6 +213,44 @@ def price(recs):
     return kernels, totals
 
 
+def calibration(path):
+    """Per kernel (estimated ms, measured ms), and the totals of ours and of the products, from CALIBRATION."""
+    rows, totals = {}, {}
+    for line in open(path):
+        if line.startswith("#"):
+            continue
+        for key, label in (("ours", "kernels (ours)"), ("gemm", "matrix products (cuBLAS)")):
+            if line.startswith(label):
+                est, meas = (float(x) for x in line[len(label):].split()[:2])
+                totals[key] = (est, meas)
+        fields = line.split()
+        if len(fields) == 6 and all(re.fullmatch(r"[\d.]+", f) for f in fields[1:]):
+            rows[fields[0]] = (float(fields[2]), float(fields[4]))
+    return rows, totals
+
+
+def factor(name, rows, totals):
+    """A kernel's measured/estimated factor: its own, else that of the kernels it replaced, else our kernels'."""
+    base = name.split("<")[0]
+    pairs = [rows[base]] if base in rows else [rows[r] for r in REPLACED.get(base, ()) if r in rows]
+    est, meas = (sum(p[0] for p in pairs), sum(p[1] for p in pairs)) if pairs else totals["ours"]
+    return meas / est
+
+
+def calibrated(kernels, totals, step, flops):
+    """The training step's estimate times the card's factors (CALIBRATION): a line for report."""
+    rows, cal = calibration(CALIBRATION)
+    ours = sum(k["t"] * factor(name, rows, cal) for name, k in kernels.items())
+    gemm = totals["t_gemm"] * cal["gemm"][1] / cal["gemm"][0]
+    rest = step - totals["t_kernels"] - totals["t_gemm"]
+    attention = [(name, k["t"], factor(name, rows, cal)) for name, k in kernels.items() if name.startswith("attention")]
+    total = ours + gemm + rest
+    print(f"calibrated by the card ({os.path.basename(CALIBRATION)}): step {total * 1e3:.1f} ms: kernels "
+          f"{ours * 1e3:.1f}, GEMMs {gemm * 1e3:.1f}, rest {rest * 1e3:.1f}; MFU {flops / total / BF16_DENSE * 100:.1f}%; "
+          "attention " + ", ".join(f"{n.split('<')[0]} {t * 1e3:.2f} x {f:.2f}" for n, t, f in attention) +
+          " (a kernel the card did not run at its predecessors' factor); an ESTIMATE of what that card would show")
+
+
 def report(title, kernels, totals, extra_flops, host_ms=None):
     launches = totals["launches"] + totals["gemms"]
     gaps = launches * LAUNCH_GAP
@@ -251,6 +302,8 @@ def report(title, kernels, totals, extra_flops, host_ms=None):
           f"other {totals['t_other'] * 1e3:.1f}, launch gaps {gaps * 1e3:.1f}"
           + (f", host {idle * 1e3:.1f}" if host_ms is not None else "") +
           f"; {flops / 1e12:.2f} TFLOP -> MFU {flops / step / BF16_DENSE * 100:.1f}%")
+    if host_ms is not None:         # the training step
+        calibrated(kernels, totals, step, flops)
     print(f"launches {totals['launches']} kernels + {totals['gemms']} GEMMs; host synchronisations {totals['syncs']}; "
           f"device allocations {totals['mallocs']}, frees {totals['frees']}; copied host->device "
           f"{totals['h2d'] / 1e6:.2f} MB, device->host {totals['d2h'] / 1e6:.2f} MB")

@@ -17,7 +17,7 @@ import sys
 
 
 # cuBLAS's matrix-product kernels, by name (bench/ncu_gemms.py, bench/census_vs_measured.py)
-GEMM_PREFIXES = ("nvjet", "cutlass", "cublas", "sm80", "sm90", "ampere")
+GEMM_PREFIXES = ("nvjet", "cutlass", "cublas", "epilogue::", "sm80", "sm90", "ampere")  # epilogue::: cuBLASLt's BGRADB
 
 
 def launches(path):

@@ -105,6 +105,51 @@ keep_bit(const Keep &k, int tile, int e)
 }
 
 /*
+ * c += the 16 rows of A fragments a (16 T columns) times keys [8 n, 8 n +
+ * 8) of rows ([keys, 16 T], row stride ld): one C tile of scores.
+ */
+template <int T>
+__device__ __forceinline__ void
+key_tile(float (&c)[4], const uint32_t (&a)[T][4], const __nv_bfloat16 *rows, int n, int ld)
+{
+UNROLL
+	for (int kt = 0; kt < T; kt++)
+	{
+		uint32_t	b[2];
+
+		load_b(b, rows + (size_t) 8 * n * ld + 16 * kt, ld);
+		mma16816(c, a[kt], b);
+	}
+}
+
+/*
+ * acc (2 T C tiles over d_k) += the 16 rows' values s of the first `tiles`
+ * 16-key tiles (C tiles, rounded to bf16 as A fragments) times those keys'
+ * rows ([keys, 16 T], row stride ld): P~ V, dS K.
+ */
+template <int T>
+__device__ __forceinline__ void
+times_rows(float (&acc)[2 * T][4], const float (&s)[KEY_TILES][4], int tiles, const __nv_bfloat16 *rows, int ld)
+{
+UNROLL
+	for (int kk = 0; kk < KEY_TILES / 2; kk++)
+		if (kk < tiles)
+		{
+			uint32_t	a[4];
+
+			pack_a(a, s[2 * kk], s[2 * kk + 1]);
+UNROLL
+			for (int c = 0; c < 2 * T; c++)
+			{
+				uint32_t	b[2];
+
+				load_b_rows(b, rows + (size_t) 16 * kk * ld + 8 * c, ld);
+				mma16816(acc[c], a, b);
+			}
+		}
+}
+
+/*
  * Writes rows [g0, g0 + 16) of a C-tile accumulator (2 T tiles of 8
  * columns, divided by the row's divisor; 0 where it is 0) to out (row
  * stride ldo, head h's d_k columns, from row0), rows below n only, and its
@@ -208,16 +253,7 @@ UNROLL
 			for (int e = 0; e < 4; e++)
 				s[n][e] = 0.0f;
 			if (n < 2 * tiles16)
-			{
-UNROLL
-				for (int kt = 0; kt < T; kt++)
-				{
-					uint32_t	b[2];
-
-					load_b(b, ks + (size_t) 8 * n * ld + 16 * kt, ld);
-					mma16816(s[n], qa[kt], b);
-				}
-			}
+				key_tile<T>(s[n], qa, ks, n, ld);
 UNROLL
 			for (int e = 0; e < 4; e++)
 				if (8 * n + 2 * t + e % 2 < vis[e / 2])
@@ -251,22 +287,7 @@ UNROLL
 				}
 				s[n][e] = p;
 			}
-UNROLL
-		for (int kk = 0; kk < KEY_TILES / 2; kk++)
-			if (kk < tiles16)
-			{
-				uint32_t	pa[4];
-
-				pack_a(pa, s[2 * kk], s[2 * kk + 1]);
-UNROLL
-				for (int c = 0; c < 2 * T; c++)
-				{
-					uint32_t	b[2];
-
-					load_b_rows(b, vs + (size_t) 16 * kk * ld + 8 * c, ld);
-					mma16816(acc[c], pa, b);
-				}
-			}
+		times_rows<T>(acc, s, tiles16, vs, ld);
 UNROLL
 		for (int x = 0; x < 2; x++)
 		{
@@ -368,16 +389,8 @@ UNROLL
 				s[n][e] = gr[n][e] = 0.0f;
 			if (n < 2 * tiles16)
 			{
-UNROLL
-				for (int kt = 0; kt < T; kt++)
-				{
-					uint32_t	b[2];
-
-					load_b(b, ks + (size_t) 8 * n * ld + 16 * kt, ld);
-					mma16816(s[n], qa[kt], b);
-					load_b(b, vs + (size_t) 8 * n * ld + 16 * kt, ld);
-					mma16816(gr[n], da[kt], b);
-				}
+				key_tile<T>(s[n], qa, ks, n, ld);
+				key_tile<T>(gr[n], da, vs, n, ld);
 			}
 UNROLL
 			for (int e = 0; e < 4; e++)
@@ -434,22 +447,7 @@ UNROLL
 					*(uint32_t *) (dss + at) = pack_bf16(s[n][2 * x], s[n][2 * x + 1]);
 				}
 			}
-UNROLL
-		for (int kk = 0; kk < KEY_TILES / 2; kk++)
-			if (kk < tiles16)
-			{
-				uint32_t	sa[4];
-
-				pack_a(sa, s[2 * kk], s[2 * kk + 1]);
-UNROLL
-				for (int c = 0; c < 2 * T; c++)
-				{
-					uint32_t	b[2];
-
-					load_b_rows(b, ks + (size_t) 16 * kk * ld + 8 * c, ld);
-					mma16816(acc[c], sa, b);
-				}
-			}
+		times_rows<T>(acc, s, tiles16, ks, ld);
 		write_tiles<T>(dq, dq16, a.q0, g0, a.lq, ldq, h, dk, acc, one);
 	}
 	__syncthreads();

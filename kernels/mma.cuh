@@ -49,12 +49,7 @@ load_pair(const __nv_bfloat16 *p)
 __device__ __forceinline__ uint32_t
 load_pair_strided(const __nv_bfloat16 *p, int stride)
 {
-	uint16_t	lo,
-				hi;
-
-	memcpy(&lo, p, 2);
-	memcpy(&hi, p + stride, 2);
-	return (uint32_t) lo | (uint32_t) hi << 16;
+	return (uint32_t) __bfloat16_as_ushort(p[0]) | (uint32_t) __bfloat16_as_ushort(p[stride]) << 16;
 }
 
 /* d += a b: one warp's m16n8k16 product, bf16 operands, fp32 accumulators; all 32 lanes call it. */

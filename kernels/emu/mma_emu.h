@@ -23,9 +23,9 @@
 
 namespace cuemu {
 namespace mma_emu {
-/* Per OS thread (one block at a time, at most 32 warps): each warp's operands of a product in flight. */
+/* A warp's operands of a product in flight, in its warp scratch (cuda_emu.h). */
 struct Mma16816 { float a[16][16], b[16][8], c[16][8]; };
-inline thread_local std::vector<Mma16816> scratch;
+static_assert(sizeof(Mma16816) <= WARP_SCRATCH, "mma_emu: a warp's scratch holds one product");
 
 /* The bf16 in the lower and the upper half of x, as floats. */
 inline float bits_float(uint32_t x) { float f; memcpy(&f, &x, 4); return f; }
@@ -49,9 +49,7 @@ m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2])
 				g = lane / 4,
 				t = lane % 4;
 
-	if (scratch.empty())
-		scratch.resize(32);		/* a block's most warps; never again (lanes hold references) */
-	Mma16816   &m = scratch[thread / 32];
+	Mma16816   &m = *(Mma16816 *) (warp_scratch + (size_t) (thread / 32) * WARP_SCRATCH);
 
 	for (int r = 0; r < 2; r++)	/* a0/a1 and a2/a3: rows g and g + 8 of the low and high column halves */
 		for (int half = 0; half < 2; half++)

@@ -79,9 +79,9 @@ inline void census_tile(const char *, unsigned, size_t, bool) {}
 inline void census_mma() {}
 #define CUEMU_WMMA_QUIET
 #endif
-/* Per OS thread (one block at a time, at most 32 warps): each warp's operands of an mma_sync in flight, as 16 x 16 matrices. */
+/* A warp's operands of an mma_sync in flight, as 16 x 16 matrices, in its warp scratch (cuda_emu.h). */
 struct Mma { float a[256], b[256], c[256]; };
-inline thread_local std::vector<Mma> mma_scratch;
+static_assert(sizeof(Mma) <= WARP_SCRATCH, "wmma_emu: a warp's scratch holds one product");
 }	/* namespace wmma_emu */
 }	/* namespace cuemu */
 
@@ -119,8 +119,7 @@ template <class LA, class LB>
 CUEMU_WMMA_QUIET inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
 									 const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b, const fragment<accumulator, 16, 16, 16, float> &c) {
 	using namespace cuemu::wmma_emu;
-	if (mma_scratch.empty()) mma_scratch.resize(32);	/* a block's most warps; never again (lanes hold references) */
-	Mma &m = mma_scratch[warp()];
+	Mma &m = *(Mma *) (cuemu::warp_scratch + (size_t) warp() * WARP_SCRATCH);
 	int l = lane();
 	float out[8];
 	for (int i = 0; i < 8; i++) {

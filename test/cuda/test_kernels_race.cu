@@ -138,7 +138,7 @@ main(void)
 	sh.batch = 2, sh.num_heads = H, sh.head_dim = DK, sh.q_start = qs, sh.k_start = qs, sh.p_start = ps;
 	sh.causal = true, sh.dropout = 0.2f, sh.seed = 3, sh.stream = 4, sh.max_q = 4, sh.max_k = 4;
 	sh.p_total = ps_h[2];
-	for (int bf16 = 0; bf16 < 2; bf16++)	/* tiled (fp32: SIMT; bf16: tensor cores), then per row, kept */
+	for (int bf16 = 0; bf16 < 2; bf16++)	/* tiled (fp32: SIMT; bf16: the short pairs'), then per row, kept */
 	{
 		__nv_bfloat16 *const copies[3] = {c16, c16 + D, c16 + 2 * D};
 
@@ -148,7 +148,10 @@ main(void)
 		k_attention(out, NULL, lse, probs, x, 3 * D, x + D, x + 2 * D, 3 * D, &sh, bf16, s);
 	}
 	{
-		/* sentences of 37 and 70 tokens: several chunks, warps and row tiles of both tiled families */
+		/*
+		 * sentences of 37 and 70 tokens: several chunks, warps and row tiles of both tiled families;
+		 * in bf16 the 37 to the short pairs' kernels (3 row groups on 2 warps), the 70 to the tiled
+		 */
 		enum {A = 37 + 70};
 		float	   *xa = device_randoms(A * 3 * D, &state),
 				   *ya = device_randoms(A * 3 * D, &state),
