@@ -194,8 +194,8 @@ short_forward_bytes(int tiles, int keys)
 
 /*
  * Forward of sentence blockIdx.x / num_heads, head blockIdx.x % num_heads,
- * when short (else nothing: the tiled kernels' pair). keys: the call's
- * most keys of a short pair (the shared memory's rows).
+ * when short (else nothing: the tiled kernels' pair); the dynamic shared
+ * memory holds the call's longest short pair (short_forward_bytes).
  */
 template <int T>
 __global__ void __launch_bounds__(SHORT_WARPS * 32)
