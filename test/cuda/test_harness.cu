@@ -14,7 +14,10 @@
  * (emulated by kernels/emu/mma_emu.h): registers set by hand from the PTX
  * ISA's fragment tables (not by mma.cuh's loads) give a product written out
  * by hand, and mma.cuh's four fragment loads from shared memory (A and B
- * each straight and transposed) give the same product.
+ * each straight and transposed) give the same product, every element; and
+ * pack_a makes two accumulator tiles (set by the PTX ISA's C table to
+ * 16 row + column) an A fragment that products with 0/1 selection matrices
+ * give back element for element.
  * nccl checks the emulated NCCL (kernels/emu/nccl_emu.cc) on 3 ranks as
  * threads (CUEMU_DEVICES >= 3): all-reduce and a group of a broadcast and a
  * max-reduction against values written out by hand, the communicator's
@@ -475,7 +478,9 @@ wmma_checks(bool misaligned)
  * B's register x rows 2t + 8 x and the next, column g; D's element e row g
  * + 8 (e / 2), column 2t + e % 2), out[128..255] from mma.cuh's loads of A
  * and B as stored row-major, out[256..383] of A and B stored transposed
- * (load_a_transposed, load_b_rows: the other two layouts).
+ * (load_a_transposed, load_b_rows: the other two layouts); out[384..639]
+ * the 16 x 16 A fragment pack_a makes of C tiles holding 16 r + c (columns
+ * 0-7 and 8-15), multiplied by B[k][n] = (k == n) and then (k == n + 8).
  */
 __global__ void
 mma_kernel(float *out)
@@ -528,15 +533,38 @@ mma_kernel(float *out)
 	for (int i = 0; i < 3; i++)
 		for (int e = 0; e < 4; e++)
 			out[128 * i + (g + 8 * (e / 2)) * 8 + 2 * t + e % 2] = d[i][e];
+	{
+		float		left[4],
+					right[4];
+
+		for (int e = 0; e < 4; e++)
+		{
+			left[e] = (float) (16 * (g + 8 * (e / 2)) + 2 * t + e % 2);
+			right[e] = left[e] + 8.0f;
+		}
+		pack_a(ra, left, right);
+	}
+	for (int sel = 0; sel < 2; sel++)
+	{
+		float		p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+
+		for (int x = 0; x < 2; x++)		/* rows 2t + 8 x and the next, column g */
+			rb[x] = pack_bf16(2 * t + 8 * x == g + 8 * sel ? 1.0f : 0.0f, 2 * t + 8 * x + 1 == g + 8 * sel ? 1.0f : 0.0f);
+		mma16816(p, ra, rb);
+		for (int e = 0; e < 4; e++)
+			out[384 + 128 * sel + (g + 8 * (e / 2)) * 8 + 2 * t + e % 2] = p[e];
+	}
 }
 
 static int
 mma_checks(void)
 {
-	float		got[384];
+	float		got[640];
 	float	   *d = NULL;
 	int			bad = 0,
-				same = 0;
+				same = 0,
+				every = 0,
+				packed = 0;
 
 	cudaMalloc((void **) &d, sizeof(got));
 	LAUNCH(mma_kernel, 1, 32, 0, 0)(d);
@@ -548,12 +576,21 @@ mma_checks(void)
 	bad |= got[9 * 8 + 6] != 2 * 105 + 7;		/* B[9][6] = 105 */
 	bad |= got[15 * 8 + 7] != 2 * 127 + 7;		/* B[15][7] = 127 */
 	for (int e = 0; e < 128; e++)
+	{
+		int			r = e / 8,
+					n = e % 8;
+
 		same += got[128 + e] == got[e] && got[256 + e] == got[e];
-	printf("%s mma: m16n8k16 from registers set by the PTX ISA's fragment tables, hand-written product\n",
-		   bad ? "FAIL" : "ok  ");
+		every += got[e] == (float) (2 * (r + 16 * n) + (r == 0 ? 1 + 16 * n : 0) + 7);
+		packed += got[384 + e] == (float) (16 * r + n) && got[512 + e] == (float) (16 * r + n + 8);
+	}
+	printf("%s mma: m16n8k16 from registers set by the PTX ISA's fragment tables, hand-written product (%d of 128)\n",
+		   bad || every != 128 ? "FAIL" : "ok  ", every);
 	printf("%s mma: mma.cuh's fragment loads (row-major and transposed A and B) give the same product (%d of 128)\n",
 		   same == 128 ? "ok  " : "FAIL", same);
-	return bad || same != 128;
+	printf("%s mma: pack_a of two accumulator tiles is their A fragment (%d of 128 pairs)\n",
+		   packed == 128 ? "ok  " : "FAIL", packed);
+	return bad || every != 128 || same != 128 || packed != 128;
 }
 
 /* Rank r of the nccl check: its results into got[r][0..4], its abort outcome into got[r][5]. */
