@@ -22,6 +22,10 @@
  * per lane then across the pair: a fixed order, no atomics. Dropout keeps
  * the Philox masks of the CPU backend, a lane drawing its 8 columns' keep
  * bits at once (device_keep8: 3 Philox blocks, not 8).
+ *
+ * Where attention_short.cu serves the call's head width, its kernels take
+ * the pairs of at most SHORT_ROWS queries and keys and these leave them
+ * (skip_short: the block returns at once); the launchers below start both.
  */
 #include "attention.cuh"
 
