@@ -580,7 +580,7 @@ attention_rules(const RulesCall *c, bool rules, const float *q, const float *k, 
  * (rows of 30 floats: the slices loaded a column at a time, not 4); 136 for
  * the per-row kernels' backward. Then calls whose every pair is short (the
  * short kernels alone): 3-64 queries, 0-64 keys (a pair without keys), d_k
- * 8, 24, 40 and 64.
+ * 8, 24, 40 and 64, and 7 (rows of 21 floats).
  */
 static void
 check_attention_rules(const char *device)
@@ -590,7 +590,8 @@ check_attention_rules(const char *device)
 	static const int cases[][6] = {	/* causal, cross, dropout (%), H, DK, lengths (1: every pair short) */
 		{1, 0, 0, 2, 64, 0}, {1, 0, 20, 2, 64, 0}, {0, 1, 0, 2, 64, 0}, {0, 1, 20, 3, 40, 0}, {1, 0, 10, 4, 8, 0},
 		{0, 0, 0, 1, 136, 0}, {0, 1, 10, 3, 10, 0},	/* the last: rows of 30 floats, slices loaded a column at a time */
-	{1, 0, 20, 2, 64, 1}, {0, 1, 10, 3, 40, 1}, {0, 0, 0, 4, 8, 1}, {0, 1, 0, 2, 24, 1}};
+	{1, 0, 20, 2, 64, 1}, {0, 1, 10, 3, 40, 1}, {0, 0, 0, 4, 8, 1}, {0, 1, 0, 2, 24, 1},
+	{1, 0, 10, 3, 7, 1}};			/* the last: rows of 21 floats, slices loaded a column at a time */
 	char		err[TF_ERRLEN];
 	TfBackend  *gpu = tf_backend_create(device, 0, 2, err, sizeof(err));
 	double		worst = 0.0,
