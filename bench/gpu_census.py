@@ -55,11 +55,6 @@ MISALIGNED_GEMM = 3.0
 MMA_SYNC = 2048 * SMS * 1.83e9
 MMA_FLOP = 2 * 16 * 16 * 16     # one warp's wmma::mma_sync (census.h: mma=)
 MMA8_FLOP = 2 * 16 * 8 * 16     # one warp's PTX mma.sync.m16n8k16 (census.h: mma8=; kernels/mma.cuh)
-
-
-def mma_flops(n):
-    """A launch's tensor-core FLOPs in our kernels (wmma and PTX mma.sync alike)."""
-    return n.get("mma", 0) * MMA_FLOP + n.get("mma8", 0) * MMA8_FLOP
 # Dropout's Philox4x32-10 blocks (census.h: philox=, one per lane and block) at the 4 schedulers' issue rate
 # of one warp instruction a clock each: ~80 instructions a block (10 rounds of 2 IMAD.HI, 2 IMAD, 2 three-way
 # XORs and 2 key adds; nvcc's PTX has 104 with the XORs apart). A floor: each round waits on the last, so a
@@ -82,6 +77,11 @@ REPLACED = {"attention_short_kernel": ("attention_mma_kernel",),
             "attention_short_backward_kernel": ("attention_dq_mma_kernel", "attention_dkv_mma_kernel")}
 
 RECORD = re.compile(r"(\w+)=(\S+)")
+
+
+def mma_flops(n):
+    """A launch's tensor-core FLOPs in our kernels (wmma and PTX mma.sync alike)."""
+    return n.get("mma", 0) * MMA_FLOP + n.get("mma8", 0) * MMA8_FLOP
 
 
 def parse(census_path, out_path):
